@@ -1,0 +1,170 @@
+//! Building and running the service: storage, runtime, workers, HTTP.
+//! There is one shutdown path: the shutdown future resolves, HTTP stops
+//! taking requests and finishes those in flight, a cancellation signal
+//! reaches every background task, and `run_until_stopped` returns once
+//! they have all drained.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::{RuntimeKind, ServeConfig};
+use crate::db::{self, Db};
+use crate::domain::pool::SpecLimits;
+use crate::reconcile::{
+    self,
+    worker::{PoolQueue, WorkerSettings},
+};
+use crate::runtime::{Runtime, Wake, docker::DockerRuntime, simulated::SimulatedRuntime};
+
+/// Shared by every handler; cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    pub db: Db,
+    pub runtime: Runtime,
+    /// Wakes the reconcile worker for a pool.
+    pub queue: PoolQueue,
+    pub config: Arc<ServeConfig>,
+}
+
+impl AppState {
+    pub fn limits(&self) -> SpecLimits {
+        SpecLimits { max_replicas: self.config.max_replicas }
+    }
+}
+
+pub struct Application {
+    listener: TcpListener,
+    state: AppState,
+    wakes: mpsc::UnboundedReceiver<Wake>,
+}
+
+/// How long background tasks get to finish after the cancellation signal.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl Application {
+    /// Opens the store (creating the data directory and applying
+    /// migrations), picks the runtime and binds the listener. Docker being
+    /// unreachable is not an error here: readiness reports it and the worker
+    /// retries.
+    pub async fn build(config: ServeConfig) -> anyhow::Result<Self> {
+        create_private_dir(&config.data_dir)?;
+        let db_path = config.database_path();
+        let db = db::connect(&db_path).await?;
+        let runtime = match config.runtime {
+            RuntimeKind::Docker => Runtime::Docker(DockerRuntime::new(config.docker_host.clone())),
+            RuntimeKind::Simulated => Runtime::Simulated(SimulatedRuntime::default()),
+        };
+        let listener = TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
+        let addr = listener.local_addr().context("reading the bound address")?;
+        tracing::info!(%addr, "drover listening on http://{addr} (API docs at http://{addr}/docs)");
+        tracing::info!(database = %db_path.display(), "data stored in {}", db_path.display());
+        match &runtime {
+            Runtime::Docker(d) => tracing::info!(endpoint = %d.endpoint(), "container runtime: docker"),
+            Runtime::Simulated(_) => tracing::warn!("container runtime: simulated (machines are not real containers)"),
+        }
+        let (queue, wakes) = PoolQueue::channel();
+        let state = AppState { db, runtime, queue, config: Arc::new(config) };
+        Ok(Self { listener, state, wakes })
+    }
+
+    pub fn local_addr(&self) -> anyhow::Result<SocketAddr> {
+        self.listener.local_addr().context("reading the bound address")
+    }
+
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// Serves until `shutdown` resolves, then drains everything.
+    pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+        let Self { listener, state, wakes } = self;
+        let cancel = CancellationToken::new();
+        let tasks = TaskTracker::new();
+        let config = Arc::clone(&state.config);
+
+        let ctx = reconcile::Context {
+            db: state.db.clone(),
+            runtime: state.runtime.clone(),
+            parallel: Arc::new(Semaphore::new(config.max_parallel as usize)),
+            stop_timeout_secs: i64::try_from(config.stop_timeout.as_secs()).unwrap_or(i64::MAX),
+        };
+        let settings = WorkerSettings {
+            resync: config.resync_interval,
+            max_backoff: config.max_backoff,
+            recheck: Duration::from_secs(2),
+        };
+        tasks.spawn(reconcile::worker::run(ctx, settings, wakes, cancel.clone()));
+        let runtime = state.runtime.clone();
+        let events = state.queue.sender();
+        tasks.spawn({
+            let cancel = cancel.clone();
+            async move { runtime.watch(events, cancel).await }
+        });
+
+        let router = crate::http::router(state.clone(), config.request_timeout);
+        let stop = cancel.clone();
+        let served = axum::serve(listener, router)
+            .with_graceful_shutdown(async move {
+                shutdown.await;
+                tracing::info!("shutting down: finishing requests in flight");
+                stop.cancel();
+            })
+            .await;
+        cancel.cancel();
+        tasks.close();
+        if tokio::time::timeout(DRAIN_TIMEOUT, tasks.wait()).await.is_err() {
+            tracing::warn!("background tasks did not stop within {DRAIN_TIMEOUT:?}; exiting anyway");
+        }
+        state.db.close().await;
+        tracing::info!("stopped");
+        served.context("serving HTTP")
+    }
+}
+
+/// The data directory holds the store (and, later, secrets): owner only.
+fn create_private_dir(dir: &std::path::Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating data directory {}", dir.display()))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("restricting permissions of {}", dir.display()))?;
+    }
+    Ok(())
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::error!(error = %e, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+}

@@ -1,0 +1,154 @@
+//! Typed settings: command-line flags, each with an environment fallback.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "drover",
+    version,
+    about = "Keeps Docker machine pools at their desired size and image, and upgrades self-hosted Kubernetes control planes"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the HTTP API server and its background workers.
+    Serve(Box<ServeConfig>),
+    /// Print the OpenAPI document to standard output.
+    Openapi,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line, for log shippers.
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RuntimeKind {
+    /// The Docker Engine, through its API socket.
+    Docker,
+    /// An in-memory stand-in, for trying drover without Docker.
+    Simulated,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeConfig {
+    /// Address the HTTP API listens on.
+    #[arg(long, env = "DROVER_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+
+    /// Directory for drover's SQLite database; created when missing.
+    #[arg(long, env = "DROVER_DATA_DIR", default_value = "./drover-data")]
+    pub data_dir: PathBuf,
+
+    /// Log filter, in `tracing` env-filter syntax (e.g. `info,drover=debug`).
+    #[arg(long, env = "DROVER_LOG", default_value = "info")]
+    pub log_level: String,
+
+    /// Log line format.
+    #[arg(long, env = "DROVER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// Which container runtime drives the machines.
+    #[arg(long, env = "DROVER_RUNTIME", value_enum, default_value_t = RuntimeKind::Docker)]
+    pub runtime: RuntimeKind,
+
+    /// Docker Engine endpoint (`unix:///path`, `tcp://host:port`); defaults to
+    /// `DOCKER_HOST`, then the local socket.
+    #[arg(long, env = "DROVER_DOCKER_HOST")]
+    pub docker_host: Option<String>,
+
+    /// Largest `replicas` a pool may ask for.
+    #[arg(long, env = "DROVER_MAX_REPLICAS", default_value_t = 1000)]
+    pub max_replicas: u32,
+
+    /// Longest time one request may take before it is answered 503.
+    #[arg(long, env = "DROVER_REQUEST_TIMEOUT", value_parser = parse_duration, default_value = "30s")]
+    pub request_timeout: Duration,
+
+    /// How often every pool is reconciled even when nothing woke it.
+    #[arg(long, env = "DROVER_RESYNC_INTERVAL", value_parser = parse_duration, default_value = "30s")]
+    pub resync_interval: Duration,
+
+    /// Container operations one reconcile pass runs at once.
+    #[arg(long, env = "DROVER_MAX_PARALLEL", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub max_parallel: u32,
+
+    /// Grace period Docker gives a machine's processes before killing them.
+    #[arg(long, env = "DROVER_STOP_TIMEOUT", value_parser = parse_duration, default_value = "10s")]
+    pub stop_timeout: Duration,
+
+    /// Longest wait between retries of a failing reconcile.
+    #[arg(long, env = "DROVER_MAX_BACKOFF", value_parser = parse_duration, default_value = "60s")]
+    pub max_backoff: Duration,
+}
+
+impl ServeConfig {
+    /// Settings for tests and embedding: an explicit data dir, port 0 on
+    /// loopback, everything else at its default.
+    pub fn for_data_dir(data_dir: PathBuf) -> Self {
+        let mut cfg = Cli::parse_from(["drover", "serve"]);
+        match &mut cfg.command {
+            Command::Serve(serve) => {
+                serve.data_dir = data_dir;
+                serve.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+                (**serve).clone()
+            }
+            Command::Openapi => unreachable!("BUG: parsed `serve` as another command"),
+        }
+    }
+
+    pub fn database_path(&self) -> PathBuf {
+        self.data_dir.join("drover.db")
+    }
+}
+
+/// Parses `500ms`, `30s`, `5m`, `1h`, or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a duration like 500ms, 30s, 5m or 1h"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "" | "s" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n * 60)),
+        "h" => Ok(Duration::from_secs(n * 3600)),
+        _ => Err(format!("{s:?} has an unknown unit; use ms, s, m or h")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert!(parse_duration("5 minutes").is_err());
+        assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn serve_defaults_match_the_readme() {
+        let cli = Cli::parse_from(["drover", "serve"]);
+        let Command::Serve(cfg) = cli.command else { panic!("not serve") };
+        assert_eq!(cfg.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(cfg.data_dir, PathBuf::from("./drover-data"));
+        assert_eq!(cfg.max_replicas, 1000);
+        assert_eq!(cfg.runtime, RuntimeKind::Docker);
+    }
+}

@@ -1,0 +1,170 @@
+//! The `pools` table.
+
+use chrono::{DateTime, Utc};
+use sqlx::{AssertSqlSafe, SqliteExecutor};
+
+use crate::domain::pool::PoolSpec;
+use crate::domain::status::PoolStatus;
+
+/// A stored pool: its spec, what was last observed, and bookkeeping.
+#[derive(Debug, Clone)]
+pub struct Pool {
+    pub name: String,
+    pub generation: i64,
+    pub spec: PoolSpec,
+    pub status: PoolStatus,
+    pub deleting: bool,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+#[derive(sqlx::FromRow)]
+struct PoolRow {
+    name: String,
+    generation: i64,
+    spec: String,
+    status: String,
+    deleting: bool,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
+
+impl TryFrom<PoolRow> for Pool {
+    type Error = sqlx::Error;
+
+    fn try_from(r: PoolRow) -> Result<Self, Self::Error> {
+        let decode = |what: &str, e: serde_json::Error| {
+            sqlx::Error::Decode(format!("pool {:?}: stored {what} is not valid: {e}", r.name).into())
+        };
+        let spec = serde_json::from_str(&r.spec).map_err(|e| decode("spec", e))?;
+        let status = serde_json::from_str(&r.status).map_err(|e| decode("status", e))?;
+        Ok(Pool {
+            name: r.name,
+            generation: r.generation,
+            spec,
+            status,
+            deleting: r.deleting,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        })
+    }
+}
+
+const COLUMNS: &str = "name, generation, spec, status, deleting, created_at, updated_at";
+
+fn to_json<T: serde::Serialize>(v: &T) -> sqlx::Result<String> {
+    serde_json::to_string(v).map_err(|e| sqlx::Error::Encode(e.into()))
+}
+
+/// Inserts a new pool; a duplicate name fails with a unique violation.
+pub async fn insert(
+    db: impl SqliteExecutor<'_>,
+    name: &str,
+    spec: &PoolSpec,
+    now: DateTime<Utc>,
+) -> sqlx::Result<Pool> {
+    let row: PoolRow = sqlx::query_as(AssertSqlSafe(format!(
+        "insert into pools (name, generation, spec, status, deleting, created_at, updated_at)
+         values (?, 1, ?, '{{}}', 0, ?, ?) returning {COLUMNS}"
+    )))
+    .bind(name)
+    .bind(to_json(spec)?)
+    .bind(now)
+    .bind(now)
+    .fetch_one(db)
+    .await?;
+    row.try_into()
+}
+
+pub async fn get(db: impl SqliteExecutor<'_>, name: &str) -> sqlx::Result<Option<Pool>> {
+    let row: Option<PoolRow> = sqlx::query_as(AssertSqlSafe(format!("select {COLUMNS} from pools where name = ?")))
+        .bind(name)
+        .fetch_optional(db)
+        .await?;
+    row.map(Pool::try_from).transpose()
+}
+
+/// Up to `limit` pools with names after `after`, in name order.
+pub async fn list(db: impl SqliteExecutor<'_>, after: Option<&str>, limit: u32) -> sqlx::Result<Vec<Pool>> {
+    let rows: Vec<PoolRow> =
+        sqlx::query_as(AssertSqlSafe(format!("select {COLUMNS} from pools where name > ? order by name limit ?")))
+            .bind(after.unwrap_or(""))
+            .bind(limit)
+            .fetch_all(db)
+            .await?;
+    rows.into_iter().map(Pool::try_from).collect()
+}
+
+/// Every pool name, for the worker's resync.
+pub async fn names(db: impl SqliteExecutor<'_>) -> sqlx::Result<Vec<String>> {
+    sqlx::query_scalar("select name from pools order by name").fetch_all(db).await
+}
+
+/// Replaces the spec and bumps the generation, but only if the stored
+/// generation is still `expected`: a compare-and-swap, so that of two
+/// concurrent writers that read the same generation exactly one wins.
+/// `None` means the generation moved on (or the pool is gone).
+pub async fn update_spec(
+    db: impl SqliteExecutor<'_>,
+    name: &str,
+    expected: i64,
+    spec: &PoolSpec,
+    now: DateTime<Utc>,
+) -> sqlx::Result<Option<Pool>> {
+    let row: Option<PoolRow> = sqlx::query_as(AssertSqlSafe(format!(
+        "update pools set spec = ?, generation = generation + 1, updated_at = ?
+         where name = ? and generation = ? and deleting = 0
+         returning {COLUMNS}"
+    )))
+    .bind(to_json(spec)?)
+    .bind(now)
+    .bind(name)
+    .bind(expected)
+    .fetch_optional(db)
+    .await?;
+    row.map(Pool::try_from).transpose()
+}
+
+/// Flags the pool for deletion; `None` when it does not exist or was
+/// flagged already. A write first, so the transaction takes the lock at once.
+pub async fn mark_deleting(db: impl SqliteExecutor<'_>, name: &str, now: DateTime<Utc>) -> sqlx::Result<Option<Pool>> {
+    let row: Option<PoolRow> = sqlx::query_as(AssertSqlSafe(format!(
+        "update pools set deleting = 1, updated_at = ? where name = ? and deleting = 0 returning {COLUMNS}"
+    )))
+    .bind(now)
+    .bind(name)
+    .fetch_optional(db)
+    .await?;
+    row.map(Pool::try_from).transpose()
+}
+
+/// Lowers `replicas` by one in a single statement (no read-modify-write
+/// race); `None` when the pool is missing, deleting, or already at zero.
+pub async fn decrement_replicas(
+    db: impl SqliteExecutor<'_>,
+    name: &str,
+    now: DateTime<Utc>,
+) -> sqlx::Result<Option<Pool>> {
+    let row: Option<PoolRow> = sqlx::query_as(AssertSqlSafe(format!(
+        "update pools set spec = json_set(spec, '$.replicas', json_extract(spec, '$.replicas') - 1),
+                          generation = generation + 1, updated_at = ?
+         where name = ? and deleting = 0 and json_extract(spec, '$.replicas') > 0
+         returning {COLUMNS}"
+    )))
+    .bind(now)
+    .bind(name)
+    .fetch_optional(db)
+    .await?;
+    row.map(Pool::try_from).transpose()
+}
+
+pub async fn write_status(db: impl SqliteExecutor<'_>, name: &str, status: &PoolStatus) -> sqlx::Result<()> {
+    sqlx::query("update pools set status = ? where name = ?").bind(to_json(status)?).bind(name).execute(db).await?;
+    Ok(())
+}
+
+/// Removes the row of a pool whose machines are all gone.
+pub async fn remove(db: impl SqliteExecutor<'_>, name: &str) -> sqlx::Result<bool> {
+    let done = sqlx::query("delete from pools where name = ? and deleting = 1").bind(name).execute(db).await?;
+    Ok(done.rows_affected() == 1)
+}

@@ -1,0 +1,60 @@
+//! Pure types and rules: names, versions, image references, rollout bounds
+//! and pool specs. Nothing here does IO, so every rule is unit-tested alone.
+
+pub mod event;
+pub mod image;
+pub mod names;
+pub mod pool;
+pub mod status;
+pub mod strategy;
+pub mod version;
+
+use std::fmt;
+
+/// One broken rule, tied to the JSON path of the field that broke it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+pub struct FieldError {
+    /// Dotted path of the offending field, e.g. `extra_mounts[1].host_path`.
+    pub field: String,
+    /// Stable machine-readable name of the rule, e.g. `dns_label`, `range`.
+    pub rule: &'static str,
+    /// What is wrong, for people.
+    pub message: String,
+}
+
+/// Every rule a request broke, so a user fixes them in one round trip.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ValidationErrors(pub Vec<FieldError>);
+
+impl ValidationErrors {
+    pub fn push(&mut self, field: impl Into<String>, rule: &'static str, message: impl fmt::Display) {
+        self.0.push(FieldError { field: field.into(), rule, message: message.to_string() });
+    }
+
+    pub fn single(field: impl Into<String>, rule: &'static str, message: impl fmt::Display) -> Self {
+        let mut e = Self::default();
+        e.push(field, rule, message);
+        e
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// `Ok(value)` when no rule was broken.
+    pub fn into_result<T>(self, value: T) -> Result<T, Self> {
+        if self.is_empty() { Ok(value) } else { Err(self) }
+    }
+}
+
+impl fmt::Display for ValidationErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{}: {}", e.field, e.message)?;
+        }
+        Ok(())
+    }
+}

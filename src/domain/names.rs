@@ -1,0 +1,137 @@
+//! Names of pools and machines.
+//!
+//! A pool name ends up in container labels, URLs and log lines, so it is held
+//! to the strictest common rule: an RFC 1123 DNS label, as Kubernetes uses for
+//! most object names.
+
+use std::fmt;
+
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+
+/// Longest DNS-1123 label.
+pub const MAX_NAME_LEN: usize = 63;
+
+/// Why a name was refused, phrased for the `detail` of a problem response.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    #[error("must not be empty")]
+    Empty,
+    #[error("must be at most {MAX_NAME_LEN} characters (got {0})")]
+    TooLong(usize),
+    #[error("must consist of lowercase letters, digits and '-' (found {0:?})")]
+    BadChar(char),
+    #[error("must start and end with a lowercase letter or digit")]
+    BadEdge,
+}
+
+/// Checks `s` against the DNS-1123 label rule:
+/// `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most 63 characters.
+pub fn check_dns_label(s: &str) -> Result<(), NameError> {
+    if s.is_empty() {
+        return Err(NameError::Empty);
+    }
+    if s.len() > MAX_NAME_LEN {
+        return Err(NameError::TooLong(s.chars().count()));
+    }
+    if let Some(c) = s.chars().find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-')) {
+        return Err(NameError::BadChar(c));
+    }
+    if s.starts_with('-') || s.ends_with('-') {
+        return Err(NameError::BadEdge);
+    }
+    Ok(())
+}
+
+/// The name of a pool: a DNS-1123 label, parsed once at the edge.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct PoolName(String);
+
+impl PoolName {
+    pub fn parse(s: &str) -> Result<Self, NameError> {
+        check_dns_label(s)?;
+        Ok(Self(s.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for PoolName {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        PoolName::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+impl fmt::Display for PoolName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl AsRef<str> for PoolName {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Prefix of every machine (and container) name, as in the MachinePool seed.
+pub const MACHINE_PREFIX: &str = "worker-";
+const MACHINE_SUFFIX_LEN: usize = 6;
+const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+
+/// A fresh machine name: `worker-` and six random lowercase alphanumerics.
+///
+/// 36^6 (about 2.2e9) names make a collision within one engine unlikely; the
+/// executor still treats "name already in use" as a retryable conflict.
+pub fn new_machine_name() -> String {
+    let mut rng = rand::rng();
+    let suffix: String =
+        (0..MACHINE_SUFFIX_LEN).map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char).collect();
+    format!("{MACHINE_PREFIX}{suffix}")
+}
+
+/// True for names that `new_machine_name` could have produced.
+pub fn is_machine_name(s: &str) -> bool {
+    s.strip_prefix(MACHINE_PREFIX)
+        .is_some_and(|rest| rest.len() == MACHINE_SUFFIX_LEN && rest.bytes().all(|b| ALPHABET.contains(&b)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dns_label_accepts_the_edges_of_the_rule() {
+        for ok in ["a", "0", "a-b", "a--b", "web1", &"a".repeat(63)] {
+            assert_eq!(check_dns_label(ok), Ok(()), "{ok}");
+        }
+    }
+
+    #[test]
+    fn dns_label_rejects_each_broken_rule() {
+        assert_eq!(check_dns_label(""), Err(NameError::Empty));
+        assert_eq!(check_dns_label(&"a".repeat(64)), Err(NameError::TooLong(64)));
+        assert_eq!(check_dns_label("Web"), Err(NameError::BadChar('W')));
+        assert_eq!(check_dns_label("a_b"), Err(NameError::BadChar('_')));
+        assert_eq!(check_dns_label("a.b"), Err(NameError::BadChar('.')));
+        assert_eq!(check_dns_label("é"), Err(NameError::BadChar('é')));
+        assert_eq!(check_dns_label("-a"), Err(NameError::BadEdge));
+        assert_eq!(check_dns_label("a-"), Err(NameError::BadEdge));
+    }
+
+    #[test]
+    fn machine_names_follow_the_seed_pattern() {
+        for _ in 0..200 {
+            let name = new_machine_name();
+            assert!(is_machine_name(&name), "{name}");
+            assert_eq!(check_dns_label(&name), Ok(()));
+        }
+        assert!(!is_machine_name("worker-ABCDEF"));
+        assert!(!is_machine_name("worker-abc"));
+        assert!(!is_machine_name("node-abcdef"));
+    }
+}

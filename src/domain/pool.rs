@@ -1,0 +1,360 @@
+//! A pool's desired state and the rules it must satisfy.
+
+use std::collections::{BTreeMap, HashSet};
+
+use serde::{Deserialize, Serialize};
+
+use super::ValidationErrors;
+use super::image::check_image_reference;
+use super::names::check_dns_label;
+use super::strategy::{IntOrPercent, RolloutStrategy};
+use super::version::{KubeVersion, node_image};
+
+/// Label prefix reserved for drover's own labels on containers.
+pub const RESERVED_LABEL_PREFIX: &str = "drover.dev/";
+const MAX_LABEL_PART: usize = 63;
+const MAX_LABEL_PREFIX: usize = 253;
+const MAX_MOUNTS: usize = 64;
+const MAX_FAILURE_DOMAINS: usize = 64;
+const MAX_LABELS: usize = 64;
+
+/// A host path bind-mounted into every machine of a pool.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Mount {
+    /// Absolute path inside the container.
+    pub container_path: String,
+    /// Absolute path on the Docker host.
+    pub host_path: String,
+    /// Mount read-only.
+    #[serde(default)]
+    pub read_only: bool,
+}
+
+/// What a pool should look like. Every value here has passed `validate`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct PoolSpec {
+    /// Desired number of machines.
+    pub replicas: u32,
+    /// Kubernetes version of the machines; picks `kindest/node:<version>`
+    /// unless `image` is set.
+    pub version: KubeVersion,
+    /// Custom image that overrides the version's node image.
+    pub image: Option<String>,
+    /// Machines are spread evenly across these names (a container label).
+    pub failure_domains: Vec<String>,
+    /// Host paths mounted into every machine.
+    pub extra_mounts: Vec<Mount>,
+    /// Labels put on every machine's container.
+    pub labels: BTreeMap<String, String>,
+    pub strategy: RolloutStrategy,
+    /// A paused pool makes no rollout changes; its status keeps updating.
+    pub paused: bool,
+    /// Registered cluster whose nodes these machines are.
+    pub cluster: Option<String>,
+}
+
+impl PoolSpec {
+    /// The image every machine should run: the custom image when set,
+    /// otherwise the version's node image.
+    pub fn desired_image(&self) -> String {
+        self.image.clone().unwrap_or_else(|| node_image(self.version))
+    }
+}
+
+/// Limits that come from settings rather than from the rules themselves.
+#[derive(Debug, Clone, Copy)]
+pub struct SpecLimits {
+    pub max_replicas: u32,
+}
+
+impl Default for SpecLimits {
+    fn default() -> Self {
+        Self { max_replicas: 1000 }
+    }
+}
+
+/// A pool spec as a client sent it: loosely typed so that every broken rule
+/// can be reported at once, with its field, instead of the first serde error.
+#[derive(Debug, Clone, Default)]
+pub struct RawSpec {
+    pub replicas: i64,
+    pub version: String,
+    pub image: Option<String>,
+    pub failure_domains: Vec<String>,
+    pub extra_mounts: Vec<Mount>,
+    pub labels: BTreeMap<String, String>,
+    pub max_surge: Option<IntOrPercent>,
+    pub max_unavailable: Option<IntOrPercent>,
+    pub paused: bool,
+    pub cluster: Option<String>,
+}
+
+/// Checks every rule and returns the spec, or every broken rule.
+pub fn validate(raw: RawSpec, limits: SpecLimits) -> Result<PoolSpec, ValidationErrors> {
+    let mut errs = ValidationErrors::default();
+
+    let replicas = match u32::try_from(raw.replicas) {
+        Ok(r) if r <= limits.max_replicas => r,
+        _ => {
+            errs.push(
+                "replicas",
+                "range",
+                format!("must be between 0 and {} (got {})", limits.max_replicas, raw.replicas),
+            );
+            0
+        }
+    };
+    let version = raw.version.parse::<KubeVersion>().unwrap_or_else(|e| {
+        errs.push("version", "version", e);
+        KubeVersion { major: 0, minor: 0, patch: 0 }
+    });
+    if let Some(image) = &raw.image {
+        if let Err(e) = check_image_reference(image) {
+            errs.push("image", "image_reference", e);
+        }
+    }
+    check_failure_domains(&raw.failure_domains, &mut errs);
+    check_mounts(&raw.extra_mounts, &mut errs);
+    check_labels(&raw.labels, &mut errs);
+    let defaults = RolloutStrategy::default();
+    let strategy = RolloutStrategy {
+        max_surge: raw.max_surge.unwrap_or(defaults.max_surge),
+        max_unavailable: raw.max_unavailable.unwrap_or(defaults.max_unavailable),
+    };
+    if strategy.max_surge.is_zero() && strategy.max_unavailable.is_zero() {
+        errs.push(
+            "strategy",
+            "strategy_bounds",
+            "max_surge and max_unavailable must not both be zero, or no machine could ever be replaced",
+        );
+    }
+    if let Some(cluster) = &raw.cluster {
+        if let Err(e) = check_dns_label(cluster) {
+            errs.push("cluster", "dns_label", e);
+        }
+    }
+
+    errs.into_result(PoolSpec {
+        replicas,
+        version,
+        image: raw.image,
+        failure_domains: raw.failure_domains,
+        extra_mounts: raw.extra_mounts,
+        labels: raw.labels,
+        strategy,
+        paused: raw.paused,
+        cluster: raw.cluster,
+    })
+}
+
+fn check_failure_domains(domains: &[String], errs: &mut ValidationErrors) {
+    if domains.len() > MAX_FAILURE_DOMAINS {
+        errs.push("failure_domains", "max_items", format!("at most {MAX_FAILURE_DOMAINS} failure domains"));
+    }
+    let mut seen = HashSet::new();
+    for (i, d) in domains.iter().enumerate() {
+        let field = format!("failure_domains[{i}]");
+        if d.is_empty() {
+            errs.push(field, "non_empty", "must not be empty");
+        } else if !is_label_value(d) {
+            errs.push(
+                field,
+                "label_value",
+                "must be at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit",
+            );
+        } else if !seen.insert(d.as_str()) {
+            errs.push(field, "unique", format!("duplicate failure domain {d:?}"));
+        }
+    }
+}
+
+fn check_mounts(mounts: &[Mount], errs: &mut ValidationErrors) {
+    if mounts.len() > MAX_MOUNTS {
+        errs.push("extra_mounts", "max_items", format!("at most {MAX_MOUNTS} mounts"));
+    }
+    let mut targets = HashSet::new();
+    for (i, m) in mounts.iter().enumerate() {
+        for (name, path) in [("container_path", &m.container_path), ("host_path", &m.host_path)] {
+            let field = format!("extra_mounts[{i}].{name}");
+            if !path.starts_with('/') {
+                errs.push(field, "absolute_path", format!("must be an absolute path (got {path:?})"));
+            } else if path.contains(['\0', ',', ':']) {
+                errs.push(field, "path_chars", "must not contain NUL, ',' or ':'");
+            }
+        }
+        if !targets.insert(m.container_path.as_str()) {
+            errs.push(format!("extra_mounts[{i}].container_path"), "unique", "two mounts share this container path");
+        }
+    }
+}
+
+fn check_labels(labels: &BTreeMap<String, String>, errs: &mut ValidationErrors) {
+    if labels.len() > MAX_LABELS {
+        errs.push("labels", "max_items", format!("at most {MAX_LABELS} labels"));
+    }
+    for (k, v) in labels {
+        let field = format!("labels.{k}");
+        if k.starts_with(RESERVED_LABEL_PREFIX) {
+            errs.push(field, "reserved_label", format!("keys under {RESERVED_LABEL_PREFIX} are reserved for drover"));
+            continue;
+        }
+        let (prefix, name) = match k.rsplit_once('/') {
+            Some((p, n)) => (Some(p), n),
+            None => (None, k.as_str()),
+        };
+        let prefix_ok = prefix.is_none_or(|p| {
+            !p.is_empty() && p.len() <= MAX_LABEL_PREFIX && p.split('.').all(|l| check_dns_label(l).is_ok())
+        });
+        if !prefix_ok || name.is_empty() || !is_label_value(name) {
+            errs.push(
+                field,
+                "label_key",
+                "must be [prefix/]name: a DNS prefix and a name of at most 63 letters, digits, '-', '_' or '.'",
+            );
+        } else if !v.is_empty() && !is_label_value(v) {
+            errs.push(field, "label_value", "value must be empty or at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit");
+        }
+    }
+}
+
+/// Kubernetes' label-value rule, which also keeps values safe in Docker labels.
+fn is_label_value(s: &str) -> bool {
+    let bytes = s.as_bytes();
+    let edge = |b: &u8| b.is_ascii_alphanumeric();
+    !s.is_empty()
+        && s.len() <= MAX_LABEL_PART
+        && bytes.first().is_some_and(edge)
+        && bytes.last().is_some_and(edge)
+        && bytes.iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw() -> RawSpec {
+        RawSpec { replicas: 3, version: "v1.29.2".into(), ..RawSpec::default() }
+    }
+
+    fn fields(r: Result<PoolSpec, ValidationErrors>) -> Vec<(String, &'static str)> {
+        r.expect_err("spec was accepted").0.into_iter().map(|e| (e.field, e.rule)).collect()
+    }
+
+    #[test]
+    fn a_minimal_spec_gets_the_defaults() {
+        let spec = validate(raw(), SpecLimits::default()).unwrap();
+        assert_eq!(spec.strategy, RolloutStrategy::default());
+        assert_eq!(spec.desired_image(), "kindest/node:v1.29.2");
+        let spec = validate(RawSpec { image: Some("app:1".into()), ..raw() }, SpecLimits::default()).unwrap();
+        assert_eq!(spec.desired_image(), "app:1");
+    }
+
+    #[test]
+    fn replicas_edges() {
+        let limits = SpecLimits { max_replicas: 1000 };
+        for ok in [0, 1, 1000] {
+            assert!(validate(RawSpec { replicas: ok, ..raw() }, limits).is_ok(), "{ok}");
+        }
+        for bad in [-1, 1001, i64::MAX, i64::MIN] {
+            assert_eq!(fields(validate(RawSpec { replicas: bad, ..raw() }, limits)), [("replicas".into(), "range")]);
+        }
+        let small = SpecLimits { max_replicas: 5 };
+        assert!(validate(RawSpec { replicas: 6, ..raw() }, small).is_err());
+    }
+
+    #[test]
+    fn version_and_image_are_checked() {
+        let r = validate(
+            RawSpec { version: "1.29".into(), image: Some("Bad Image".into()), ..raw() },
+            SpecLimits::default(),
+        );
+        assert_eq!(fields(r), [("version".into(), "version"), ("image".into(), "image_reference")]);
+    }
+
+    #[test]
+    fn failure_domains_must_be_unique_and_non_empty() {
+        let fd = |v: &[&str]| RawSpec { failure_domains: v.iter().map(|s| s.to_string()).collect(), ..raw() };
+        assert!(validate(fd(&["a", "b", "zone-1.x_y"]), SpecLimits::default()).is_ok());
+        assert_eq!(
+            fields(validate(fd(&["a", ""]), SpecLimits::default())),
+            [("failure_domains[1]".into(), "non_empty")]
+        );
+        assert_eq!(
+            fields(validate(fd(&["a", "b", "a"]), SpecLimits::default())),
+            [("failure_domains[2]".into(), "unique")]
+        );
+        assert_eq!(
+            fields(validate(fd(&["-a"]), SpecLimits::default())),
+            [("failure_domains[0]".into(), "label_value")]
+        );
+        assert_eq!(
+            fields(validate(fd(&[&"a".repeat(64)]), SpecLimits::default())),
+            [("failure_domains[0]".into(), "label_value")]
+        );
+    }
+
+    #[test]
+    fn mounts_must_be_absolute_and_distinct() {
+        let m = |c: &str, h: &str| Mount { container_path: c.into(), host_path: h.into(), read_only: false };
+        let spec = |ms: Vec<Mount>| RawSpec { extra_mounts: ms, ..raw() };
+        assert!(validate(spec(vec![m("/data", "/srv/data")]), SpecLimits::default()).is_ok());
+        assert_eq!(
+            fields(validate(spec(vec![m("data", "/srv")]), SpecLimits::default())),
+            [("extra_mounts[0].container_path".into(), "absolute_path")]
+        );
+        assert_eq!(
+            fields(validate(spec(vec![m("/data", "./srv")]), SpecLimits::default())),
+            [("extra_mounts[0].host_path".into(), "absolute_path")]
+        );
+        assert_eq!(
+            fields(validate(spec(vec![m("/a:b", "/srv")]), SpecLimits::default())),
+            [("extra_mounts[0].container_path".into(), "path_chars")]
+        );
+        assert_eq!(
+            fields(validate(spec(vec![m("/d", "/a"), m("/d", "/b")]), SpecLimits::default())),
+            [("extra_mounts[1].container_path".into(), "unique")]
+        );
+    }
+
+    #[test]
+    fn labels_follow_kubernetes_rules_and_keep_drover_prefix_reserved() {
+        let l = |k: &str, v: &str| RawSpec { labels: [(k.to_string(), v.to_string())].into(), ..raw() };
+        assert!(validate(l("team", "infra"), SpecLimits::default()).is_ok());
+        assert!(validate(l("example.com/tier", ""), SpecLimits::default()).is_ok());
+        assert_eq!(
+            fields(validate(l("drover.dev/pool", "x"), SpecLimits::default())),
+            [("labels.drover.dev/pool".into(), "reserved_label")]
+        );
+        assert_eq!(
+            fields(validate(l("bad key", "x"), SpecLimits::default())),
+            [("labels.bad key".into(), "label_key")]
+        );
+        assert_eq!(fields(validate(l("/x", "x"), SpecLimits::default())), [("labels./x".into(), "label_key")]);
+        assert_eq!(fields(validate(l("k", "-v"), SpecLimits::default())), [("labels.k".into(), "label_value")]);
+    }
+
+    #[test]
+    fn strategy_with_both_bounds_zero_is_refused() {
+        let s = RawSpec {
+            max_surge: Some(IntOrPercent::Count(0)),
+            max_unavailable: Some(IntOrPercent::Percent(0)),
+            ..raw()
+        };
+        assert_eq!(fields(validate(s, SpecLimits::default())), [("strategy".into(), "strategy_bounds")]);
+        let seed = RawSpec {
+            max_surge: Some(IntOrPercent::Percent(100)),
+            max_unavailable: Some(IntOrPercent::Count(0)),
+            ..raw()
+        };
+        assert!(validate(seed, SpecLimits::default()).is_ok());
+    }
+
+    #[test]
+    fn cluster_must_be_a_dns_label() {
+        assert_eq!(
+            fields(validate(RawSpec { cluster: Some("Prod".into()), ..raw() }, SpecLimits::default())),
+            [("cluster".into(), "dns_label")]
+        );
+    }
+}

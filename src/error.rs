@@ -1,0 +1,182 @@
+//! The one error type of the HTTP API and its RFC 9457 problem documents.
+//!
+//! Every variant is an HTTP status with a stable `type` URI that clients may
+//! match on. Server-side failures are logged with their whole cause chain and
+//! answered with a generic detail, so internals never leak to clients.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::domain::{FieldError, ValidationErrors};
+
+pub const PROBLEM_JSON: &str = "application/problem+json";
+const TYPE_BASE: &str = "https://drover.dev/problems/";
+
+/// An RFC 9457 problem document.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Problem {
+    /// Stable URI naming the kind of problem; match on this, not on `title`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// Short summary of the kind of problem.
+    pub title: String,
+    /// The HTTP status code.
+    pub status: u16,
+    /// What went wrong in this occurrence, naming the field or resource.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// Each broken rule, for validation problems.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<FieldError>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("invalid request: {0}")]
+    Validation(ValidationErrors),
+    #[error("malformed request: {0}")]
+    Malformed(String),
+    #[error("unsupported media type: {0}")]
+    UnsupportedMediaType(String),
+    #[error("request body too large")]
+    PayloadTooLarge { limit: usize },
+    #[error("{kind} {name:?} not found")]
+    NotFound { kind: &'static str, name: String },
+    #[error("no route for {0}")]
+    NoRoute(String),
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    #[error("conflict: {0}")]
+    Conflict(String),
+    #[error("precondition failed: {0}")]
+    PreconditionFailed(String),
+    #[error("request timed out")]
+    Timeout,
+    #[error("service unavailable: {0}")]
+    Unavailable(String),
+    #[error("database error")]
+    Database(#[from] sqlx::Error),
+    #[error("internal error")]
+    Internal(#[from] anyhow::Error),
+}
+
+impl ApiError {
+    pub fn not_found(kind: &'static str, name: impl Into<String>) -> Self {
+        Self::NotFound { kind, name: name.into() }
+    }
+
+    pub fn invalid(field: impl Into<String>, rule: &'static str, message: impl std::fmt::Display) -> Self {
+        Self::Validation(ValidationErrors::single(field, rule, message))
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::Malformed(_) => StatusCode::BAD_REQUEST,
+            Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::NotFound { .. } | Self::NoRoute(_) => StatusCode::NOT_FOUND,
+            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::Conflict(_) => StatusCode::CONFLICT,
+            Self::PreconditionFailed(_) => StatusCode::PRECONDITION_FAILED,
+            Self::Timeout | Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Database(_) | Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The stable slug of the problem `type`.
+    fn slug(&self) -> &'static str {
+        match self {
+            Self::Validation(_) => "validation",
+            Self::Malformed(_) => "malformed-request",
+            Self::UnsupportedMediaType(_) => "unsupported-media-type",
+            Self::PayloadTooLarge { .. } => "payload-too-large",
+            Self::NotFound { .. } => "not-found",
+            Self::NoRoute(_) => "no-route",
+            Self::MethodNotAllowed => "method-not-allowed",
+            Self::Conflict(_) => "conflict",
+            Self::PreconditionFailed(_) => "precondition-failed",
+            Self::Timeout => "timeout",
+            Self::Unavailable(_) => "unavailable",
+            Self::Database(_) | Self::Internal(_) => "internal",
+        }
+    }
+
+    fn title(&self) -> &'static str {
+        match self {
+            Self::Validation(_) => "The request broke a validation rule",
+            Self::Malformed(_) => "The request body is not valid JSON",
+            Self::UnsupportedMediaType(_) => "Unsupported media type",
+            Self::PayloadTooLarge { .. } => "The request body is too large",
+            Self::NotFound { .. } => "Resource not found",
+            Self::NoRoute(_) => "No such route",
+            Self::MethodNotAllowed => "Method not allowed on this route",
+            Self::Conflict(_) => "The request conflicts with the current state",
+            Self::PreconditionFailed(_) => "Precondition failed",
+            Self::Timeout => "The request took too long",
+            Self::Unavailable(_) => "Service unavailable",
+            Self::Database(_) | Self::Internal(_) => "Internal server error",
+        }
+    }
+
+    pub fn to_problem(&self) -> Problem {
+        let detail = match self {
+            Self::Validation(e) => Some(e.to_string()),
+            Self::Malformed(d)
+            | Self::UnsupportedMediaType(d)
+            | Self::Conflict(d)
+            | Self::PreconditionFailed(d)
+            | Self::Unavailable(d) => Some(d.clone()),
+            Self::PayloadTooLarge { limit } => Some(format!("the body must be at most {limit} bytes")),
+            Self::NotFound { kind, name } => Some(format!("{kind} {name:?} does not exist")),
+            Self::NoRoute(path) => Some(format!("{path} is not an endpoint of this API; see /openapi.json")),
+            Self::MethodNotAllowed => None,
+            Self::Timeout => Some("the server gave up on this request; it may be retried".into()),
+            Self::Database(_) | Self::Internal(_) => Some("the error was logged; retry later or report it".into()),
+        };
+        let errors = match self {
+            Self::Validation(e) => e.0.clone(),
+            _ => Vec::new(),
+        };
+        Problem {
+            type_: format!("{TYPE_BASE}{}", self.slug()),
+            title: self.title().into(),
+            status: self.status().as_u16(),
+            detail,
+            errors,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        if status.is_server_error() {
+            // The whole chain goes to the log; the client sees a generic detail.
+            tracing::error!(error = %error_chain(&self), "request failed");
+        }
+        let body = serde_json::to_vec(&self.to_problem()).unwrap_or_default();
+        let mut res = (status, body).into_response();
+        res.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        if matches!(self, Self::Timeout | Self::Unavailable(_)) {
+            res.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        res
+    }
+}
+
+/// `error: cause: cause ...`, for one log field.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        out.push_str(": ");
+        out.push_str(&cause.to_string());
+        next = cause.source();
+    }
+    out
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;

@@ -1,0 +1,64 @@
+//! Liveness and readiness probes; both are open to unauthenticated callers.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use serde::Serialize;
+use utoipa::ToSchema;
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+use crate::app::AppState;
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Health {
+    /// Always `ok` when the process answers.
+    pub status: &'static str,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Check {
+    pub name: &'static str,
+    pub ok: bool,
+    /// Why the check failed, when it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Readiness {
+    pub ready: bool,
+    pub checks: Vec<Check>,
+}
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(healthz)).routes(routes!(readyz))
+}
+
+/// The process is up and serving HTTP.
+#[utoipa::path(get, path = "/healthz", tag = "health", security(()),
+    responses((status = 200, description = "Alive", body = Health)))]
+async fn healthz() -> Json<Health> {
+    Json(Health { status: "ok" })
+}
+
+/// The database answers and the container runtime is reachable.
+#[utoipa::path(get, path = "/readyz", tag = "health", security(()),
+    responses(
+        (status = 200, description = "Ready to serve", body = Readiness),
+        (status = 503, description = "A dependency is unreachable; `checks` says which and why", body = Readiness),
+    ))]
+#[tracing::instrument(skip_all)]
+async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Readiness>) {
+    let db = match sqlx::query_scalar::<_, i64>("select 1").fetch_one(&state.db).await {
+        Ok(_) => Check { name: "database", ok: true, detail: None },
+        Err(e) => Check { name: "database", ok: false, detail: Some(e.to_string()) },
+    };
+    let runtime = match state.runtime.ping().await {
+        Ok(()) => Check { name: "runtime", ok: true, detail: None },
+        Err(e) => Check { name: "runtime", ok: false, detail: Some(crate::error::error_chain(&e)) },
+    };
+    let checks = vec![db, runtime];
+    let ready = checks.iter().all(|c| c.ok);
+    let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (status, Json(Readiness { ready, checks }))
+}

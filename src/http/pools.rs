@@ -1,0 +1,517 @@
+//! `/v1/pools`: create, read, change, scale and delete pools, and read their
+//! events. A pool here is stored desired state; the reconciler acts on it.
+
+use std::collections::BTreeMap;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+use crate::app::AppState;
+use crate::db::{self, pools::Pool};
+use crate::domain::event::{Event, EventType, NewEvent, SubjectKind};
+use crate::domain::names::PoolName;
+use crate::domain::pool::{Mount, PoolSpec, RawSpec, validate};
+use crate::domain::status::PoolStatus;
+use crate::domain::strategy::IntOrPercent;
+use crate::error::{ApiError, ApiResult, Problem};
+use crate::http::extract::{ApiJson, ApiQuery, shape_error};
+use crate::http::pagination::{PageParams, finish_page};
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(create_pool, list_pools))
+        .routes(routes!(get_pool, patch_pool, delete_pool))
+        .routes(routes!(scale_pool))
+        .routes(routes!(list_pool_events))
+}
+
+// ---- wire types ----------------------------------------------------------
+
+/// A pool's spec as clients send it. Unknown fields are refused.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PoolSpecInput {
+    /// Desired number of machines, 0 to the server's maximum (default 1000).
+    pub replicas: i64,
+    /// Kubernetes version, `vMAJOR.MINOR.PATCH`.
+    #[schema(example = "v1.29.2")]
+    pub version: String,
+    /// Custom image; overrides `kindest/node:<version>`.
+    #[serde(default)]
+    pub image: Option<String>,
+    #[serde(default)]
+    pub failure_domains: Vec<String>,
+    #[serde(default)]
+    pub extra_mounts: Vec<Mount>,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub strategy: Option<StrategyInput>,
+    #[serde(default)]
+    pub paused: bool,
+    #[serde(default)]
+    pub cluster: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StrategyInput {
+    /// Machines allowed above `replicas` during a rollout (default 1).
+    pub max_surge: Option<IntOrPercent>,
+    /// Machines allowed below `replicas` available during a rollout (default 0).
+    pub max_unavailable: Option<IntOrPercent>,
+}
+
+impl From<PoolSpecInput> for RawSpec {
+    fn from(i: PoolSpecInput) -> Self {
+        let strategy = i.strategy.unwrap_or_default();
+        RawSpec {
+            replicas: i.replicas,
+            version: i.version,
+            image: i.image,
+            failure_domains: i.failure_domains,
+            extra_mounts: i.extra_mounts,
+            labels: i.labels,
+            max_surge: strategy.max_surge,
+            max_unavailable: strategy.max_unavailable,
+            paused: i.paused,
+            cluster: i.cluster,
+        }
+    }
+}
+
+/// Body of `POST /v1/pools`: a name and a spec.
+#[derive(Debug, ToSchema)]
+#[allow(dead_code)] // Documents the body; parsed by `parse_create`.
+pub struct CreatePool {
+    /// DNS-1123 label, at most 63 characters; unique.
+    #[schema(example = "workers")]
+    name: String,
+    #[schema(inline)]
+    #[serde(flatten)]
+    spec: PoolSpecInput,
+}
+
+/// Body of the scale endpoint.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Scale {
+    pub replicas: i64,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PoolPhase {
+    /// The reconciler keeps the pool at its spec.
+    Active,
+    /// The reconciler is removing the machines; then the pool disappears.
+    Deleting,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PoolView {
+    pub name: String,
+    #[serde(flatten)]
+    pub spec: PoolSpec,
+    /// The image machines run: `image`, else `kindest/node:<version>`.
+    pub desired_image: String,
+    /// Bumped by every spec change; sent as the `ETag`.
+    pub generation: i64,
+    pub phase: PoolPhase,
+    pub status: PoolStatus,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl From<Pool> for PoolView {
+    fn from(p: Pool) -> Self {
+        PoolView {
+            desired_image: p.spec.desired_image(),
+            name: p.name,
+            spec: p.spec,
+            generation: p.generation,
+            phase: if p.deleting { PoolPhase::Deleting } else { PoolPhase::Active },
+            status: p.status,
+            created_at: p.created_at,
+            updated_at: p.updated_at,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PoolList {
+    pub items: Vec<PoolView>,
+    /// Pass as `cursor` to get the next page; absent on the last page.
+    pub next_cursor: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EventList {
+    /// Newest first.
+    pub items: Vec<Event>,
+    pub next_cursor: Option<String>,
+}
+
+// ---- helpers ---------------------------------------------------------------
+
+fn etag(generation: i64) -> HeaderValue {
+    HeaderValue::from_str(&format!("\"{generation}\"")).unwrap_or(HeaderValue::from_static("\"0\""))
+}
+
+fn location(name: &str) -> HeaderValue {
+    HeaderValue::from_str(&format!("/v1/pools/{name}")).unwrap_or(HeaderValue::from_static("/v1/pools"))
+}
+
+/// The pool answered with its ETag.
+fn pool_response(status: StatusCode, pool: Pool, with_location: bool) -> Response {
+    let mut headers = HeaderMap::new();
+    headers.insert(header::ETAG, etag(pool.generation));
+    if with_location {
+        headers.insert(header::LOCATION, location(&pool.name));
+    }
+    (status, headers, Json(PoolView::from(pool))).into_response()
+}
+
+/// The generation an `If-Match` header pins, if one was sent.
+/// `*` matches any existing pool, so it pins nothing.
+fn if_match(headers: &HeaderMap) -> ApiResult<Option<i64>> {
+    let Some(value) = headers.get(header::IF_MATCH) else { return Ok(None) };
+    let raw = value.to_str().unwrap_or_default().trim();
+    if raw == "*" {
+        return Ok(None);
+    }
+    let tag = raw.strip_prefix("W/").unwrap_or(raw);
+    tag.strip_prefix('"').and_then(|t| t.strip_suffix('"')).and_then(|t| t.parse().ok()).map(Some).ok_or_else(|| {
+        ApiError::PreconditionFailed(format!(
+            "If-Match {raw:?} is not an ETag this server issued (they look like \"3\")"
+        ))
+    })
+}
+
+fn parse_name(raw: &str) -> ApiResult<PoolName> {
+    PoolName::parse(raw).map_err(|e| ApiError::invalid("name", "dns_label", e))
+}
+
+async fn load(state: &AppState, name: &str) -> ApiResult<Pool> {
+    db::pools::get(&state.db, name).await?.ok_or_else(|| ApiError::not_found("pool", name))
+}
+
+/// RFC 7396 JSON merge patch.
+fn merge_patch(target: &mut Value, patch: &Value) {
+    let Value::Object(changes) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = Value::Object(serde_json::Map::new());
+    }
+    if let Value::Object(fields) = target {
+        for (key, change) in changes {
+            if change.is_null() {
+                fields.remove(key);
+            } else {
+                merge_patch(fields.entry(key.clone()).or_insert(Value::Null), change);
+            }
+        }
+    }
+}
+
+/// Parses a spec document (a create body without its name, or a patched
+/// spec) and checks every rule.
+fn spec_from_value(state: &AppState, doc: Value) -> ApiResult<PoolSpec> {
+    let input: PoolSpecInput = serde_path_to_error::deserialize(doc).map_err(|e| {
+        let path = e.path().to_string();
+        shape_error(&path, e.into_inner())
+    })?;
+    validate(input.into(), state.limits()).map_err(ApiError::Validation)
+}
+
+/// Splits a create body into its name and spec.
+fn parse_create(state: &AppState, body: Value) -> ApiResult<(PoolName, PoolSpec)> {
+    let Value::Object(mut fields) = body else {
+        return Err(ApiError::invalid("body", "type", "must be a JSON object"));
+    };
+    let name = match fields.remove("name") {
+        Some(Value::String(s)) => parse_name(&s)?,
+        Some(_) => return Err(ApiError::invalid("name", "type", "must be a string")),
+        None => return Err(ApiError::invalid("name", "required", "missing field `name`")),
+    };
+    Ok((name, spec_from_value(state, Value::Object(fields))?))
+}
+
+/// One line naming what changed between two specs, for the event log.
+fn describe_change(old: &PoolSpec, new: &PoolSpec) -> String {
+    let (Ok(Value::Object(a)), Ok(Value::Object(b))) = (serde_json::to_value(old), serde_json::to_value(new)) else {
+        return "spec changed".into();
+    };
+    let changed: Vec<String> = b
+        .iter()
+        .filter(|(k, v)| a.get(*k) != Some(v))
+        .map(|(k, v)| match a.get(k) {
+            Some(old) if !v.is_object() && !v.is_array() => format!("{k}: {old} -> {v}"),
+            _ => k.clone(),
+        })
+        .collect();
+    format!("spec changed ({})", changed.join(", "))
+}
+
+/// Applies `change` to the pool's spec with optimistic concurrency: bumps
+/// the generation only if nobody else did since we read it. With `If-Match`
+/// a lost race is the client's 412; without, we re-read and try again.
+async fn update_spec(
+    state: &AppState,
+    name: &str,
+    headers: &HeaderMap,
+    reason: &'static str,
+    change: impl Fn(&PoolSpec) -> ApiResult<PoolSpec>,
+) -> ApiResult<Response> {
+    let pinned = if_match(headers)?;
+    const ATTEMPTS: usize = 5;
+    for _ in 0..ATTEMPTS {
+        let pool = load(state, name).await?;
+        if let Some(g) = pinned {
+            if g != pool.generation {
+                return Err(ApiError::PreconditionFailed(format!(
+                    "pool {name:?} is at generation {}, not {g}",
+                    pool.generation
+                )));
+            }
+        }
+        if pool.deleting {
+            return Err(ApiError::Conflict(format!("pool {name:?} is being deleted; its spec can no longer change")));
+        }
+        let spec = change(&pool.spec)?;
+        if spec == pool.spec {
+            return Ok(pool_response(StatusCode::OK, pool, false));
+        }
+        let now = Utc::now();
+        let mut tx = state.db.begin().await?;
+        let Some(updated) = db::pools::update_spec(&mut *tx, name, pool.generation, &spec, now).await? else {
+            drop(tx);
+            if pinned.is_some() {
+                return Err(ApiError::PreconditionFailed(format!(
+                    "pool {name:?} changed while this request ran; re-read it and retry"
+                )));
+            }
+            continue;
+        };
+        let ev = NewEvent::pool(name, EventType::Normal, reason, describe_change(&pool.spec, &spec));
+        db::events::record(&mut *tx, &ev, now).await?;
+        tx.commit().await?;
+        state.queue.enqueue(name);
+        tracing::info!(pool = name, generation = updated.generation, "spec updated");
+        return Ok(pool_response(StatusCode::OK, updated, false));
+    }
+    Err(ApiError::Conflict(format!("pool {name:?} kept changing under this request; retry")))
+}
+
+// ---- handlers --------------------------------------------------------------
+
+/// Create a pool.
+#[utoipa::path(post, path = "/v1/pools", tag = "pools",
+    request_body(content = CreatePool, content_type = "application/json"),
+    responses(
+        (status = 201, description = "Created; `Location` names the pool", body = PoolView,
+            headers(("Location" = String, description = "URL of the new pool"), ("ETag" = String, description = "Generation"))),
+        (status = 400, description = "Body is not JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "A pool of that name exists", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body over 1 MiB", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Body is not declared as JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "A field breaks a rule; `errors` lists each", body = Problem, content_type = "application/problem+json"),
+    ))]
+#[tracing::instrument(skip_all)]
+async fn create_pool(State(state): State<AppState>, ApiJson(body): ApiJson<Value>) -> ApiResult<Response> {
+    let (name, spec) = parse_create(&state, body)?;
+    let now = Utc::now();
+    let mut tx = state.db.begin().await?;
+    let pool = match db::pools::insert(&mut *tx, name.as_str(), &spec, now).await {
+        Ok(pool) => pool,
+        Err(e) if e.as_database_error().is_some_and(|d| d.is_unique_violation()) => {
+            return Err(ApiError::Conflict(format!("a pool named {name:?} already exists")));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let message = format!("created with {} replicas of {}", spec.replicas, spec.desired_image());
+    db::events::record(&mut *tx, &NewEvent::pool(name.as_str(), EventType::Normal, "Created", message), now).await?;
+    tx.commit().await?;
+    state.queue.enqueue(name.as_str());
+    tracing::info!(pool = %name, "pool created");
+    Ok(pool_response(StatusCode::CREATED, pool, true))
+}
+
+/// List pools in name order, a page at a time.
+#[utoipa::path(get, path = "/v1/pools", tag = "pools", params(PageParams),
+    responses(
+        (status = 200, description = "A page of pools", body = PoolList),
+        (status = 422, description = "Bad `limit` or `cursor`", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn list_pools(State(state): State<AppState>, ApiQuery(page): ApiQuery<PageParams>) -> ApiResult<Json<PoolList>> {
+    let limit = page.limit()?;
+    let after = page.after()?;
+    let mut rows = db::pools::list(&state.db, after.as_deref(), limit + 1).await?;
+    let next_cursor = finish_page(&mut rows, limit, |p| p.name.clone());
+    Ok(Json(PoolList { items: rows.into_iter().map(PoolView::from).collect(), next_cursor }))
+}
+
+/// Get a pool.
+#[utoipa::path(get, path = "/v1/pools/{name}", tag = "pools", params(("name" = String, Path, description = "Pool name")),
+    responses(
+        (status = 200, description = "The pool", body = PoolView, headers(("ETag" = String, description = "Generation"))),
+        (status = 404, description = "No such pool", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn get_pool(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
+    Ok(pool_response(StatusCode::OK, load(&state, &name).await?, false))
+}
+
+/// Change a pool's spec with a JSON merge patch (RFC 7396).
+///
+/// Any spec field may be patched; `null` resets a field to its default.
+/// Send `If-Match` with the ETag you read to make the change conditional.
+#[utoipa::path(patch, path = "/v1/pools/{name}", tag = "pools",
+    params(("name" = String, Path, description = "Pool name"),
+        ("If-Match" = Option<String>, Header, description = "ETag (generation) the change is based on")),
+    request_body(content = Object, description = "Merge patch of the spec fields", content_type = "application/merge-patch+json"),
+    responses(
+        (status = 200, description = "The updated pool", body = PoolView, headers(("ETag" = String, description = "New generation"))),
+        (status = 400, description = "Body is not JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such pool", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The pool is being deleted", body = Problem, content_type = "application/problem+json"),
+        (status = 412, description = "`If-Match` names another generation", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body over 1 MiB", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Body is not declared as JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "The patched spec breaks a rule", body = Problem, content_type = "application/problem+json"),
+    ))]
+#[tracing::instrument(skip_all, fields(pool = %name))]
+async fn patch_pool(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    ApiJson(patch): ApiJson<Value>,
+) -> ApiResult<Response> {
+    if !patch.is_object() {
+        return Err(ApiError::invalid("body", "type", "a merge patch must be a JSON object"));
+    }
+    update_spec(&state, &name, &headers, "SpecChanged", |current| {
+        let mut doc = serde_json::to_value(current).map_err(|e| ApiError::Internal(e.into()))?;
+        merge_patch(&mut doc, &patch);
+        spec_from_value(&state, doc)
+    })
+    .await
+}
+
+/// Set only `replicas`.
+#[utoipa::path(put, path = "/v1/pools/{name}/scale", tag = "pools",
+    params(("name" = String, Path, description = "Pool name"),
+        ("If-Match" = Option<String>, Header, description = "ETag (generation) the change is based on")),
+    request_body(content = Scale, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The updated pool", body = PoolView, headers(("ETag" = String, description = "New generation"))),
+        (status = 400, description = "Body is not JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such pool", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The pool is being deleted", body = Problem, content_type = "application/problem+json"),
+        (status = 412, description = "`If-Match` names another generation", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Body is not declared as JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`replicas` out of range", body = Problem, content_type = "application/problem+json"),
+    ))]
+#[tracing::instrument(skip_all, fields(pool = %name))]
+async fn scale_pool(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    ApiJson(scale): ApiJson<Scale>,
+) -> ApiResult<Response> {
+    let max = state.limits().max_replicas;
+    let replicas = u32::try_from(scale.replicas).ok().filter(|r| *r <= max).ok_or_else(|| {
+        ApiError::invalid("replicas", "range", format!("must be between 0 and {max} (got {})", scale.replicas))
+    })?;
+    update_spec(&state, &name, &headers, "Scaled", |current| Ok(PoolSpec { replicas, ..current.clone() })).await
+}
+
+/// Delete a pool: it turns `deleting`, the reconciler removes its machines,
+/// then the pool disappears. Repeating the call is harmless.
+#[utoipa::path(delete, path = "/v1/pools/{name}", tag = "pools", params(("name" = String, Path, description = "Pool name")),
+    responses(
+        (status = 202, description = "Deletion under way; poll `Location` until it answers 404", body = PoolView,
+            headers(("Location" = String, description = "URL of the pool"))),
+        (status = 404, description = "No such pool", body = Problem, content_type = "application/problem+json"),
+    ))]
+#[tracing::instrument(skip_all, fields(pool = %name))]
+async fn delete_pool(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
+    let now = Utc::now();
+    let mut tx = state.db.begin().await?;
+    let pool = match db::pools::mark_deleting(&mut *tx, &name, now).await? {
+        Some(pool) => {
+            let ev = NewEvent::pool(
+                &name,
+                EventType::Normal,
+                "DeletionRequested",
+                "pool marked for deletion; removing its machines",
+            );
+            db::events::record(&mut *tx, &ev, now).await?;
+            pool
+        }
+        // Already deleting (a repeated call), or missing.
+        None => load(&state, &name).await?,
+    };
+    tx.commit().await?;
+    state.queue.enqueue(&name);
+    Ok(pool_response(StatusCode::ACCEPTED, pool, true))
+}
+
+/// The pool's events, newest first.
+#[utoipa::path(get, path = "/v1/pools/{name}/events", tag = "pools",
+    params(("name" = String, Path, description = "Pool name"), PageParams),
+    responses(
+        (status = 200, description = "A page of events", body = EventList),
+        (status = 404, description = "No such pool", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Bad `limit` or `cursor`", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn list_pool_events(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    ApiQuery(page): ApiQuery<PageParams>,
+) -> ApiResult<Json<EventList>> {
+    let limit = page.limit()?;
+    let before = page.after_id()?;
+    load(&state, &name).await?;
+    let mut rows = db::events::list(&state.db, SubjectKind::Pool, &name, before, limit + 1).await?;
+    let next_cursor = finish_page(&mut rows, limit, |e| e.id.to_string());
+    Ok(Json(EventList { items: rows, next_cursor }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn merge_patch_follows_rfc_7396() {
+        let mut doc = json!({"a": 1, "b": {"c": 2, "d": 3}, "e": [1, 2]});
+        merge_patch(&mut doc, &json!({"a": null, "b": {"c": 5}, "e": [3], "f": "x"}));
+        assert_eq!(doc, json!({"b": {"c": 5, "d": 3}, "e": [3], "f": "x"}));
+        let mut scalar = json!(1);
+        merge_patch(&mut scalar, &json!({"a": 1}));
+        assert_eq!(scalar, json!({"a": 1}));
+    }
+
+    #[test]
+    fn if_match_accepts_strong_weak_and_star() {
+        let mut h = HeaderMap::new();
+        assert_eq!(if_match(&h).unwrap(), None);
+        h.insert(header::IF_MATCH, HeaderValue::from_static("\"4\""));
+        assert_eq!(if_match(&h).unwrap(), Some(4));
+        h.insert(header::IF_MATCH, HeaderValue::from_static("W/\"4\""));
+        assert_eq!(if_match(&h).unwrap(), Some(4));
+        h.insert(header::IF_MATCH, HeaderValue::from_static("*"));
+        assert_eq!(if_match(&h).unwrap(), None);
+        h.insert(header::IF_MATCH, HeaderValue::from_static("4"));
+        assert!(if_match(&h).is_err());
+    }
+}

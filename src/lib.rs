@@ -1,0 +1,22 @@
+//! drover: an HTTP admin service that keeps Docker machine pools at their
+//! desired size and image.
+//!
+//! A tour, from the outside in:
+//! - [`config`]: command-line flags and their environment fallbacks.
+//! - [`app`]: builds the service and runs it until a shutdown signal.
+//! - [`http`]: the API routes, one module per resource, and the OpenAPI document.
+//! - [`error`]: the API's one error type, answered as RFC 9457 problems.
+//! - [`reconcile`]: the pool reconciler: observe, plan (pure), execute, record.
+//! - [`runtime`]: the container runtimes: Docker (bollard) and a simulation.
+//! - [`db`]: SQLite storage, one module per table.
+//! - [`domain`]: pure types and rules: names, versions, images, specs.
+
+pub mod app;
+pub mod config;
+pub mod db;
+pub mod domain;
+pub mod error;
+pub mod http;
+pub mod reconcile;
+pub mod runtime;
+pub mod telemetry;

@@ -1,0 +1,185 @@
+//! Planning: what one reconcile pass should do, as a pure function of what
+//! it observed and what the pool asks for. No IO happens here, so every
+//! rule is tested with tables and random worlds.
+//!
+//! The rules are the MachinePool seed's, generalised by a rolling-update
+//! strategy (the seed is `max_surge = 100%`, `max_unavailable = 0`):
+//!
+//! 1. Create `replicas - up-to-date` machines, never more than fit under
+//!    `replicas + max_surge` in all. Creation never deletes.
+//! 2. Delete outdated machines first (those with a delete request first),
+//!    then up-to-date ready ones with a delete request, then other
+//!    up-to-date ready ones; newest first among those.
+//! 3. Never let a deletion leave fewer ready machines than
+//!    `replicas - max_unavailable`, and never delete an up-to-date machine
+//!    unless there are more ready machines than `replicas`.
+//! 4. Up-to-date machines that are not ready are never scale-down
+//!    candidates. Outdated ones that are not ready go first: removing them
+//!    costs no availability.
+
+use std::cmp::Reverse;
+
+use serde::Serialize;
+use utoipa::ToSchema;
+
+/// One machine as the pass observed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observed {
+    pub name: String,
+    pub container_id: String,
+    /// Its container runs the pool's desired image.
+    pub up_to_date: bool,
+    pub ready: bool,
+    pub delete_requested: bool,
+    pub failure_domain: Option<String>,
+    /// Creation time in seconds; orders candidates of equal rank.
+    pub created_at: i64,
+}
+
+/// What the pool asks for, with the strategy resolved against `replicas`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Desired {
+    pub replicas: u32,
+    pub failure_domains: Vec<String>,
+    pub max_surge: u32,
+    pub max_unavailable: u32,
+    pub paused: bool,
+    pub deleting: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DeleteReason {
+    /// Runs an image other than the desired one.
+    Outdated,
+    /// Marked for deletion by a user or an autoscaler.
+    DeleteRequested,
+    /// More ready machines than `replicas`.
+    Excess,
+    /// The pool itself is being deleted.
+    PoolDeleting,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct Deletion {
+    pub machine: String,
+    #[serde(skip)]
+    pub container_id: String,
+    pub reason: DeleteReason,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct Creation {
+    /// Failure domain the new machine goes to, when the pool has any.
+    pub failure_domain: Option<String>,
+}
+
+/// Deletions run before creations, so that the machine count never
+/// overshoots the surge bound while a pass is half applied.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, ToSchema)]
+pub struct Plan {
+    pub delete: Vec<Deletion>,
+    pub create: Vec<Creation>,
+}
+
+impl Plan {
+    pub fn is_empty(&self) -> bool {
+        self.delete.is_empty() && self.create.is_empty()
+    }
+}
+
+/// Decides one pass. Running it on a converged world yields an empty plan.
+pub fn plan(machines: &[Observed], desired: &Desired) -> Plan {
+    if desired.deleting {
+        let delete = machines
+            .iter()
+            .map(|m| Deletion {
+                machine: m.name.clone(),
+                container_id: m.container_id.clone(),
+                reason: DeleteReason::PoolDeleting,
+            })
+            .collect();
+        return Plan { delete, create: Vec::new() };
+    }
+    if desired.paused {
+        return Plan::default();
+    }
+
+    let replicas = desired.replicas as usize;
+    let floor = desired.replicas.saturating_sub(desired.max_unavailable) as usize;
+    let mut ready = machines.iter().filter(|m| m.ready).count();
+    let mut delete = Vec::new();
+    let mut deleted = vec![false; machines.len()];
+
+    // Outdated: not-ready first (free), then delete-requested, then oldest.
+    let mut outdated: Vec<usize> = (0..machines.len()).filter(|&i| !machines[i].up_to_date).collect();
+    outdated.sort_by_key(|&i| {
+        let m = &machines[i];
+        (m.ready, !m.delete_requested, m.created_at, m.name.clone())
+    });
+    for i in outdated {
+        let m = &machines[i];
+        if m.ready {
+            if ready <= floor {
+                continue;
+            }
+            ready -= 1;
+        }
+        deleted[i] = true;
+        let reason = if m.delete_requested { DeleteReason::DeleteRequested } else { DeleteReason::Outdated };
+        delete.push(Deletion { machine: m.name.clone(), container_id: m.container_id.clone(), reason });
+    }
+
+    // Up-to-date and ready: only true excess, delete requests first, then newest.
+    let mut current: Vec<usize> =
+        (0..machines.len()).filter(|&i| machines[i].up_to_date && machines[i].ready).collect();
+    current.sort_by_key(|&i| {
+        let m = &machines[i];
+        (!m.delete_requested, Reverse(m.created_at), m.name.clone())
+    });
+    for i in current {
+        if ready <= replicas {
+            break;
+        }
+        let m = &machines[i];
+        ready -= 1;
+        deleted[i] = true;
+        let reason = if m.delete_requested { DeleteReason::DeleteRequested } else { DeleteReason::Excess };
+        delete.push(Deletion { machine: m.name.clone(), container_id: m.container_id.clone(), reason });
+    }
+
+    let remaining = || machines.iter().zip(&deleted).filter(|(_, d)| !**d).map(|(m, _)| m);
+    let total_after = remaining().count();
+    let up_to_date_after = remaining().filter(|m| m.up_to_date).count();
+    let want = replicas.saturating_sub(up_to_date_after);
+    let room = (replicas + desired.max_surge as usize).saturating_sub(total_after);
+    let count = want.min(room);
+
+    let domains = spread(&desired.failure_domains, remaining().filter(|m| m.up_to_date), count);
+    let create = domains.into_iter().map(|failure_domain| Creation { failure_domain }).collect();
+    Plan { delete, create }
+}
+
+/// Picks a failure domain for each of `count` new machines: always the
+/// domain with the fewest machines so far, ties broken by list order.
+fn spread<'a>(domains: &[String], existing: impl Iterator<Item = &'a Observed>, count: usize) -> Vec<Option<String>> {
+    if domains.is_empty() {
+        return vec![None; count];
+    }
+    let mut load = vec![0usize; domains.len()];
+    for m in existing {
+        if let Some(i) = m.failure_domain.as_ref().and_then(|fd| domains.iter().position(|d| d == fd)) {
+            load[i] += 1;
+        }
+    }
+    (0..count)
+        .map(|_| {
+            let (i, _) = load.iter().enumerate().min_by_key(|(i, n)| (**n, *i)).unwrap_or((0, &0));
+            load[i] += 1;
+            Some(domains[i].clone())
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;
