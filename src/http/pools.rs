@@ -15,6 +15,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::app::AppState;
 use crate::db::{self, pools::Pool};
+use crate::domain::ValidationErrors;
 use crate::domain::event::{Event, EventType, NewEvent, SubjectKind};
 use crate::domain::names::PoolName;
 use crate::domain::pool::{Mount, PoolSpec, RawSpec, validate};
@@ -195,10 +196,6 @@ fn if_match(headers: &HeaderMap) -> ApiResult<Option<i64>> {
     })
 }
 
-fn parse_name(raw: &str) -> ApiResult<PoolName> {
-    PoolName::parse(raw).map_err(|e| ApiError::invalid("name", "dns_label", e))
-}
-
 async fn load(state: &AppState, name: &str) -> ApiResult<Pool> {
     db::pools::get(&state.db, name).await?.ok_or_else(|| ApiError::not_found("pool", name))
 }
@@ -233,17 +230,27 @@ fn spec_from_value(state: &AppState, doc: Value) -> ApiResult<PoolSpec> {
     validate(input.into(), state.limits()).map_err(ApiError::Validation)
 }
 
-/// Splits a create body into its name and spec.
+/// Splits a create body into its name and spec, reporting the rules both
+/// break in one answer.
 fn parse_create(state: &AppState, body: Value) -> ApiResult<(PoolName, PoolSpec)> {
     let Value::Object(mut fields) = body else {
         return Err(ApiError::invalid("body", "type", "must be a JSON object"));
     };
     let name = match fields.remove("name") {
-        Some(Value::String(s)) => parse_name(&s)?,
-        Some(_) => return Err(ApiError::invalid("name", "type", "must be a string")),
-        None => return Err(ApiError::invalid("name", "required", "missing field `name`")),
+        Some(Value::String(s)) => PoolName::parse(&s).map_err(|e| ValidationErrors::single("name", "dns_label", e)),
+        Some(_) => Err(ValidationErrors::single("name", "type", "must be a string")),
+        None => Err(ValidationErrors::single("name", "required", "missing field `name`")),
     };
-    Ok((name, spec_from_value(state, Value::Object(fields))?))
+    let spec = spec_from_value(state, Value::Object(fields));
+    match (name, spec) {
+        (Ok(name), Ok(spec)) => Ok((name, spec)),
+        (Err(mut errs), Err(ApiError::Validation(more))) => {
+            errs.0.extend(more.0);
+            Err(ApiError::Validation(errs))
+        }
+        (Err(errs), _) => Err(ApiError::Validation(errs)),
+        (Ok(_), Err(e)) => Err(e),
+    }
 }
 
 /// One line naming what changed between two specs, for the event log.
