@@ -60,6 +60,7 @@ pub fn observe(containers: &[Container], records: &[Machine], desired_image: &st
             up_to_date: c.image == desired_image,
             ready: c.ready(),
             delete_requested: requested.get(c.name.as_str()).copied().unwrap_or(false),
+            never_started: c.state == crate::runtime::ContainerState::Created,
             failure_domain: c.failure_domain().map(str::to_owned),
             created_at: c.created_at.timestamp(),
         })
@@ -156,10 +157,12 @@ async fn sync_records(ctx: &Context, pool: &Pool, containers: &[Container]) -> R
 /// Applies a plan: deletions first, then (only if they all worked)
 /// creations, each side with bounded parallelism.
 async fn execute(ctx: &Context, pool: &Pool, plan: &Plan) -> Result<(), ReconcileError> {
-    let total = plan.delete.len() + plan.create.len();
+    let total = plan.delete.len() + plan.start.len() + plan.create.len();
     let deletes = join_all(plan.delete.iter().map(|d| delete_machine(ctx, pool, d))).await;
     let mut errors: Vec<RuntimeError> = deletes.into_iter().filter_map(Result::err).collect();
     if errors.is_empty() {
+        let starts = join_all(plan.start.iter().map(|s| start_machine(ctx, pool, s))).await;
+        errors.extend(starts.into_iter().filter_map(Result::err));
         let creates = join_all(plan.create.iter().map(|c| create_machine(ctx, pool, c))).await;
         errors.extend(creates.into_iter().filter_map(Result::err));
     }
@@ -200,6 +203,20 @@ async fn create_machine(ctx: &Context, pool: &Pool, c: &Creation) -> Result<(), 
     };
     warn_unrecorded(stored.await);
     tracing::info!(machine = %name, "machine created");
+    Ok(())
+}
+
+async fn start_machine(ctx: &Context, pool: &Pool, s: &plan::Start) -> Result<(), RuntimeError> {
+    let _permit = ctx.parallel.acquire().await.map_err(|_| RuntimeError::Unavailable("shutting down".into()))?;
+    ctx.runtime.start(&s.container_id, ctx.stop_timeout_secs).await?;
+    let ev = NewEvent::pool(
+        &pool.name,
+        EventType::Normal,
+        "MachineStarted",
+        format!("started {}, whose creation was interrupted", s.machine),
+    );
+    warn_unrecorded(db::events::record(&ctx.db, &ev, Utc::now()).await);
+    tracing::info!(machine = %s.machine, "interrupted machine started");
     Ok(())
 }
 

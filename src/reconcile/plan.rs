@@ -31,6 +31,9 @@ pub struct Observed {
     pub up_to_date: bool,
     pub ready: bool,
     pub delete_requested: bool,
+    /// Created but never started: a create that was interrupted (drover
+    /// stopped between the engine's create and start calls).
+    pub never_started: bool,
     pub failure_domain: Option<String>,
     /// Creation time in seconds; orders candidates of equal rank.
     pub created_at: i64,
@@ -74,17 +77,26 @@ pub struct Creation {
     pub failure_domain: Option<String>,
 }
 
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct Start {
+    pub machine: String,
+    #[serde(skip)]
+    pub container_id: String,
+}
+
 /// Deletions run before creations, so that the machine count never
 /// overshoots the surge bound while a pass is half applied.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, ToSchema)]
 pub struct Plan {
     pub delete: Vec<Deletion>,
+    /// Up-to-date containers whose creation was interrupted before start.
+    pub start: Vec<Start>,
     pub create: Vec<Creation>,
 }
 
 impl Plan {
     pub fn is_empty(&self) -> bool {
-        self.delete.is_empty() && self.create.is_empty()
+        self.delete.is_empty() && self.create.is_empty() && self.start.is_empty()
     }
 }
 
@@ -99,7 +111,7 @@ pub fn plan(machines: &[Observed], desired: &Desired) -> Plan {
                 reason: DeleteReason::PoolDeleting,
             })
             .collect();
-        return Plan { delete, create: Vec::new() };
+        return Plan { delete, ..Plan::default() };
     }
     if desired.paused {
         return Plan::default();
@@ -155,9 +167,13 @@ pub fn plan(machines: &[Observed], desired: &Desired) -> Plan {
     let room = (replicas + desired.max_surge as usize).saturating_sub(total_after);
     let count = want.min(room);
 
+    let start = remaining()
+        .filter(|m| m.up_to_date && m.never_started)
+        .map(|m| Start { machine: m.name.clone(), container_id: m.container_id.clone() })
+        .collect();
     let domains = spread(&desired.failure_domains, remaining().filter(|m| m.up_to_date), count);
     let create = domains.into_iter().map(|failure_domain| Creation { failure_domain }).collect();
-    Plan { delete, create }
+    Plan { delete, start, create }
 }
 
 /// Picks a failure domain for each of `count` new machines: always the

@@ -121,12 +121,7 @@ impl DockerRuntime {
             }
             other => map_err(other),
         })?;
-        if let Err(e) = client.start_container(&created.id, None).await {
-            // A container that cannot start would only be counted as a
-            // broken machine forever; take it away and report why.
-            let _ = self.remove(&created.id, 0).await;
-            return Err(RuntimeError::Api(format!("starting {}: {}", spec.name, map_err(e))));
-        }
+        self.start(&created.id, 0).await?;
         Ok(Container {
             id: created.id,
             name: spec.name.clone(),
@@ -136,6 +131,21 @@ impl DockerRuntime {
             health: HealthState::None,
             created_at: Utc::now(),
         })
+    }
+
+    pub async fn start(&self, id: &str, stop_timeout_secs: i64) -> Result<(), RuntimeError> {
+        let client = self.client().await?;
+        match client.start_container(id, None).await {
+            // 304: already started.
+            Ok(()) | Err(BollardError::DockerResponseServerError { status_code: 304, .. }) => Ok(()),
+            Err(e @ BollardError::DockerResponseServerError { .. }) => {
+                // A container that cannot start would only be counted as a
+                // broken machine forever; take it away and report why.
+                let _ = self.remove(id, stop_timeout_secs).await;
+                Err(RuntimeError::Api(format!("starting container {id}: {}", map_err(e))))
+            }
+            Err(e) => Err(map_err(e)),
+        }
     }
 
     pub async fn remove(&self, id: &str, stop_timeout_secs: i64) -> Result<(), RuntimeError> {
@@ -175,10 +185,10 @@ impl DockerRuntime {
                             next = events.next() => match next {
                                 Some(Ok(ev)) => {
                                     let pool = ev.actor.and_then(|a| a.attributes).and_then(|mut a| a.remove(labels::POOL));
-                                    if let Some(pool) = pool {
-                                        if tx.send(Wake::Pool(pool)).is_err() {
-                                            return;
-                                        }
+                                    if let Some(pool) = pool
+                                        && tx.send(Wake::Pool(pool)).is_err()
+                                    {
+                                        return;
                                     }
                                 }
                                 Some(Err(e)) => {

@@ -146,6 +146,15 @@ impl Runtime {
         }
     }
 
+    /// Starts a created container; when it cannot start, removes it so that
+    /// it is replaced rather than left half-made.
+    pub async fn start(&self, id: &str, stop_timeout_secs: i64) -> Result<(), RuntimeError> {
+        match self {
+            Self::Docker(d) => d.start(id, stop_timeout_secs).await,
+            Self::Simulated(s) => s.start(id),
+        }
+    }
+
     /// Stops and removes a container; one already gone counts as removed.
     pub async fn remove(&self, id: &str, stop_timeout_secs: i64) -> Result<(), RuntimeError> {
         match self {

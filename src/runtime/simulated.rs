@@ -72,6 +72,11 @@ impl SimulatedRuntime {
         Ok(c)
     }
 
+    pub fn start(&self, id: &str) -> Result<(), RuntimeError> {
+        self.set_state(id, ContainerState::Running);
+        Ok(())
+    }
+
     pub fn remove(&self, id: &str) -> Result<(), RuntimeError> {
         let removed = self.containers().remove(id);
         if let Some(c) = removed {

@@ -9,6 +9,7 @@ fn m(name: &str, up_to_date: bool, ready: bool) -> Observed {
         up_to_date,
         ready,
         delete_requested: false,
+        never_started: false,
         failure_domain: None,
         created_at: 0,
     }
@@ -139,6 +140,18 @@ fn failure_domains_are_filled_fewest_first() {
 }
 
 #[test]
+fn interrupted_creations_are_started_not_duplicated() {
+    let mut half = m("half", true, false);
+    half.never_started = true;
+    let mut stale = m("stale", false, false);
+    stale.never_started = true;
+    let p = plan(&[half, stale, m("ok", true, true)], &seed(3));
+    assert_eq!(p.start.iter().map(|s| s.machine.as_str()).collect::<Vec<_>>(), ["half"]);
+    assert_eq!(deleted(&p), [("stale", DeleteReason::Outdated)]);
+    assert_eq!(p.create.len(), 1, "the half-created machine counts toward replicas");
+}
+
+#[test]
 fn a_deleting_pool_removes_everything_and_creates_nothing() {
     let world = [m("a", true, true), m("b", false, false)];
     let p = plan(&world, &Desired { deleting: true, ..seed(3) });
@@ -165,6 +178,7 @@ fn world() -> impl Strategy<Value = Vec<Observed>> {
                     up_to_date: up,
                     ready,
                     delete_requested: req,
+                    never_started: !ready && t == 4,
                     failure_domain: fd.map(|f| format!("fd{f}")),
                     created_at: t,
                 })
@@ -271,7 +285,7 @@ proptest! {
         let mut world = w;
         for _ in 0..60 {
             for m in &mut world {
-                if m.up_to_date { m.ready = true; }
+                if m.up_to_date { m.ready = true; m.never_started = false; }
             }
             let p = plan(&world, &d);
             if p.is_empty() {

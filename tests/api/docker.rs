@@ -1,0 +1,204 @@
+//! Test support for the real Docker engine: a check that fails loudly in
+//! CI, images built locally from the static busybox binary (no registry is
+//! reachable), and a sampler of a pool's containers.
+
+use std::collections::HashMap;
+use std::process::Command;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bollard::Docker;
+use bollard::models::ContainerSummaryStateEnum;
+use bollard::query_parameters::ListContainersOptionsBuilder;
+
+/// Versions whose `kindest/node:<version>` tags the harness builds locally;
+/// no real kind image has these versions, so a developer's images are safe.
+pub const V1: &str = "v1.99.1";
+pub const V2: &str = "v1.99.2";
+/// An image whose container exits at once.
+pub const CRASH_IMAGE: &str = "drover-test/crash:1";
+/// A plain long-running image that is not a node image.
+pub const PLAIN_IMAGE: &str = "drover-test/plain:1";
+const BUSYBOX: &str = "/bin/busybox";
+
+/// True when Docker is usable. Without it: in CI a panic, elsewhere a
+/// printed reason and `false`, so the caller can skip.
+pub fn require_docker(test: &str) -> bool {
+    let probe = Command::new("docker").args(["version", "--format", "{{.Server.Version}}"]).output();
+    let problem = match probe {
+        Ok(out) if out.status.success() => None,
+        Ok(out) => Some(String::from_utf8_lossy(&out.stderr).trim().to_owned()),
+        Err(e) => Some(format!("cannot run the docker CLI: {e}")),
+    };
+    let problem = problem.or_else(|| {
+        (!std::path::Path::new(BUSYBOX).exists())
+            .then(|| format!("{BUSYBOX} is missing (apt-get install busybox-static); test images are built from it"))
+    });
+    match problem {
+        None => {
+            build_images();
+            true
+        }
+        Some(why) if std::env::var_os("CI").is_some() => panic!("{test} needs Docker and CI is set: {why}"),
+        Some(why) => {
+            eprintln!("skipping {test}: {why}");
+            false
+        }
+    }
+}
+
+fn docker(args: &[&str]) -> String {
+    let out = Command::new("docker").args(args).env("DOCKER_BUILDKIT", "0").output().expect("running docker");
+    assert!(out.status.success(), "docker {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// Builds the test images once per test process.
+fn build_images() {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let dir = tempfile::TempDir::new().expect("build context");
+        std::fs::copy(BUSYBOX, dir.path().join("busybox")).expect("copying busybox");
+        let ctx = dir.path().to_str().expect("utf-8 path");
+        let dockerfile = |body: &str| {
+            std::fs::write(dir.path().join("Dockerfile"), body).expect("writing Dockerfile");
+        };
+        // PID 1 exits on TERM, so that stopping a machine takes no grace period.
+        dockerfile(
+            "FROM scratch\nCOPY busybox /bin/busybox\nRUN [\"/bin/busybox\", \"--install\", \"-s\", \"/bin\"]\n\
+             CMD [\"/bin/sh\", \"-c\", \"trap 'exit 0' TERM; sleep 1000000 & wait\"]\n",
+        );
+        docker(&["build", "-q", "-t", "drover-test/base:1", ctx]);
+        for (tag, label) in
+            [(format!("kindest/node:{V1}"), V1), (format!("kindest/node:{V2}"), V2), (PLAIN_IMAGE.to_owned(), "plain")]
+        {
+            dockerfile(&format!("FROM drover-test/base:1\nLABEL drover.test.variant=\"{label}\"\n"));
+            docker(&["build", "-q", "-t", &tag, ctx]);
+        }
+        dockerfile(
+            "FROM drover-test/base:1\nLABEL drover.test.variant=\"crash\"\nCMD [\"/bin/sh\", \"-c\", \"exit 3\"]\n",
+        );
+        docker(&["build", "-q", "-t", CRASH_IMAGE, ctx]);
+    });
+}
+
+/// Removes a pool's containers when a test ends, pass or fail.
+pub struct Cleanup(pub Vec<String>);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        // Twice: a reconcile pass in flight when the test ended may still
+        // create a container after the first sweep.
+        self.sweep();
+        std::thread::sleep(Duration::from_millis(500));
+        self.sweep();
+    }
+}
+
+impl Cleanup {
+    fn sweep(&self) {
+        for pool in &self.0 {
+            let ids = Command::new("docker")
+                .args(["ps", "-aq", "--filter", &format!("label=drover.dev/pool={pool}")])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).split_whitespace().map(str::to_owned).collect::<Vec<_>>())
+                .unwrap_or_default();
+            if !ids.is_empty() {
+                let _ = Command::new("docker").arg("rm").arg("-f").args(&ids).output();
+            }
+        }
+    }
+}
+
+/// One container as the test sees it through the engine.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub name: String,
+    pub image: String,
+    pub running: bool,
+    pub labels: HashMap<String, String>,
+}
+
+pub async fn client() -> Docker {
+    Docker::connect_with_defaults().expect("docker client").negotiate_version().await.expect("docker version")
+}
+
+/// Containers carrying `label` (`key=value`), as the engine lists them.
+pub async fn containers(docker: &Docker, label: &str) -> Vec<Seen> {
+    let filters = HashMap::from([("label".to_owned(), vec![label.to_owned()])]);
+    let opts = ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
+    docker
+        .list_containers(Some(opts))
+        .await
+        .expect("listing containers")
+        .into_iter()
+        .map(|c| Seen {
+            name: c.names.unwrap_or_default().first().map(|n| n.trim_start_matches('/').to_owned()).unwrap_or_default(),
+            image: c.image.unwrap_or_default(),
+            running: matches!(c.state, Some(ContainerSummaryStateEnum::RUNNING)),
+            labels: c.labels.unwrap_or_default(),
+        })
+        .collect()
+}
+
+pub async fn pool_containers(docker: &Docker, pool: &str) -> Vec<Seen> {
+    containers(docker, &format!("drover.dev/pool={pool}")).await
+}
+
+/// Samples a pool's containers every 100 ms until stopped: the smallest
+/// number running and the largest number existing.
+pub struct Sampler {
+    stop: Arc<AtomicBool>,
+    stats: Arc<Mutex<(usize, usize, usize)>>,
+    handle: tokio::task::JoinHandle<()>,
+}
+
+impl Sampler {
+    pub fn start(docker: Docker, pool: String) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stats = Arc::new(Mutex::new((usize::MAX, 0, 0)));
+        let (s, st) = (stop.clone(), stats.clone());
+        let handle = tokio::spawn(async move {
+            // Bounded: at most 10 minutes of samples.
+            for _ in 0..6000 {
+                if s.load(Ordering::SeqCst) {
+                    break;
+                }
+                let seen = pool_containers(&docker, &pool).await;
+                let running = seen.iter().filter(|c| c.running).count();
+                if let Ok(mut g) = st.lock() {
+                    g.0 = g.0.min(running);
+                    g.1 = g.1.max(seen.len());
+                    g.2 += 1;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+        Self { stop, stats, handle }
+    }
+
+    /// (fewest running, most existing, samples taken)
+    pub async fn finish(self) -> (usize, usize, usize) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = self.handle.await;
+        *self.stats.lock().expect("sampler stats")
+    }
+}
+
+/// Runs a container by hand, outside drover.
+pub fn run_by_hand(name: &str, image: &str, labels: &[(&str, &str)]) -> String {
+    let mut args = vec!["run".to_owned(), "-d".to_owned(), "--name".to_owned(), name.to_owned()];
+    for (k, v) in labels {
+        args.push("--label".into());
+        args.push(format!("{k}={v}"));
+    }
+    args.push(image.to_owned());
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    docker(&refs)
+}
+
+pub fn remove_by_hand(name: &str) {
+    docker(&["rm", "-f", name]);
+}

@@ -1,0 +1,331 @@
+//! The pool reconciler against the real Docker engine.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use drover::config::RuntimeKind;
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+use crate::docker::{self, Cleanup, PLAIN_IMAGE, Sampler, V1, V2, require_docker};
+use crate::helpers::{TestApp, config, start, unique};
+
+const CONVERGE: Duration = Duration::from_secs(90);
+
+async fn docker_app() -> TestApp {
+    let tmp = tempfile::TempDir::new().expect("temporary directory");
+    let cfg = config(tmp.path(), RuntimeKind::Docker);
+    start(cfg, Some(tmp)).await
+}
+
+fn names(v: &[Value]) -> HashSet<String> {
+    v.iter().map(|m| m["name"].as_str().unwrap_or_default().to_owned()).collect()
+}
+
+/// The pool's containers and machine records name the same machines.
+async fn assert_records_match(app: &TestApp, d: &bollard::Docker, pool: &str, n: usize) {
+    let seen = docker::pool_containers(d, pool).await;
+    assert_eq!(seen.len(), n, "containers of {pool}: {seen:#?}");
+    let machines = app.machines(pool).await;
+    let container_names: HashSet<String> = seen.iter().map(|c| c.name.clone()).collect();
+    assert_eq!(names(&machines), container_names, "machine records mirror the containers");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scale_0_to_5_to_2_to_0_on_docker() {
+    if !require_docker("scale_0_to_5_to_2_to_0_on_docker") {
+        return;
+    }
+    let pool = unique("scale");
+    let _cleanup = Cleanup(vec![pool.clone()]);
+    let app = docker_app().await;
+    let d = docker::client().await;
+    app.create_pool_ok(&pool, 0, json!({"version": V1, "failure_domains": ["fd-a", "fd-b"]})).await;
+    app.wait_converged(&pool, 0, CONVERGE).await;
+    for n in [5u64, 2, 0] {
+        assert_eq!(app.scale(&pool, n as i64).await.status(), StatusCode::OK);
+        app.wait_converged(&pool, n, CONVERGE).await;
+        assert_records_match(&app, &d, &pool, n as usize).await;
+    }
+    let events = app.events(&pool).await;
+    assert_eq!(events.iter().filter(|e| e["reason"] == "MachineCreated").count(), 5);
+    assert_eq!(events.iter().filter(|e| e["reason"] == "MachineDeleted").count(), 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn containers_get_the_pool_labels_names_and_an_even_spread() {
+    if !require_docker("containers_get_the_pool_labels_names_and_an_even_spread") {
+        return;
+    }
+    let pool = unique("labels");
+    let _cleanup = Cleanup(vec![pool.clone()]);
+    let app = docker_app().await;
+    let d = docker::client().await;
+    app.create_pool_ok(
+        &pool,
+        6,
+        json!({"version": V1, "failure_domains": ["a", "b", "c"], "labels": {"team": "infra"}}),
+    )
+    .await;
+    app.wait_converged(&pool, 6, CONVERGE).await;
+    let seen = docker::pool_containers(&d, &pool).await;
+    for c in &seen {
+        assert!(drover::domain::names::is_machine_name(&c.name), "{}", c.name);
+        assert_eq!(c.image, format!("kindest/node:{V1}"));
+        assert_eq!(c.labels["drover.dev/managed-by"], "drover");
+        assert_eq!(c.labels["team"], "infra");
+    }
+    for fd in ["a", "b", "c"] {
+        let n =
+            seen.iter().filter(|c| c.labels.get("drover.dev/failure-domain").map(String::as_str) == Some(fd)).count();
+        assert_eq!(n, 2, "failure domain {fd} holds {n} of 6 machines");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_removed_out_of_band_is_replaced_and_its_record_dropped() {
+    if !require_docker("a_container_removed_out_of_band_is_replaced_and_its_record_dropped") {
+        return;
+    }
+    let pool = unique("oob");
+    let _cleanup = Cleanup(vec![pool.clone()]);
+    let app = docker_app().await;
+    let d = docker::client().await;
+    app.create_pool_ok(&pool, 2, json!({"version": V1})).await;
+    app.wait_converged(&pool, 2, CONVERGE).await;
+    let victim = app.machines(&pool).await[0]["name"].as_str().unwrap().to_owned();
+    docker::remove_by_hand(&victim);
+    let deadline = tokio::time::Instant::now() + CONVERGE;
+    loop {
+        let machines = app.machines(&pool).await;
+        let running = docker::pool_containers(&d, &pool).await.iter().filter(|c| c.running).count();
+        if !names(&machines).contains(&victim) && running == 2 && machines.len() == 2 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the removed machine was not replaced: {machines:#?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    app.wait_converged(&pool, 2, CONVERGE).await;
+    assert_records_match(&app, &d, &pool, 2).await;
+    assert!(app.events(&pool).await.iter().any(|e| e["reason"] == "MachineVanished"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_made_by_hand_with_the_pool_label_is_adopted() {
+    if !require_docker("a_container_made_by_hand_with_the_pool_label_is_adopted") {
+        return;
+    }
+    let pool = unique("adopt");
+    let _cleanup = Cleanup(vec![pool.clone()]);
+    let handmade = format!("{pool}-handmade");
+    docker::run_by_hand(&handmade, &format!("kindest/node:{V1}"), &[("drover.dev/pool", &pool)]);
+    let app = docker_app().await;
+    let d = docker::client().await;
+    app.create_pool_ok(&pool, 2, json!({"version": V1})).await;
+    app.wait_converged(&pool, 2, CONVERGE).await;
+    assert_records_match(&app, &d, &pool, 2).await;
+    assert!(names(&app.machines(&pool).await).contains(&handmade), "the hand-made container became a machine");
+    assert!(app.events(&pool).await.iter().any(|e| e["reason"] == "MachineAdopted"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machine_marked_for_deletion_is_the_one_removed_on_scale_down() {
+    if !require_docker("a_machine_marked_for_deletion_is_the_one_removed_on_scale_down") {
+        return;
+    }
+    let pool = unique("mark");
+    let _cleanup = Cleanup(vec![pool.clone()]);
+    let app = docker_app().await;
+    let d = docker::client().await;
+    app.create_pool_ok(&pool, 3, json!({"version": V1})).await;
+    app.wait_converged(&pool, 3, CONVERGE).await;
+    let all = names(&app.machines(&pool).await);
+    let chosen = all.iter().min().unwrap().clone();
+    let res = app.request(Method::POST, &format!("/v1/pools/{pool}/machines/{chosen}/delete-request"), None).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    let marked: Value = res.json().await.unwrap();
+    assert_eq!(marked["delete_requested"], true);
+    // The mark alone changes nothing.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(docker::pool_containers(&d, &pool).await.len(), 3);
+
+    app.scale(&pool, 2).await;
+    app.wait_converged(&pool, 2, CONVERGE).await;
+    let left = names(&app.machines(&pool).await);
+    assert!(!left.contains(&chosen), "the marked machine should have gone first");
+    assert_eq!(left.len(), 2);
+
+    // DELETE of a chosen machine lowers replicas and removes exactly it.
+    let second = left.iter().max().unwrap().clone();
+    let res = app.request(Method::DELETE, &format!("/v1/pools/{pool}/machines/{second}"), None).await;
+    assert_eq!(res.status(), StatusCode::ACCEPTED);
+    assert_eq!(app.pool(&pool).await["replicas"], 1);
+    let again = app.request(Method::DELETE, &format!("/v1/pools/{pool}/machines/{second}"), None).await;
+    assert!(again.status() == StatusCode::ACCEPTED || again.status() == StatusCode::NOT_FOUND);
+    app.wait_converged(&pool, 1, CONVERGE).await;
+    assert_eq!(app.pool(&pool).await["replicas"], 1, "a repeated DELETE does not lower replicas twice");
+    assert!(!names(&app.machines(&pool).await).contains(&second));
+    assert_records_match(&app, &d, &pool, 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_change_replaces_every_machine_without_a_ready_dip() {
+    if !require_docker("a_version_change_replaces_every_machine_without_a_ready_dip") {
+        return;
+    }
+    let pool = unique("roll");
+    let _cleanup = Cleanup(vec![pool.clone()]);
+    let app = docker_app().await;
+    let d = docker::client().await;
+    app.create_pool_ok(&pool, 3, json!({"version": V1})).await;
+    app.wait_converged(&pool, 3, CONVERGE).await;
+    let before = names(&app.machines(&pool).await);
+
+    let sampler = Sampler::start(d.clone(), pool.clone());
+    assert_eq!(app.patch_pool(&pool, json!({"version": V2}), None).await.status(), StatusCode::OK);
+    app.wait_converged(&pool, 3, CONVERGE).await;
+    let (min_running, max_total, samples) = sampler.finish().await;
+
+    let after = docker::pool_containers(&d, &pool).await;
+    assert!(after.iter().all(|c| c.image == format!("kindest/node:{V2}")), "{after:#?}");
+    assert!(names(&app.machines(&pool).await).is_disjoint(&before), "every machine was replaced");
+    assert!(samples >= 5, "the sampler ran ({samples} samples)");
+    assert!(min_running >= 3, "ready machines dipped to {min_running} during the rollout");
+    assert!(max_total <= 4, "the default surge of 1 allows 4 machines, saw {max_total}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_pool_removes_exactly_its_containers() {
+    if !require_docker("deleting_a_pool_removes_exactly_its_containers") {
+        return;
+    }
+    let (doomed, kept) = (unique("doomed"), unique("kept"));
+    let foreign = unique("foreign");
+    let _cleanup = Cleanup(vec![doomed.clone(), kept.clone()]);
+    let app = docker_app().await;
+    let d = docker::client().await;
+    docker::run_by_hand(&foreign, PLAIN_IMAGE, &[("drover.test/foreign", "yes")]);
+    app.create_pool_ok(&doomed, 2, json!({"version": V1})).await;
+    app.create_pool_ok(&kept, 2, json!({"version": V1})).await;
+    app.wait_converged(&doomed, 2, CONVERGE).await;
+    app.wait_converged(&kept, 2, CONVERGE).await;
+
+    assert_eq!(app.delete_pool(&doomed).await.status(), StatusCode::ACCEPTED);
+    let deadline = tokio::time::Instant::now() + CONVERGE;
+    while app.get_pool(&doomed).await.status() != StatusCode::NOT_FOUND {
+        assert!(tokio::time::Instant::now() < deadline, "pool {doomed} was never removed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(docker::pool_containers(&d, &doomed).await.is_empty());
+    assert_eq!(docker::pool_containers(&d, &kept).await.len(), 2, "another pool's containers are untouched");
+    let foreign_left = docker::containers(&d, "drover.test/foreign=yes").await;
+    assert!(foreign_left.iter().any(|c| c.name == foreign && c.running), "a container not made by drover is untouched");
+    docker::remove_by_hand(&foreign);
+}
+
+/// A drover process of the real binary, for crash tests.
+struct Process {
+    child: std::process::Child,
+    addr: String,
+}
+
+impl Process {
+    fn spawn(data_dir: &std::path::Path) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port();
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_drover"))
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--stop-timeout", "2s", "--log-level", "warn"])
+            .arg("--data-dir")
+            .arg(data_dir)
+            .spawn()
+            .expect("starting drover");
+        Self { child, addr: format!("http://127.0.0.1:{port}") }
+    }
+
+    async fn wait_up(&self) {
+        let client = reqwest::Client::new();
+        for _ in 0..200 {
+            if client.get(format!("{}/healthz", self.addr)).send().await.is_ok() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("drover did not come up at {}", self.addr);
+    }
+
+    fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_in_the_middle_of_a_scale_to_10_converges_with_no_duplicates_or_orphans() {
+    if !require_docker("a_crash_in_the_middle_of_a_scale_to_10_converges_with_no_duplicates_or_orphans") {
+        return;
+    }
+    let d = docker::client().await;
+    let pool = unique("crash");
+    let _cleanup = Cleanup(vec![pool.clone()]);
+    let tmp = tempfile::TempDir::new().unwrap();
+    let client = reqwest::Client::new();
+
+    let first = Process::spawn(tmp.path());
+    first.wait_up().await;
+    let res = client
+        .post(format!("{}/v1/pools", first.addr))
+        .json(&json!({"name": pool, "replicas": 10, "version": V1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::CREATED);
+    // Kill (SIGKILL) once some, but not all, containers exist.
+    let deadline = tokio::time::Instant::now() + CONVERGE;
+    while docker::pool_containers(&d, &pool).await.is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "no container was ever created");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    first.kill();
+    let at_crash = docker::pool_containers(&d, &pool).await.len();
+
+    let second = Process::spawn(tmp.path());
+    second.wait_up().await;
+    let deadline = tokio::time::Instant::now() + CONVERGE;
+    loop {
+        let pool_json: Value =
+            client.get(format!("{}/v1/pools/{pool}", second.addr)).send().await.unwrap().json().await.unwrap();
+        if pool_json["status"]["ready_replicas"] == 10 && pool_json["status"]["replicas"] == 10 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never converged after the crash ({at_crash} existed): {pool_json:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Give a duplicate-creating bug the chance to show itself.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let seen = docker::pool_containers(&d, &pool).await;
+    assert_eq!(seen.len(), 10, "exactly 10 containers after the crash (had {at_crash} at the crash)");
+    let machines: Value = client
+        .get(format!("{}/v1/pools/{pool}/machines?limit=100", second.addr))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let recorded = names(machines["items"].as_array().unwrap());
+    assert_eq!(
+        recorded,
+        seen.iter().map(|c| c.name.clone()).collect::<HashSet<_>>(),
+        "no orphan and no missing record"
+    );
+    second.kill();
+}
