@@ -32,6 +32,8 @@ pub struct AppState {
     /// Wakes the reconcile worker for a pool.
     pub queue: PoolQueue,
     pub config: Arc<ServeConfig>,
+    /// What reconcile passes (and the API's dry runs) work with.
+    pub reconcile: reconcile::Context,
 }
 
 impl AppState {
@@ -71,7 +73,13 @@ impl Application {
             Runtime::Simulated(_) => tracing::warn!("container runtime: simulated (machines are not real containers)"),
         }
         let (queue, wakes) = PoolQueue::channel();
-        let state = AppState { db, runtime, queue, config: Arc::new(config) };
+        let reconcile = reconcile::Context {
+            db: db.clone(),
+            runtime: runtime.clone(),
+            parallel: Arc::new(Semaphore::new(config.max_parallel as usize)),
+            stop_timeout_secs: i64::try_from(config.stop_timeout.as_secs()).unwrap_or(i64::MAX),
+        };
+        let state = AppState { db, runtime, queue, config: Arc::new(config), reconcile };
         Ok(Self { listener, state, wakes })
     }
 
@@ -90,12 +98,7 @@ impl Application {
         let tasks = TaskTracker::new();
         let config = Arc::clone(&state.config);
 
-        let ctx = reconcile::Context {
-            db: state.db.clone(),
-            runtime: state.runtime.clone(),
-            parallel: Arc::new(Semaphore::new(config.max_parallel as usize)),
-            stop_timeout_secs: i64::try_from(config.stop_timeout.as_secs()).unwrap_or(i64::MAX),
-        };
+        let ctx = state.reconcile.clone();
         let settings = WorkerSettings {
             resync: config.resync_interval,
             max_backoff: config.max_backoff,

@@ -5,6 +5,7 @@
 pub mod events;
 pub mod machines;
 pub mod pools;
+pub mod revisions;
 
 use std::path::Path;
 use std::str::FromStr;

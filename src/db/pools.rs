@@ -14,6 +14,10 @@ pub struct Pool {
     pub spec: PoolSpec,
     pub status: PoolStatus,
     pub deleting: bool,
+    /// Current revision of the desired image.
+    pub revision: i64,
+    /// Batches of the current rollout approved so far.
+    pub batches_approved: i64,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -25,6 +29,8 @@ struct PoolRow {
     spec: String,
     status: String,
     deleting: bool,
+    revision: i64,
+    batches_approved: i64,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
 }
@@ -44,13 +50,15 @@ impl TryFrom<PoolRow> for Pool {
             spec,
             status,
             deleting: r.deleting,
+            revision: r.revision,
+            batches_approved: r.batches_approved,
             created_at: r.created_at,
             updated_at: r.updated_at,
         })
     }
 }
 
-const COLUMNS: &str = "name, generation, spec, status, deleting, created_at, updated_at";
+const COLUMNS: &str = "name, generation, spec, status, deleting, revision, batches_approved, created_at, updated_at";
 
 fn to_json<T: serde::Serialize>(v: &T) -> sqlx::Result<String> {
     serde_json::to_string(v).map_err(|e| sqlx::Error::Encode(e.into()))
@@ -161,6 +169,17 @@ pub async fn decrement_replicas(
 pub async fn write_status(db: impl SqliteExecutor<'_>, name: &str, status: &PoolStatus) -> sqlx::Result<()> {
     sqlx::query("update pools set status = ? where name = ?").bind(to_json(status)?).bind(name).execute(db).await?;
     Ok(())
+}
+
+/// Approves one more batch of the current rollout.
+pub async fn approve_batch(db: impl SqliteExecutor<'_>, name: &str) -> sqlx::Result<Option<Pool>> {
+    let row: Option<PoolRow> = sqlx::query_as(AssertSqlSafe(format!(
+        "update pools set batches_approved = batches_approved + 1 where name = ? returning {COLUMNS}"
+    )))
+    .bind(name)
+    .fetch_optional(db)
+    .await?;
+    row.map(Pool::try_from).transpose()
 }
 
 /// Removes the row of a pool whose machines are all gone.

@@ -5,6 +5,7 @@ pub mod event;
 pub mod image;
 pub mod names;
 pub mod pool;
+pub mod rollout;
 pub mod status;
 pub mod strategy;
 pub mod version;

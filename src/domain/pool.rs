@@ -52,6 +52,22 @@ pub struct PoolSpec {
     pub paused: bool,
     /// Registered cluster whose nodes these machines are.
     pub cluster: Option<String>,
+    /// A new machine counts as available once it has been ready this long.
+    #[serde(default)]
+    pub min_ready_seconds: u32,
+    /// A rollout that makes no progress for this long is reported stalled.
+    #[serde(default = "default_progress_deadline")]
+    pub progress_deadline_seconds: u32,
+    /// An up-to-date machine still unready after this long is replaced.
+    /// Unset: never.
+    #[serde(default)]
+    pub machine_ready_timeout_seconds: Option<u32>,
+}
+
+pub const DEFAULT_PROGRESS_DEADLINE_SECONDS: u32 = 600;
+
+fn default_progress_deadline() -> u32 {
+    DEFAULT_PROGRESS_DEADLINE_SECONDS
 }
 
 impl PoolSpec {
@@ -86,9 +102,17 @@ pub struct RawSpec {
     pub labels: BTreeMap<String, String>,
     pub max_surge: Option<IntOrPercent>,
     pub max_unavailable: Option<IntOrPercent>,
+    pub batch_approval: bool,
+    pub auto_rollback: bool,
     pub paused: bool,
     pub cluster: Option<String>,
+    pub min_ready_seconds: Option<i64>,
+    pub progress_deadline_seconds: Option<i64>,
+    pub machine_ready_timeout_seconds: Option<i64>,
 }
+
+/// Longest duration setting: one day.
+const MAX_SECONDS: i64 = 86_400;
 
 /// Checks every rule and returns the spec, or every broken rule.
 pub fn validate(raw: RawSpec, limits: SpecLimits) -> Result<PoolSpec, ValidationErrors> {
@@ -119,7 +143,29 @@ pub fn validate(raw: RawSpec, limits: SpecLimits) -> Result<PoolSpec, Validation
     let strategy = RolloutStrategy {
         max_surge: raw.max_surge.unwrap_or(defaults.max_surge),
         max_unavailable: raw.max_unavailable.unwrap_or(defaults.max_unavailable),
+        batch_approval: raw.batch_approval,
+        auto_rollback: raw.auto_rollback,
     };
+    let mut seconds = |field: &str, v: Option<i64>, min: i64| -> Option<u32> {
+        let v = v?;
+        if (min..=MAX_SECONDS).contains(&v) {
+            u32::try_from(v).ok()
+        } else {
+            errs.push(field, "range", format!("must be between {min} and {MAX_SECONDS} seconds (got {v})"));
+            None
+        }
+    };
+    let min_ready_seconds = seconds("min_ready_seconds", raw.min_ready_seconds, 0).unwrap_or(0);
+    let progress_deadline_seconds = seconds("progress_deadline_seconds", raw.progress_deadline_seconds, 1)
+        .unwrap_or(DEFAULT_PROGRESS_DEADLINE_SECONDS);
+    let machine_ready_timeout_seconds = seconds("machine_ready_timeout_seconds", raw.machine_ready_timeout_seconds, 1);
+    if progress_deadline_seconds <= min_ready_seconds {
+        errs.push(
+            "progress_deadline_seconds",
+            "greater_than_min_ready",
+            "must be greater than min_ready_seconds, or no rollout could ever show progress in time",
+        );
+    }
     if strategy.max_surge.is_zero() && strategy.max_unavailable.is_zero() {
         errs.push(
             "strategy",
@@ -141,6 +187,9 @@ pub fn validate(raw: RawSpec, limits: SpecLimits) -> Result<PoolSpec, Validation
         strategy,
         paused: raw.paused,
         cluster: raw.cluster,
+        min_ready_seconds,
+        progress_deadline_seconds,
+        machine_ready_timeout_seconds,
     })
 }
 
@@ -344,6 +393,37 @@ mod tests {
             ..raw()
         };
         assert!(validate(seed, SpecLimits::default()).is_ok());
+    }
+
+    #[test]
+    fn durations_have_ranges_and_the_deadline_exceeds_min_ready() {
+        let ok = RawSpec {
+            min_ready_seconds: Some(5),
+            progress_deadline_seconds: Some(6),
+            machine_ready_timeout_seconds: Some(1),
+            ..raw()
+        };
+        let spec = validate(ok, SpecLimits::default()).unwrap();
+        assert_eq!(
+            (spec.min_ready_seconds, spec.progress_deadline_seconds, spec.machine_ready_timeout_seconds),
+            (5, 6, Some(1))
+        );
+        let d = validate(raw(), SpecLimits::default()).unwrap();
+        assert_eq!((d.min_ready_seconds, d.progress_deadline_seconds, d.machine_ready_timeout_seconds), (0, 600, None));
+        let r = |s: RawSpec| fields(validate(s, SpecLimits::default()));
+        assert_eq!(r(RawSpec { min_ready_seconds: Some(-1), ..raw() }), [("min_ready_seconds".into(), "range")]);
+        assert_eq!(
+            r(RawSpec { progress_deadline_seconds: Some(0), ..raw() }),
+            [("progress_deadline_seconds".into(), "range")]
+        );
+        assert_eq!(
+            r(RawSpec { machine_ready_timeout_seconds: Some(86_401), ..raw() }),
+            [("machine_ready_timeout_seconds".into(), "range")]
+        );
+        assert_eq!(
+            r(RawSpec { min_ready_seconds: Some(60), progress_deadline_seconds: Some(60), ..raw() }),
+            [("progress_deadline_seconds".into(), "greater_than_min_ready")]
+        );
     }
 
     #[test]

@@ -4,6 +4,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::domain::rollout::RolloutProgress;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub enum ConditionStatus {
     True,
@@ -38,11 +40,15 @@ pub struct PoolStatus {
     pub ready_replicas: u32,
     /// Machines that run the desired image.
     pub updated_replicas: u32,
+    /// Machines ready for at least `min_ready_seconds`.
+    pub available_replicas: u32,
     pub conditions: Vec<Condition>,
     /// The error of the last failed pass, cleared by a good one.
     pub last_error: Option<String>,
     /// When the last pass finished.
     pub last_reconciled_at: Option<DateTime<Utc>>,
+    /// Progress of the current (or last) rollout.
+    pub rollout: Option<RolloutProgress>,
 }
 
 impl PoolStatus {

@@ -92,11 +92,22 @@ pub struct RolloutStrategy {
     pub max_surge: IntOrPercent,
     /// Machines allowed below `replicas` available while a rollout runs.
     pub max_unavailable: IntOrPercent,
+    /// Pause the rollout after each batch until it is continued.
+    #[serde(default)]
+    pub batch_approval: bool,
+    /// Return to the previous revision when the progress deadline passes.
+    #[serde(default)]
+    pub auto_rollback: bool,
 }
 
 impl Default for RolloutStrategy {
     fn default() -> Self {
-        Self { max_surge: IntOrPercent::Count(1), max_unavailable: IntOrPercent::Count(0) }
+        Self {
+            max_surge: IntOrPercent::Count(1),
+            max_unavailable: IntOrPercent::Count(0),
+            batch_approval: false,
+            auto_rollback: false,
+        }
     }
 }
 
@@ -108,6 +119,13 @@ pub struct ResolvedBounds {
     /// True when both bounds rounded to zero and unavailability was raised to
     /// one so that the rollout can move (Cluster API's rule).
     pub unavailable_raised: bool,
+}
+
+impl ResolvedBounds {
+    /// Machines one approved batch may convert to the new image.
+    pub fn batch_size(&self) -> u32 {
+        self.max_surge.max(self.max_unavailable).max(1)
+    }
 }
 
 impl RolloutStrategy {
@@ -171,7 +189,11 @@ mod tests {
 
     #[test]
     fn both_bounds_rounding_to_zero_raise_unavailable_to_one() {
-        let s = RolloutStrategy { max_surge: IntOrPercent::Percent(0), max_unavailable: IntOrPercent::Percent(10) };
+        let s = RolloutStrategy {
+            max_surge: IntOrPercent::Percent(0),
+            max_unavailable: IntOrPercent::Percent(10),
+            ..RolloutStrategy::default()
+        };
         let b = s.resolve(5);
         assert_eq!((b.max_surge, b.max_unavailable, b.unavailable_raised), (0, 1, true));
         let b = RolloutStrategy::default().resolve(5);

@@ -5,6 +5,7 @@ pub mod health;
 pub mod machines;
 pub mod pagination;
 pub mod pools;
+pub mod rollouts;
 
 use std::time::Duration;
 
@@ -36,6 +37,7 @@ pub const REQUEST_ID: &str = "x-request-id";
     tags(
         (name = "pools", description = "Machine pools: desired state, scaling, events"),
         (name = "machines", description = "The machines (containers) of a pool"),
+        (name = "rollouts", description = "Rolling updates: progress, revisions, rollback, batch approval, dry-run plans"),
         (name = "health", description = "Liveness and readiness probes"),
     )
 )]
@@ -46,6 +48,7 @@ fn api() -> OpenApiRouter<AppState> {
         .merge(health::router())
         .merge(pools::router())
         .merge(machines::router())
+        .merge(rollouts::router())
 }
 
 /// The OpenAPI document, as served at `/openapi.json` and committed at

@@ -55,10 +55,20 @@ pub struct PoolSpecInput {
     pub labels: BTreeMap<String, String>,
     #[serde(default)]
     pub strategy: Option<StrategyInput>,
+    /// No rollout changes while set; status keeps updating.
     #[serde(default)]
     pub paused: bool,
     #[serde(default)]
     pub cluster: Option<String>,
+    /// Seconds a new machine must be ready before it counts as available (default 0).
+    #[serde(default)]
+    pub min_ready_seconds: Option<i64>,
+    /// Seconds without progress before a rollout is reported stalled (default 600).
+    #[serde(default)]
+    pub progress_deadline_seconds: Option<i64>,
+    /// Seconds after which an up-to-date machine that never became ready is replaced (default: never).
+    #[serde(default)]
+    pub machine_ready_timeout_seconds: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize, ToSchema)]
@@ -68,6 +78,12 @@ pub struct StrategyInput {
     pub max_surge: Option<IntOrPercent>,
     /// Machines allowed below `replicas` available during a rollout (default 0).
     pub max_unavailable: Option<IntOrPercent>,
+    /// Pause after each batch until `POST .../rollout/continue` (default false).
+    #[serde(default)]
+    pub batch_approval: bool,
+    /// Roll back by itself when the progress deadline passes (default false).
+    #[serde(default)]
+    pub auto_rollback: bool,
 }
 
 impl From<PoolSpecInput> for RawSpec {
@@ -82,8 +98,13 @@ impl From<PoolSpecInput> for RawSpec {
             labels: i.labels,
             max_surge: strategy.max_surge,
             max_unavailable: strategy.max_unavailable,
+            batch_approval: strategy.batch_approval,
+            auto_rollback: strategy.auto_rollback,
             paused: i.paused,
             cluster: i.cluster,
+            min_ready_seconds: i.min_ready_seconds,
+            progress_deadline_seconds: i.progress_deadline_seconds,
+            machine_ready_timeout_seconds: i.machine_ready_timeout_seconds,
         }
     }
 }
@@ -125,6 +146,8 @@ pub struct PoolView {
     pub desired_image: String,
     /// Bumped by every spec change; sent as the `ETag`.
     pub generation: i64,
+    /// Revision of the desired image; see `GET /v1/pools/{name}/revisions`.
+    pub revision: i64,
     pub phase: PoolPhase,
     pub status: PoolStatus,
     pub created_at: DateTime<Utc>,
@@ -138,6 +161,7 @@ impl From<Pool> for PoolView {
             name: p.name,
             spec: p.spec,
             generation: p.generation,
+            revision: p.revision,
             phase: if p.deleting { PoolPhase::Deleting } else { PoolPhase::Active },
             status: p.status,
             created_at: p.created_at,
@@ -171,7 +195,7 @@ fn location(name: &str) -> HeaderValue {
 }
 
 /// The pool answered with its ETag.
-fn pool_response(status: StatusCode, pool: Pool, with_location: bool) -> Response {
+pub(crate) fn pool_response(status: StatusCode, pool: Pool, with_location: bool) -> Response {
     let mut headers = HeaderMap::new();
     headers.insert(header::ETAG, etag(pool.generation));
     if with_location {
@@ -196,12 +220,12 @@ fn if_match(headers: &HeaderMap) -> ApiResult<Option<i64>> {
     })
 }
 
-async fn load(state: &AppState, name: &str) -> ApiResult<Pool> {
+pub(crate) async fn load(state: &AppState, name: &str) -> ApiResult<Pool> {
     db::pools::get(&state.db, name).await?.ok_or_else(|| ApiError::not_found("pool", name))
 }
 
 /// RFC 7396 JSON merge patch.
-fn merge_patch(target: &mut Value, patch: &Value) {
+pub(crate) fn merge_patch(target: &mut Value, patch: &Value) {
     let Value::Object(changes) = patch else {
         *target = patch.clone();
         return;
@@ -222,7 +246,7 @@ fn merge_patch(target: &mut Value, patch: &Value) {
 
 /// Parses a spec document (a create body without its name, or a patched
 /// spec) and checks every rule.
-fn spec_from_value(state: &AppState, doc: Value) -> ApiResult<PoolSpec> {
+pub(crate) fn spec_from_value(state: &AppState, doc: Value) -> ApiResult<PoolSpec> {
     let input: PoolSpecInput = serde_path_to_error::deserialize(doc).map_err(|e| {
         let path = e.path().to_string();
         shape_error(&path, e.into_inner())
@@ -311,7 +335,14 @@ async fn update_spec(
         };
         let ev = NewEvent::pool(name, EventType::Normal, reason, describe_change(&pool.spec, &spec));
         db::events::record(&mut *tx, &ev, now).await?;
+        if let Some(revision) = db::revisions::record_change(&mut tx, name, &pool.spec, &spec, now).await? {
+            let message = format!("revision {revision}: machines move to {}", spec.desired_image());
+            db::events::record(&mut *tx, &NewEvent::pool(name, EventType::Normal, "RolloutStarted", message), now)
+                .await?;
+        }
         tx.commit().await?;
+        // The revision and approvals may have moved in this transaction.
+        let updated = db::pools::get(&state.db, name).await?.unwrap_or(updated);
         state.queue.enqueue(name);
         tracing::info!(pool = name, generation = updated.generation, "spec updated");
         return Ok(pool_response(StatusCode::OK, updated, false));
@@ -345,6 +376,7 @@ async fn create_pool(State(state): State<AppState>, ApiJson(body): ApiJson<Value
         }
         Err(e) => return Err(e.into()),
     };
+    db::revisions::record_first(&mut *tx, name.as_str(), &spec, now).await?;
     let message = format!("created with {} replicas of {}", spec.replicas, spec.desired_image());
     db::events::record(&mut *tx, &NewEvent::pool(name.as_str(), EventType::Normal, "Created", message), now).await?;
     tx.commit().await?;

@@ -3,19 +3,22 @@
 //! asks why it was woken, so running it twice is harmless.
 
 pub mod plan;
+pub mod rollback;
 pub mod worker;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use futures_util::future::join_all;
 use tokio::sync::Semaphore;
 
 use crate::db::{self, Db, machines::Machine, pools::Pool};
 use crate::domain::event::{EventType, NewEvent, SubjectKind};
+use crate::domain::pool::PoolSpec;
+use crate::domain::rollout::{self as rollout, Counts};
 use crate::domain::status::{ConditionStatus, PoolStatus};
-use crate::runtime::{Container, CreateContainer, Runtime, RuntimeError, labels};
+use crate::runtime::{Container, ContainerState, CreateContainer, Runtime, RuntimeError, labels};
 use plan::{Creation, Deletion, Desired, Observed, Plan};
 
 /// What every pass needs, shared by the worker and the API's dry runs.
@@ -41,7 +44,8 @@ pub enum ReconcileError {
 /// How a pass ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
-    /// The pool matches its spec; wait for the next change or resync.
+    /// The pool matches its spec, or waits for a person: wait for the next
+    /// change or resync.
     Converged,
     /// Work remains (machines starting, old ones to replace): look again soon.
     Progressing,
@@ -49,26 +53,63 @@ pub enum Outcome {
     Gone,
 }
 
-/// The observed machines the planner sees, joined from containers and records.
-pub fn observe(containers: &[Container], records: &[Machine], desired_image: &str) -> Vec<Observed> {
-    let requested: HashMap<&str, bool> = records.iter().map(|m| (m.name.as_str(), m.delete_requested)).collect();
+fn seconds_since(t: DateTime<Utc>, now: DateTime<Utc>) -> i64 {
+    now.signed_duration_since(t).num_seconds()
+}
+
+/// The machines the planner sees, joined from containers and records.
+pub fn observe(containers: &[Container], records: &[Machine], spec: &PoolSpec, now: DateTime<Utc>) -> Vec<Observed> {
+    let desired_image = spec.desired_image();
+    let by_name: HashMap<&str, &Machine> = records.iter().map(|m| (m.name.as_str(), m)).collect();
     containers
         .iter()
-        .map(|c| Observed {
-            name: c.name.clone(),
-            container_id: c.id.clone(),
-            up_to_date: c.image == desired_image,
-            ready: c.ready(),
-            delete_requested: requested.get(c.name.as_str()).copied().unwrap_or(false),
-            never_started: c.state == crate::runtime::ContainerState::Created,
-            failure_domain: c.failure_domain().map(str::to_owned),
-            created_at: c.created_at.timestamp(),
+        .map(|c| {
+            let record = by_name.get(c.name.as_str());
+            let ready = c.ready();
+            let up_to_date = c.image == desired_image;
+            let ready_long_enough = spec.min_ready_seconds == 0
+                || record
+                    .and_then(|r| r.ready_since)
+                    .is_some_and(|since| seconds_since(since, now) >= i64::from(spec.min_ready_seconds));
+            let stuck = up_to_date
+                && !ready
+                && spec.machine_ready_timeout_seconds.is_some_and(|t| seconds_since(c.created_at, now) > i64::from(t));
+            Observed {
+                name: c.name.clone(),
+                container_id: c.id.clone(),
+                up_to_date,
+                ready,
+                available: ready && ready_long_enough,
+                stuck,
+                delete_requested: record.is_some_and(|r| r.delete_requested),
+                never_started: c.state == ContainerState::Created,
+                failure_domain: c.failure_domain().map(str::to_owned),
+                created_at: c.created_at.timestamp(),
+            }
         })
         .collect()
 }
 
-pub fn desired_of(pool: &Pool) -> Desired {
+pub fn counts(observed: &[Observed]) -> Counts {
+    let n = |f: &dyn Fn(&Observed) -> bool| u32::try_from(observed.iter().filter(|m| f(m)).count()).unwrap_or(u32::MAX);
+    Counts {
+        total: n(&|_| true),
+        updated: n(&|m| m.up_to_date),
+        ready: n(&|m| m.ready),
+        available: n(&|m| m.available),
+        updated_available: n(&|m| m.up_to_date && m.available),
+        outdated: n(&|m| !m.up_to_date),
+    }
+}
+
+/// The planner's view of the pool, given what the pass observed.
+pub fn desired_of(pool: &Pool, observed: &[Observed]) -> Desired {
     let bounds = pool.spec.strategy.resolve(pool.spec.replicas);
+    let rolling = observed.iter().any(|m| !m.up_to_date);
+    let max_updated = (pool.spec.strategy.batch_approval && rolling).then(|| {
+        let approved = u32::try_from(pool.batches_approved.max(1)).unwrap_or(u32::MAX);
+        approved.saturating_mul(bounds.batch_size()).min(pool.spec.replicas)
+    });
     Desired {
         replicas: pool.spec.replicas,
         failure_domains: pool.spec.failure_domains.clone(),
@@ -76,7 +117,16 @@ pub fn desired_of(pool: &Pool) -> Desired {
         max_unavailable: bounds.max_unavailable,
         paused: pool.spec.paused,
         deleting: pool.deleting,
+        max_updated,
     }
+}
+
+/// Observes a pool and plans a pass without changing anything: the dry run.
+pub async fn dry_run(ctx: &Context, pool: &Pool) -> Result<(Plan, Counts), ReconcileError> {
+    let containers = ctx.runtime.list_pool(&pool.name).await?;
+    let records = db::machines::list_for_pool(&ctx.db, &pool.name).await?;
+    let observed = observe(&containers, &records, &pool.spec, Utc::now());
+    Ok((plan::plan(&observed, &desired_of(pool, &observed)), counts(&observed)))
 }
 
 /// One pass over one pool. The worker guarantees no two passes of the same
@@ -86,29 +136,33 @@ pub async fn reconcile_once(ctx: &Context, name: &str) -> Result<Outcome, Reconc
     let Some(pool) = db::pools::get(&ctx.db, name).await? else {
         return Ok(Outcome::Gone);
     };
-    let containers = ctx.runtime.list_pool(name).await?;
+    let mut containers = ctx.runtime.list_pool(name).await?;
     sync_records(ctx, &pool, &containers).await?;
-    let records = db::machines::list_for_pool(&ctx.db, name).await?;
-
-    let image = pool.spec.desired_image();
-    let observed = observe(&containers, &records, &image);
-    let plan = plan::plan(&observed, &desired_of(&pool));
     if pool.deleting && containers.is_empty() {
         return purge(ctx, name).await;
     }
+    let mut records = db::machines::list_for_pool(&ctx.db, name).await?;
+    let mut observed = observe(&containers, &records, &pool.spec, Utc::now());
+    let desired = desired_of(&pool, &observed);
+    let plan = plan::plan(&observed, &desired);
     execute(ctx, &pool, &plan).await?;
 
-    let containers = if plan.is_empty() { containers } else { ctx.runtime.list_pool(name).await? };
     if !plan.is_empty() {
+        containers = ctx.runtime.list_pool(name).await?;
         sync_records(ctx, &pool, &containers).await?;
+        records = db::machines::list_for_pool(&ctx.db, name).await?;
+        observed = observe(&containers, &records, &pool.spec, Utc::now());
     }
-    let status = status_after_pass(&pool, &containers, &image);
-    let converged = plan.is_empty()
-        && status.replicas == pool.spec.replicas
-        && status.ready_replicas == pool.spec.replicas
-        && status.updated_replicas == pool.spec.replicas;
+    let counts = counts(&observed);
+    let awaiting_approval = plan.is_empty() && desired.max_updated.is_some_and(|allowed| counts.updated >= allowed);
+    let status = status_after_pass(ctx, &pool, &counts, awaiting_approval).await?;
     db::pools::write_status(&ctx.db, name, &status).await?;
-    Ok(if converged || pool.spec.paused { Outcome::Converged } else { Outcome::Progressing })
+    let settled = counts.complete(pool.spec.replicas) && plan.is_empty();
+    Ok(if settled || pool.spec.paused || awaiting_approval || pool.deleting && plan.is_empty() {
+        Outcome::Converged
+    } else {
+        Outcome::Progressing
+    })
 }
 
 /// Rules 2 and 3 of the seed: every container has a record; records whose
@@ -229,6 +283,7 @@ async fn delete_machine(ctx: &Context, pool: &Pool, d: &Deletion) -> Result<(), 
         plan::DeleteReason::DeleteRequested => "deletion was requested",
         plan::DeleteReason::Excess => "the pool has more ready machines than replicas",
         plan::DeleteReason::PoolDeleting => "the pool is being deleted",
+        plan::DeleteReason::Unready => "it stayed unready past machine_ready_timeout_seconds",
     };
     let ev = NewEvent::pool(&pool.name, EventType::Normal, "MachineDeleted", format!("deleted {}: {why}", d.machine));
     let stored = async {
@@ -261,17 +316,27 @@ async fn purge(ctx: &Context, name: &str) -> Result<Outcome, ReconcileError> {
     Ok(Outcome::Gone)
 }
 
-/// Counts and conditions after a successful pass.
-fn status_after_pass(pool: &Pool, containers: &[Container], image: &str) -> PoolStatus {
+/// Counts, conditions and rollout progress after a successful pass; may
+/// start an automatic rollback when the progress deadline has just passed.
+async fn status_after_pass(
+    ctx: &Context,
+    pool: &Pool,
+    counts: &Counts,
+    awaiting_approval: bool,
+) -> Result<PoolStatus, ReconcileError> {
     let now = Utc::now();
+    let spec = &pool.spec;
+    let image = spec.desired_image();
     let mut status = PoolStatus {
         observed_generation: pool.generation,
-        replicas: count(containers.len()),
-        ready_replicas: count(containers.iter().filter(|c| c.ready()).count()),
-        updated_replicas: count(containers.iter().filter(|c| c.image == image).count()),
+        replicas: counts.total,
+        ready_replicas: counts.ready,
+        updated_replicas: counts.updated,
+        available_replicas: counts.available,
         conditions: pool.status.conditions.clone(),
         last_error: None,
         last_reconciled_at: Some(now),
+        rollout: None,
     };
     status.set_condition(
         "RuntimeAvailable",
@@ -280,30 +345,75 @@ fn status_after_pass(pool: &Pool, containers: &[Container], image: &str) -> Pool
         "the container runtime answers",
         now,
     );
-    let want = pool.spec.replicas;
+    status.set_condition("Reconciled", ConditionStatus::True, "PassSucceeded", "the last pass applied its plan", now);
+
+    let prev = pool.status.rollout.as_ref();
+    let hold = spec.paused || awaiting_approval;
+    let mut progress =
+        rollout::track(prev, pool.revision, counts, spec.replicas, spec.progress_deadline_seconds, hold, now);
+    let newly_stalled =
+        progress.deadline_exceeded && !prev.is_some_and(|p| p.revision == pool.revision && p.deadline_exceeded);
+    if newly_stalled {
+        let message = format!(
+            "no progress for {} s: {} of {} machines updated and available, {} outdated",
+            spec.progress_deadline_seconds, counts.updated_available, spec.replicas, counts.outdated
+        );
+        let ev = NewEvent::pool(&pool.name, EventType::Warning, "ProgressDeadlineExceeded", message);
+        db::events::record(&ctx.db, &ev, now).await?;
+        if spec.strategy.auto_rollback {
+            match rollback::rollback(&ctx.db, pool, None, "the progress deadline passed").await {
+                Ok(rolled) => {
+                    progress = rollout::track(
+                        None,
+                        rolled.revision,
+                        counts,
+                        spec.replicas,
+                        spec.progress_deadline_seconds,
+                        false,
+                        now,
+                    );
+                    progress.rolling_back = true;
+                }
+                Err(e) => tracing::warn!(pool = %pool.name, error = %e, "automatic rollback not possible"),
+            }
+        }
+    }
+    let (progressing, reason, message) = if progress.deadline_exceeded {
+        (
+            ConditionStatus::False,
+            "ProgressDeadlineExceeded",
+            format!("no progress for {} s", spec.progress_deadline_seconds),
+        )
+    } else if counts.complete(spec.replicas) {
+        (ConditionStatus::True, "RolloutComplete", format!("revision {} runs on all machines", pool.revision))
+    } else {
+        (ConditionStatus::True, "RolloutProgressing", format!("moving to revision {} ({image})", pool.revision))
+    };
+    status.set_condition("Progressing", progressing, reason, message, now);
+    status.rollout = Some(progress);
+
+    let want = spec.replicas;
     let (ready, reason, message) = if pool.deleting {
-        (ConditionStatus::False, "Deleting", format!("removing {} machines", status.replicas))
-    } else if status.ready_replicas == want && status.updated_replicas == want && status.replicas == want {
+        (ConditionStatus::False, "Deleting", format!("removing {} machines", counts.total))
+    } else if counts.complete(want) {
         (ConditionStatus::True, "AllReady", format!("{want} of {want} machines ready and up to date"))
-    } else if pool.spec.paused {
+    } else if spec.paused {
         (ConditionStatus::False, "Paused", "the pool is paused".to_owned())
-    } else if status.updated_replicas < status.replicas {
+    } else if awaiting_approval {
+        (ConditionStatus::False, "BatchAwaitingApproval", "the rollout waits for POST .../rollout/continue".to_owned())
+    } else if counts.outdated > 0 {
         (
             ConditionStatus::False,
             "RollingUpdate",
-            format!("{} of {} machines run {image}", status.updated_replicas, status.replicas),
+            format!("{} of {} machines run {image}", counts.updated, counts.total),
         )
-    } else if status.replicas > want {
-        (ConditionStatus::False, "ScalingDown", format!("{} machines, want {want}", status.replicas))
+    } else if counts.total > want {
+        (ConditionStatus::False, "ScalingDown", format!("{} machines, want {want}", counts.total))
     } else {
-        (ConditionStatus::False, "ScalingUp", format!("{} of {want} machines ready", status.ready_replicas))
+        (ConditionStatus::False, "ScalingUp", format!("{} of {want} machines available", counts.available))
     };
     status.set_condition("Ready", ready, reason, message, now);
-    status
-}
-
-fn count(n: usize) -> u32 {
-    u32::try_from(n).unwrap_or(u32::MAX)
+    Ok(status)
 }
 
 /// Records a failed pass on the pool: conditions, last error, an event.
@@ -324,13 +434,14 @@ pub async fn record_failure(ctx: &Context, name: &str, err: &ReconcileError) {
                 now,
             );
         }
+        let reason = if unavailable { "RuntimeUnavailable" } else { "ReconcileFailed" };
+        status.set_condition("Reconciled", ConditionStatus::False, reason, message.clone(), now);
         let repeated = status.last_error.as_deref() == Some(message.as_str());
         status.last_error = Some(message.clone());
         let mut tx = ctx.db.begin().await?;
         db::pools::write_status(&mut *tx, name, &status).await?;
         // A failure that repeats word for word is one story, told once.
         if !repeated {
-            let reason = if unavailable { "RuntimeUnavailable" } else { "ReconcileFailed" };
             db::events::record(&mut *tx, &NewEvent::pool(name, EventType::Warning, reason, message.clone()), now)
                 .await?;
         }

@@ -16,6 +16,11 @@
 //! 4. Up-to-date machines that are not ready are never scale-down
 //!    candidates. Outdated ones that are not ready go first: removing them
 //!    costs no availability.
+//!
+//! Beyond the seed: a machine counts as *available* only once it has been
+//! ready for `min_ready_seconds`; machines stuck unready past a deadline are
+//! replaced, a few at a time; and with batch approval a rollout converts at
+//! most `max_updated` machines before it waits for a person.
 
 use std::cmp::Reverse;
 
@@ -30,6 +35,10 @@ pub struct Observed {
     /// Its container runs the pool's desired image.
     pub up_to_date: bool,
     pub ready: bool,
+    /// Ready for at least `min_ready_seconds`; implies `ready`.
+    pub available: bool,
+    /// Up to date, not ready, and older than the machine ready timeout.
+    pub stuck: bool,
     pub delete_requested: bool,
     /// Created but never started: a create that was interrupted (drover
     /// stopped between the engine's create and start calls).
@@ -48,6 +57,9 @@ pub struct Desired {
     pub max_unavailable: u32,
     pub paused: bool,
     pub deleting: bool,
+    /// While a rollout waits for batch approval: the most up-to-date
+    /// machines allowed now. `None`: no limit.
+    pub max_updated: Option<u32>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
@@ -61,6 +73,8 @@ pub enum DeleteReason {
     Excess,
     /// The pool itself is being deleted.
     PoolDeleting,
+    /// Stayed unready past the machine ready timeout; it is replaced.
+    Unready,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
@@ -120,29 +134,70 @@ pub fn plan(machines: &[Observed], desired: &Desired) -> Plan {
     let replicas = desired.replicas as usize;
     let floor = desired.replicas.saturating_sub(desired.max_unavailable) as usize;
     let mut ready = machines.iter().filter(|m| m.ready).count();
+    let mut available = machines.iter().filter(|m| m.available).count();
     let mut delete = Vec::new();
     let mut deleted = vec![false; machines.len()];
+    let mut remove = |i: usize, reason: DeleteReason, deleted: &mut Vec<bool>| {
+        let m = &machines[i];
+        deleted[i] = true;
+        delete.push(Deletion { machine: m.name.clone(), container_id: m.container_id.clone(), reason });
+    };
+    // Removing a ready `m` must keep both floors: ready machines, and
+    // available ones. A ready machine that is not yet available still goes
+    // only when enough others have proven themselves (Deployments count new
+    // unavailable pods against the scale-down budget the same way).
+    let affordable = |m: &Observed, ready: usize, available: usize| {
+        !m.ready || (ready > floor && available - usize::from(m.available) >= floor)
+    };
 
     // Outdated: not-ready first (free), then delete-requested, then oldest.
+    // Under batch approval, enough of them stay to fill the pool beside the
+    // up-to-date machines the approved batches allow.
     let mut outdated: Vec<usize> = (0..machines.len()).filter(|&i| !machines[i].up_to_date).collect();
     outdated.sort_by_key(|&i| {
         let m = &machines[i];
         (m.ready, !m.delete_requested, m.created_at, m.name.clone())
     });
+    let keep_outdated = desired.max_updated.map_or(0, |allowed| replicas.saturating_sub(allowed as usize));
+    let mut outdated_left = outdated.len();
     for i in outdated {
         let m = &machines[i];
-        if m.ready {
-            if ready <= floor {
-                continue;
-            }
-            ready -= 1;
+        if outdated_left <= keep_outdated && m.ready {
+            break;
         }
-        deleted[i] = true;
-        let reason = if m.delete_requested { DeleteReason::DeleteRequested } else { DeleteReason::Outdated };
-        delete.push(Deletion { machine: m.name.clone(), container_id: m.container_id.clone(), reason });
+        if !affordable(m, ready, available) {
+            continue;
+        }
+        ready -= usize::from(m.ready);
+        available -= usize::from(m.available);
+        outdated_left -= 1;
+        remove(
+            i,
+            if m.delete_requested { DeleteReason::DeleteRequested } else { DeleteReason::Outdated },
+            &mut deleted,
+        );
     }
 
-    // Up-to-date and ready: only true excess, delete requests first, then newest.
+    // Remediation: stuck machines are replaced, never more at once than
+    // unavailability allows (one at a time when it is zero), counting
+    // replacements still starting.
+    let starting =
+        (0..machines.len()).filter(|&i| machines[i].up_to_date && !machines[i].ready && !machines[i].stuck).count();
+    let mut budget = (desired.max_unavailable.max(1) as usize).saturating_sub(starting);
+    let mut stuck: Vec<usize> = (0..machines.len()).filter(|&i| machines[i].stuck && !deleted[i]).collect();
+    stuck.sort_by_key(|&i| (machines[i].created_at, machines[i].name.clone()));
+    for i in stuck {
+        if budget == 0 {
+            break;
+        }
+        budget -= 1;
+        remove(i, DeleteReason::Unready, &mut deleted);
+    }
+
+    // Up-to-date and ready: only true excess, delete requests first, then
+    // newest; and only once no ready outdated machine is left, since those
+    // go first (they may have stayed for availability).
+    let outdated_ready_left = (0..machines.len()).any(|i| !deleted[i] && !machines[i].up_to_date && machines[i].ready);
     let mut current: Vec<usize> =
         (0..machines.len()).filter(|&i| machines[i].up_to_date && machines[i].ready).collect();
     current.sort_by_key(|&i| {
@@ -150,14 +205,18 @@ pub fn plan(machines: &[Observed], desired: &Desired) -> Plan {
         (!m.delete_requested, Reverse(m.created_at), m.name.clone())
     });
     for i in current {
-        if ready <= replicas {
+        if ready <= replicas || outdated_ready_left {
             break;
         }
         let m = &machines[i];
+        if !affordable(m, ready, available) {
+            // Wait for availability rather than pass over a machine someone
+            // asked to remove first.
+            break;
+        }
         ready -= 1;
-        deleted[i] = true;
-        let reason = if m.delete_requested { DeleteReason::DeleteRequested } else { DeleteReason::Excess };
-        delete.push(Deletion { machine: m.name.clone(), container_id: m.container_id.clone(), reason });
+        available -= usize::from(m.available);
+        remove(i, if m.delete_requested { DeleteReason::DeleteRequested } else { DeleteReason::Excess }, &mut deleted);
     }
 
     let remaining = || machines.iter().zip(&deleted).filter(|(_, d)| !**d).map(|(m, _)| m);
@@ -165,7 +224,8 @@ pub fn plan(machines: &[Observed], desired: &Desired) -> Plan {
     let up_to_date_after = remaining().filter(|m| m.up_to_date).count();
     let want = replicas.saturating_sub(up_to_date_after);
     let room = (replicas + desired.max_surge as usize).saturating_sub(total_after);
-    let count = want.min(room);
+    let approved = desired.max_updated.map_or(usize::MAX, |a| (a as usize).saturating_sub(up_to_date_after));
+    let count = want.min(room).min(approved);
 
     let start = remaining()
         .filter(|m| m.up_to_date && m.never_started)

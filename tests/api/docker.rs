@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 use std::process::Command;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -13,15 +12,8 @@ use bollard::Docker;
 use bollard::models::ContainerSummaryStateEnum;
 use bollard::query_parameters::ListContainersOptionsBuilder;
 
-/// Versions whose `kindest/node:<version>` tags the harness builds locally;
-/// no real kind image has these versions, so a developer's images are safe.
-pub const V1: &str = "v1.99.1";
-pub const V2: &str = "v1.99.2";
-/// An image whose container exits at once.
-pub const CRASH_IMAGE: &str = "drover-test/crash:1";
-/// A plain long-running image that is not a node image.
-pub const PLAIN_IMAGE: &str = "drover-test/plain:1";
-const BUSYBOX: &str = "/bin/busybox";
+use crate::images::{self, docker};
+pub use crate::images::{BUSYBOX, CRASH_IMAGE, PLAIN_IMAGE, V1, V2};
 
 /// True when Docker is usable. Without it: in CI a panic, elsewhere a
 /// printed reason and `false`, so the caller can skip.
@@ -38,7 +30,7 @@ pub fn require_docker(test: &str) -> bool {
     });
     match problem {
         None => {
-            build_images();
+            images::build_once();
             true
         }
         Some(why) if std::env::var_os("CI").is_some() => panic!("{test} needs Docker and CI is set: {why}"),
@@ -47,41 +39,6 @@ pub fn require_docker(test: &str) -> bool {
             false
         }
     }
-}
-
-fn docker(args: &[&str]) -> String {
-    let out = Command::new("docker").args(args).env("DOCKER_BUILDKIT", "0").output().expect("running docker");
-    assert!(out.status.success(), "docker {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
-/// Builds the test images once per test process.
-fn build_images() {
-    static BUILT: OnceLock<()> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let dir = tempfile::TempDir::new().expect("build context");
-        std::fs::copy(BUSYBOX, dir.path().join("busybox")).expect("copying busybox");
-        let ctx = dir.path().to_str().expect("utf-8 path");
-        let dockerfile = |body: &str| {
-            std::fs::write(dir.path().join("Dockerfile"), body).expect("writing Dockerfile");
-        };
-        // PID 1 exits on TERM, so that stopping a machine takes no grace period.
-        dockerfile(
-            "FROM scratch\nCOPY busybox /bin/busybox\nRUN [\"/bin/busybox\", \"--install\", \"-s\", \"/bin\"]\n\
-             CMD [\"/bin/sh\", \"-c\", \"trap 'exit 0' TERM; sleep 1000000 & wait\"]\n",
-        );
-        docker(&["build", "-q", "-t", "drover-test/base:1", ctx]);
-        for (tag, label) in
-            [(format!("kindest/node:{V1}"), V1), (format!("kindest/node:{V2}"), V2), (PLAIN_IMAGE.to_owned(), "plain")]
-        {
-            dockerfile(&format!("FROM drover-test/base:1\nLABEL drover.test.variant=\"{label}\"\n"));
-            docker(&["build", "-q", "-t", &tag, ctx]);
-        }
-        dockerfile(
-            "FROM drover-test/base:1\nLABEL drover.test.variant=\"crash\"\nCMD [\"/bin/sh\", \"-c\", \"exit 3\"]\n",
-        );
-        docker(&["build", "-q", "-t", CRASH_IMAGE, ctx]);
-    });
 }
 
 /// Removes a pool's containers when a test ends, pass or fail.

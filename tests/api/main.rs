@@ -2,6 +2,9 @@
 
 mod docker;
 mod helpers;
+#[path = "../support/images.rs"]
+mod images;
 mod openapi;
 mod pools;
 mod reconcile;
+mod rollouts;

@@ -25,7 +25,12 @@ async fn create_returns_201_with_location_etag_and_the_pool() {
     assert_eq!(body["desired_image"], "kindest/node:v1.29.2");
     assert_eq!(body["generation"], 1);
     assert_eq!(body["phase"], "active");
-    assert_eq!(body["strategy"], json!({"max_surge": 1, "max_unavailable": 0}));
+    assert_eq!(
+        body["strategy"],
+        json!({"max_surge": 1, "max_unavailable": 0, "batch_approval": false, "auto_rollback": false})
+    );
+    assert_eq!((body["min_ready_seconds"].clone(), body["progress_deadline_seconds"].clone()), (json!(0), json!(600)));
+    assert_eq!(body["revision"], 1);
 
     let got = app.pool("web").await;
     assert_eq!(got["failure_domains"], json!(["a", "b"]));
@@ -206,8 +211,10 @@ async fn patch_merges_bumps_generation_and_honours_if_match() {
     let same = app.patch_pool("web", json!({"replicas": 4}), None).await;
     assert_eq!(same.headers()["etag"], "\"2\"");
     let events = app.events("web").await;
-    assert_eq!(events[0]["reason"], "SpecChanged");
-    assert!(events[0]["message"].as_str().unwrap().contains("replicas: 2 -> 4"), "{}", events[0]);
+    assert_eq!(events[0]["reason"], "RolloutStarted", "the image changed: {events:#?}");
+    assert_eq!(events[1]["reason"], "SpecChanged");
+    assert!(events[1]["message"].as_str().unwrap().contains("replicas: 2 -> 4"), "{}", events[1]);
+    assert_eq!(app.pool("web").await["revision"], 2);
 }
 
 #[tokio::test]

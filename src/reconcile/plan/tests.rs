@@ -8,6 +8,8 @@ fn m(name: &str, up_to_date: bool, ready: bool) -> Observed {
         container_id: format!("id-{name}"),
         up_to_date,
         ready,
+        available: ready,
+        stuck: false,
         delete_requested: false,
         never_started: false,
         failure_domain: None,
@@ -34,6 +36,7 @@ fn seed(replicas: u32) -> Desired {
         max_unavailable: 0,
         paused: false,
         deleting: false,
+        max_updated: None,
     }
 }
 
@@ -152,6 +155,48 @@ fn interrupted_creations_are_started_not_duplicated() {
 }
 
 #[test]
+fn machines_not_yet_available_do_not_count_toward_the_floor() {
+    // Two new machines are ready but have not been ready for min_ready_seconds.
+    let mut fresh1 = m("n1", true, true);
+    fresh1.available = false;
+    let mut fresh2 = m("n2", true, true);
+    fresh2.available = false;
+    let world = [m("o1", false, true), m("o2", false, true), fresh1, fresh2];
+    let d = Desired { max_surge: 2, ..seed(2) };
+    assert!(plan(&world, &d).delete.is_empty(), "old machines stay until the new ones are available");
+}
+
+#[test]
+fn stuck_machines_are_replaced_one_at_a_time_without_unavailability() {
+    let stuck = |n: &str| {
+        let mut x = m(n, true, false);
+        x.stuck = true;
+        x
+    };
+    let world = [m("a", true, true), stuck("s1"), stuck("s2")];
+    let d = Desired { max_surge: 1, ..seed(3) };
+    let p = plan(&world, &d);
+    assert_eq!(deleted(&p), [("s1", DeleteReason::Unready)]);
+    assert_eq!(p.create.len(), 1);
+    let d = Desired { max_surge: 1, max_unavailable: 2, ..seed(3) };
+    assert_eq!(plan(&world, &d).delete.len(), 2);
+}
+
+#[test]
+fn batch_approval_stops_a_rollout_after_each_batch() {
+    let old: Vec<_> = (0..6).map(|i| m(&format!("o{i}"), false, true)).collect();
+    let d = Desired { max_surge: 2, max_updated: Some(2), ..seed(6) };
+    let p = plan(&old, &d);
+    assert_eq!((p.create.len(), p.delete.len()), (2, 0));
+    let mut world = old.clone();
+    world.extend([m("n1", true, true), m("n2", true, true)]);
+    let p = plan(&world, &d);
+    assert_eq!((p.create.len(), p.delete.len()), (0, 2), "the batch finishes by removing two old machines");
+    let world: Vec<_> = world.into_iter().filter(|m| !p.delete.iter().any(|x| x.machine == m.name)).collect();
+    assert!(plan(&world, &d).is_empty(), "then the rollout waits for approval");
+}
+
+#[test]
 fn a_deleting_pool_removes_everything_and_creates_nothing() {
     let world = [m("a", true, true), m("b", false, false)];
     let p = plan(&world, &Desired { deleting: true, ..seed(3) });
@@ -168,22 +213,25 @@ fn a_paused_pool_changes_nothing() {
 // ---- properties over random worlds -----------------------------------------
 
 fn world() -> impl Strategy<Value = Vec<Observed>> {
-    prop::collection::vec((any::<bool>(), any::<bool>(), any::<bool>(), 0i64..5, prop::option::of(0usize..4)), 0..14)
-        .prop_map(|v| {
-            v.into_iter()
-                .enumerate()
-                .map(|(i, (up, ready, req, t, fd))| Observed {
-                    name: format!("m{i}"),
-                    container_id: format!("c{i}"),
-                    up_to_date: up,
-                    ready,
-                    delete_requested: req,
-                    never_started: !ready && t == 4,
-                    failure_domain: fd.map(|f| format!("fd{f}")),
-                    created_at: t,
-                })
-                .collect()
-        })
+    let machine = (any::<bool>(), any::<bool>(), any::<bool>(), 0i64..5, prop::option::of(0usize..4), any::<bool>());
+    prop::collection::vec(machine, 0..14).prop_map(|v| {
+        v.into_iter()
+            .enumerate()
+            .map(|(i, (up, ready, req, t, fd, flag))| Observed {
+                name: format!("m{i}"),
+                container_id: format!("c{i}"),
+                up_to_date: up,
+                ready,
+                // Some ready machines are not available yet (min_ready_seconds).
+                available: ready && (flag || t < 3),
+                stuck: up && !ready && flag,
+                delete_requested: req,
+                never_started: !ready && t == 4,
+                failure_domain: fd.map(|f| format!("fd{f}")),
+                created_at: t,
+            })
+            .collect()
+    })
 }
 
 fn desired() -> impl Strategy<Value = Desired> {
@@ -198,6 +246,7 @@ fn desired() -> impl Strategy<Value = Desired> {
                 max_unavailable: unavailable,
                 paused,
                 deleting: false,
+                max_updated: None,
             }
         },
     )
@@ -209,6 +258,7 @@ fn apply(world: &[Observed], p: &Plan) -> Vec<Observed> {
         world.iter().filter(|m| !p.delete.iter().any(|d| d.machine == m.name)).cloned().collect();
     for (i, c) in p.create.iter().enumerate() {
         let mut n = m(&format!("new{}-{i}", next.len()), true, false);
+        n.available = false;
         n.failure_domain = c.failure_domain.clone();
         n.created_at = 100;
         next.push(n);
@@ -219,16 +269,35 @@ fn apply(world: &[Observed], p: &Plan) -> Vec<Observed> {
 proptest! {
     #[test]
     fn plans_never_break_the_availability_floor(w in world(), d in desired()) {
-        let ready_before = w.iter().filter(|m| m.ready).count();
         let after = apply(&w, &plan(&w, &d));
-        let ready_after = after.iter().filter(|m| m.ready).count();
         let floor = d.replicas.saturating_sub(d.max_unavailable) as usize;
-        prop_assert!(ready_after >= floor.min(ready_before), "ready {ready_before} -> {ready_after}, floor {floor}");
+        for (what, before, after) in [
+            ("ready", w.iter().filter(|m| m.ready).count(), after.iter().filter(|m| m.ready).count()),
+            ("available", w.iter().filter(|m| m.available).count(), after.iter().filter(|m| m.available).count()),
+        ] {
+            prop_assert!(after >= floor.min(before), "{what} {before} -> {after}, floor {floor}");
+        }
+    }
+
+    #[test]
+    fn batch_approval_caps_up_to_date_machines(w in world(), d in desired(), allowed in 0u32..10) {
+        let d = Desired { max_updated: Some(allowed), ..d };
+        let up_before = w.iter().filter(|m| m.up_to_date).count();
+        let after = apply(&w, &plan(&w, &d));
+        let up_after = after.iter().filter(|m| m.up_to_date).count();
+        prop_assert!(up_after <= up_before.max(allowed as usize), "{up_before} -> {up_after} up to date, {allowed} allowed");
+    }
+
+    #[test]
+    fn remediation_replaces_few_at_a_time(w in world(), d in desired()) {
+        let p = plan(&w, &d);
+        let replaced = p.delete.iter().filter(|x| x.reason == DeleteReason::Unready).count();
+        prop_assert!(replaced <= d.max_unavailable.max(1) as usize);
     }
 
     #[test]
     fn with_no_unavailability_ready_never_drops_below_min_of_replicas_and_before(w in world(), replicas in 0u32..10, surge in 1u32..6) {
-        let d = Desired { replicas, failure_domains: vec![], max_surge: surge, max_unavailable: 0, paused: false, deleting: false };
+        let d = Desired { max_surge: surge, max_unavailable: 0, ..seed(replicas) };
         let ready_before = w.iter().filter(|m| m.ready).count();
         let after = apply(&w, &plan(&w, &d));
         let ready_after = after.iter().filter(|m| m.ready).count();
@@ -259,16 +328,19 @@ proptest! {
         let p = plan(&w, &d);
         let find = |name: &str| w.iter().find(|m| m.name == name).cloned();
         let gone = |name: &str| p.delete.iter().any(|x| x.machine == name);
+        // Scale-down deletions (remediation of stuck machines is not one).
+        let scaled_down = || p.delete.iter().filter(|x| x.reason != DeleteReason::Unready).filter_map(|x| find(&x.machine));
         // An up-to-date machine goes only when no ready outdated one stays.
-        if p.delete.iter().filter_map(|x| find(&x.machine)).any(|m| m.up_to_date) {
+        if scaled_down().any(|m| m.up_to_date) {
             prop_assert!(w.iter().filter(|m| !m.up_to_date && m.ready).all(|m| gone(&m.name)));
         }
         // An unrequested up-to-date machine goes only when every requested ready one goes.
-        if p.delete.iter().filter_map(|x| find(&x.machine)).any(|m| m.up_to_date && !m.delete_requested) {
+        if scaled_down().any(|m| m.up_to_date && !m.delete_requested) {
             prop_assert!(w.iter().filter(|m| m.up_to_date && m.ready && m.delete_requested).all(|m| gone(&m.name)));
         }
-        // Not-ready up-to-date machines are never candidates.
-        prop_assert!(w.iter().filter(|m| m.up_to_date && !m.ready).all(|m| !gone(&m.name)));
+        // Not-ready up-to-date machines are never scale-down candidates;
+        // only remediation replaces them, and only once they are stuck.
+        prop_assert!(w.iter().filter(|m| m.up_to_date && !m.ready && !m.stuck).all(|m| !gone(&m.name)));
     }
 
     #[test]
@@ -285,7 +357,14 @@ proptest! {
         let mut world = w;
         for _ in 0..60 {
             for m in &mut world {
-                if m.up_to_date { m.ready = true; m.never_started = false; }
+                // Time passes: whatever is ready becomes available.
+                m.available = m.ready;
+                if m.up_to_date {
+                    m.ready = true;
+                    m.available = true;
+                    m.stuck = false;
+                    m.never_started = false;
+                }
             }
             let p = plan(&world, &d);
             if p.is_empty() {

@@ -1,0 +1,144 @@
+//! How fast drover converges a pool, next to the engine's own limit.
+//!
+//! For each size N, in the same run and against the same Docker engine:
+//! - `engine`: create and start N containers straight through the engine's
+//!   API, all at once (the fastest this engine can go), then remove them;
+//! - `drover`: scale a pool from 0 to N and wait until its status reports N
+//!   ready machines, then scale back to 0.
+//!
+//! Run: `cargo bench --bench converge` (needs Docker and /bin/busybox).
+//! Sizes: `DROVER_BENCH_SIZES=20,50` (default). Rounds: `DROVER_BENCH_ROUNDS=3`.
+
+#[path = "../tests/support/images.rs"]
+mod images;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use bollard::Docker;
+use bollard::models::ContainerCreateBody;
+use bollard::query_parameters::{CreateContainerOptionsBuilder, RemoveContainerOptionsBuilder};
+use drover::app::Application;
+use drover::config::{RuntimeKind, ServeConfig};
+use futures_util::future::join_all;
+use serde_json::{Value, json};
+
+const LIMIT: Duration = Duration::from_secs(300);
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    images::build_once();
+    let sizes: Vec<usize> = std::env::var("DROVER_BENCH_SIZES")
+        .unwrap_or_else(|_| "20,50".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    let rounds: usize = std::env::var("DROVER_BENCH_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
+    let docker = Docker::connect_with_defaults()?.negotiate_version().await?;
+    let image = format!("kindest/node:{}", images::V1);
+
+    let tmp = tempfile::TempDir::new()?;
+    let mut cfg = ServeConfig::for_data_dir(tmp.path().to_path_buf());
+    cfg.runtime = RuntimeKind::Docker;
+    cfg.log_level = "warn".into();
+    let app = Application::build(cfg).await?;
+    let base = format!("http://{}", app.local_addr()?);
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(app.run_until_stopped(async move {
+        let _ = stop_rx.await;
+    }));
+    let http = reqwest::Client::new();
+    let pool = format!("bench-{}", std::process::id());
+    let res = http
+        .post(format!("{base}/v1/pools"))
+        .json(&json!({"name": pool, "replicas": 0, "version": images::V1}))
+        .send()
+        .await?;
+    anyhow::ensure!(res.status().is_success(), "creating the bench pool: {}", res.text().await?);
+
+    println!("| machines | engine direct (best of {rounds}) | drover converge (best of {rounds}) | ratio |");
+    println!("|---:|---:|---:|---:|");
+    for &n in &sizes {
+        let mut engine = Duration::MAX;
+        let mut drover = Duration::MAX;
+        for round in 0..rounds {
+            engine = engine.min(direct(&docker, &image, n, round).await?);
+            drover = drover.min(converge(&http, &base, &pool, n).await?);
+        }
+        println!(
+            "| {n} | {:.2} s | {:.2} s | {:.2}x |",
+            engine.as_secs_f64(),
+            drover.as_secs_f64(),
+            drover.as_secs_f64() / engine.as_secs_f64()
+        );
+    }
+
+    http.delete(format!("{base}/v1/pools/{pool}")).send().await?;
+    let deadline = Instant::now() + LIMIT;
+    while http.get(format!("{base}/v1/pools/{pool}")).send().await?.status() != reqwest::StatusCode::NOT_FOUND {
+        anyhow::ensure!(Instant::now() < deadline, "bench pool was not removed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = stop_tx.send(());
+    server.await??;
+    Ok(())
+}
+
+/// Creates and starts `n` containers at once straight through the engine;
+/// returns the time until all run, then removes them (untimed).
+async fn direct(docker: &Docker, image: &str, n: usize, round: usize) -> anyhow::Result<Duration> {
+    let names: Vec<String> = (0..n).map(|i| format!("bench-direct-{}-{round}-{i}", std::process::id())).collect();
+    let started = Instant::now();
+    let results = join_all(names.iter().map(|name| async move {
+        let body = ContainerCreateBody {
+            image: Some(image.to_owned()),
+            labels: Some(HashMap::from([("drover.bench".to_owned(), "direct".to_owned())])),
+            ..Default::default()
+        };
+        let opts = CreateContainerOptionsBuilder::default().name(name).build();
+        let created = docker.create_container(Some(opts), body).await?;
+        docker.start_container(&created.id, None).await?;
+        Ok::<_, bollard::errors::Error>(())
+    }))
+    .await;
+    let elapsed = started.elapsed();
+    let failed = results.iter().filter(|r| r.is_err()).count();
+    join_all(names.iter().map(|name| async move {
+        let opts = RemoveContainerOptionsBuilder::default().force(true).build();
+        let _ = docker.remove_container(name, Some(opts)).await;
+    }))
+    .await;
+    anyhow::ensure!(failed == 0, "{failed} of {n} direct creations failed");
+    Ok(elapsed)
+}
+
+/// Scales the pool to `n`, waits for `n` ready machines, returns that time,
+/// then scales back to 0 and waits for it (untimed).
+async fn converge(http: &reqwest::Client, base: &str, pool: &str, n: usize) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    scale(http, base, pool, n).await?;
+    wait_ready(http, base, pool, n).await?;
+    let elapsed = started.elapsed();
+    scale(http, base, pool, 0).await?;
+    wait_ready(http, base, pool, 0).await?;
+    Ok(elapsed)
+}
+
+async fn scale(http: &reqwest::Client, base: &str, pool: &str, n: usize) -> anyhow::Result<()> {
+    let res = http.put(format!("{base}/v1/pools/{pool}/scale")).json(&json!({ "replicas": n })).send().await?;
+    anyhow::ensure!(res.status().is_success(), "scale to {n}: {}", res.text().await?);
+    Ok(())
+}
+
+async fn wait_ready(http: &reqwest::Client, base: &str, pool: &str, n: usize) -> anyhow::Result<()> {
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let p: Value = http.get(format!("{base}/v1/pools/{pool}")).send().await?.json().await?;
+        let s = &p["status"];
+        if s["observed_generation"] == p["generation"] && s["ready_replicas"] == n && s["replicas"] == n {
+            return Ok(());
+        }
+        anyhow::ensure!(Instant::now() < deadline, "pool never reached {n} ready machines: {s}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

@@ -1,0 +1,292 @@
+//! Rollouts of a pool: progress, revisions, rollback, batch approval and
+//! the dry-run plan.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+use crate::app::AppState;
+use crate::db::{self, pools::Pool, revisions::Revision};
+use crate::domain::event::{EventType, NewEvent};
+use crate::domain::rollout::{self, Counts, RolloutState};
+use crate::error::{ApiError, ApiResult, Problem};
+use crate::http::extract::parse_json;
+use crate::http::pools::{load, merge_patch, pool_response, spec_from_value};
+use crate::reconcile::{self, plan::Plan, rollback::RollbackError};
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(get_rollout))
+        .routes(routes!(continue_rollout))
+        .routes(routes!(list_revisions))
+        .routes(routes!(rollback_pool))
+        .routes(routes!(plan_pool))
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Bounds {
+    /// `max_surge` resolved against `replicas` (percentages round up).
+    pub max_surge: u32,
+    /// `max_unavailable` resolved against `replicas` (percentages round down).
+    pub max_unavailable: u32,
+    /// Both bounds rounded to zero, so unavailability was raised to 1 so
+    /// that the rollout can move (Cluster API's rule).
+    pub unavailable_raised_to_one: bool,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BatchStatus {
+    pub approved_batches: i64,
+    /// Machines one batch converts to the new image.
+    pub batch_size: u32,
+    /// The rollout waits for `POST .../rollout/continue`.
+    pub awaiting_approval: bool,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RolloutView {
+    pub pool: String,
+    pub desired_image: String,
+    pub revision: i64,
+    pub state: RolloutState,
+    /// Why the rollout is paused or stalled, when it is.
+    pub reason: Option<String>,
+    pub counts: Counts,
+    pub replicas: u32,
+    pub bounds: Bounds,
+    pub batch: Option<BatchStatus>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub last_progress_at: Option<DateTime<Utc>>,
+    pub completed_at: Option<DateTime<Utc>>,
+    /// Machines still to replace or create.
+    pub remaining: u32,
+    /// At the pace so far; absent until a machine has been replaced.
+    pub estimated_seconds_remaining: Option<f64>,
+}
+
+fn rollout_view(pool: &Pool) -> RolloutView {
+    let spec = &pool.spec;
+    let s = &pool.status;
+    let bounds = spec.strategy.resolve(spec.replicas);
+    let progress = s.rollout.clone().filter(|p| p.revision == pool.revision);
+    let counts = Counts {
+        total: s.replicas,
+        updated: s.updated_replicas,
+        ready: s.ready_replicas,
+        available: s.available_replicas,
+        updated_available: progress.as_ref().map_or(0, |p| p.updated_available),
+        outdated: s.replicas.saturating_sub(s.updated_replicas),
+    };
+    // Derived from the approvals (fresh) rather than the last pass's
+    // condition, so that a continue shows at once.
+    let allowed = u32::try_from(pool.batches_approved.max(1)).unwrap_or(u32::MAX).saturating_mul(bounds.batch_size());
+    let awaiting = spec.strategy.batch_approval
+        && counts.outdated > 0
+        && counts.updated >= allowed.min(spec.replicas)
+        && counts.total == spec.replicas;
+    let fresh = s.observed_generation == pool.generation;
+    let state = match &progress {
+        Some(p) if fresh => rollout::state(p, &counts, spec.replicas, spec.paused, awaiting),
+        _ if spec.paused => RolloutState::Paused,
+        _ => RolloutState::Progressing,
+    };
+    let reason = match state {
+        RolloutState::Paused if spec.paused => Some("the pool is paused (spec.paused)".to_owned()),
+        RolloutState::Paused => {
+            Some("batch done; waiting for POST /v1/pools/{name}/rollout/continue".replace("{name}", &pool.name))
+        }
+        RolloutState::Stalled => {
+            Some(format!("no progress for {} s (ProgressDeadlineExceeded)", spec.progress_deadline_seconds))
+        }
+        _ => None,
+    };
+    let remaining = counts.outdated.max(spec.replicas.saturating_sub(counts.updated_available));
+    let estimated_seconds_remaining = progress.as_ref().and_then(|p| {
+        let elapsed = (Utc::now() - p.started_at).num_milliseconds() as f64 / 1000.0;
+        let done = f64::from(p.updated_available);
+        (done > 0.0 && remaining > 0).then(|| elapsed / done * f64::from(remaining))
+    });
+    RolloutView {
+        pool: pool.name.clone(),
+        desired_image: spec.desired_image(),
+        revision: pool.revision,
+        state,
+        reason,
+        counts,
+        replicas: spec.replicas,
+        bounds: Bounds {
+            max_surge: bounds.max_surge,
+            max_unavailable: bounds.max_unavailable,
+            unavailable_raised_to_one: bounds.unavailable_raised,
+        },
+        batch: spec.strategy.batch_approval.then(|| BatchStatus {
+            approved_batches: pool.batches_approved,
+            batch_size: bounds.batch_size(),
+            awaiting_approval: awaiting,
+        }),
+        started_at: progress.as_ref().map(|p| p.started_at),
+        last_progress_at: progress.as_ref().map(|p| p.last_progress_at),
+        completed_at: progress.as_ref().and_then(|p| p.completed_at),
+        remaining,
+        estimated_seconds_remaining,
+    }
+}
+
+/// Progress of the pool's current rollout.
+#[utoipa::path(get, path = "/v1/pools/{name}/rollout", tag = "rollouts",
+    params(("name" = String, Path, description = "Pool name")),
+    responses(
+        (status = 200, description = "Rollout progress", body = RolloutView),
+        (status = 404, description = "No such pool", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn get_rollout(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Json<RolloutView>> {
+    Ok(Json(rollout_view(&load(&state, &name).await?)))
+}
+
+/// Approve the next batch of a rollout with `strategy.batch_approval`.
+#[utoipa::path(post, path = "/v1/pools/{name}/rollout/continue", tag = "rollouts",
+    params(("name" = String, Path, description = "Pool name")),
+    responses(
+        (status = 200, description = "Next batch approved", body = RolloutView),
+        (status = 404, description = "No such pool", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The pool has no batch approval or no rollout waiting", body = Problem, content_type = "application/problem+json"),
+    ))]
+#[tracing::instrument(skip(state))]
+async fn continue_rollout(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Json<RolloutView>> {
+    let pool = load(&state, &name).await?;
+    if !pool.spec.strategy.batch_approval {
+        return Err(ApiError::Conflict(format!("pool {name:?} does not use strategy.batch_approval")));
+    }
+    if pool.status.replicas == pool.status.updated_replicas && pool.status.observed_generation == pool.generation {
+        return Err(ApiError::Conflict(format!("pool {name:?} has no rollout in progress")));
+    }
+    let now = Utc::now();
+    let mut tx = state.db.begin().await?;
+    let pool = db::pools::approve_batch(&mut *tx, &name).await?.ok_or_else(|| ApiError::not_found("pool", &name))?;
+    let message = format!("batch {} of revision {} approved", pool.batches_approved, pool.revision);
+    db::events::record(&mut *tx, &NewEvent::pool(&name, EventType::Normal, "BatchApproved", message), now).await?;
+    tx.commit().await?;
+    state.queue.enqueue(&name);
+    Ok(Json(rollout_view(&pool)))
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RevisionList {
+    /// The pool's current revision.
+    pub current: i64,
+    /// Newest first.
+    pub items: Vec<Revision>,
+}
+
+/// Every desired image the pool has had.
+#[utoipa::path(get, path = "/v1/pools/{name}/revisions", tag = "rollouts",
+    params(("name" = String, Path, description = "Pool name")),
+    responses(
+        (status = 200, description = "Revisions, newest first", body = RevisionList),
+        (status = 404, description = "No such pool", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn list_revisions(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Json<RevisionList>> {
+    let pool = load(&state, &name).await?;
+    let items = db::revisions::list(&state.db, &name).await?;
+    Ok(Json(RevisionList { current: pool.revision, items }))
+}
+
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RollbackRequest {
+    /// Revision to return to; default: the newest earlier one with another image.
+    pub revision: Option<i64>,
+}
+
+/// Return the pool to an earlier revision's version and image. The body
+/// may be omitted.
+#[utoipa::path(post, path = "/v1/pools/{name}/rollback", tag = "rollouts",
+    params(("name" = String, Path, description = "Pool name")),
+    request_body(content = Option<RollbackRequest>, content_type = "application/json"),
+    responses(
+        (status = 202, description = "Rolling back; follow `GET .../rollout`", body = crate::http::pools::PoolView),
+        (status = 404, description = "No such pool", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Nothing to roll back to, or the pool changed meanwhile", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "No such revision", body = Problem, content_type = "application/problem+json"),
+    ))]
+#[tracing::instrument(skip(state, body))]
+async fn rollback_pool(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    body: axum::body::Bytes,
+) -> ApiResult<Response> {
+    let req: RollbackRequest =
+        if body.iter().all(u8::is_ascii_whitespace) { RollbackRequest::default() } else { parse_json(&body)? };
+    let pool = load(&state, &name).await?;
+    if pool.deleting {
+        return Err(ApiError::Conflict(format!("pool {name:?} is being deleted")));
+    }
+    let rolled = reconcile::rollback::rollback(&state.db, &pool, req.revision, "rollback requested").await.map_err(
+        |e| match e {
+            RollbackError::UnknownRevision { .. } => ApiError::invalid("revision", "exists", e),
+            RollbackError::Store(s) => ApiError::Database(s),
+            RollbackError::BadRevision { .. } => ApiError::Internal(e.into()),
+            other => ApiError::Conflict(other.to_string()),
+        },
+    )?;
+    state.queue.enqueue(&name);
+    Ok(pool_response(StatusCode::ACCEPTED, rolled.pool, true))
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PlanView {
+    pub pool: String,
+    /// The image the plan converges to.
+    pub desired_image: String,
+    /// What the next pass would do now, in order: deletions, starts, creations.
+    pub plan: Plan,
+    /// Machine counts as observed now.
+    pub observed: Counts,
+}
+
+/// Dry run: the actions the reconciler would take now, for the pool as it
+/// is or with a proposed change (a JSON merge patch of the spec). Nothing
+/// is changed.
+#[utoipa::path(post, path = "/v1/pools/{name}/plan", tag = "rollouts",
+    params(("name" = String, Path, description = "Pool name")),
+    request_body(content = Option<Object>, description = "Optional merge patch of the spec to try", content_type = "application/merge-patch+json"),
+    responses(
+        (status = 200, description = "The plan", body = PlanView),
+        (status = 400, description = "Body is not JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such pool", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "The proposed spec breaks a rule", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The container runtime is unreachable", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn plan_pool(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    body: axum::body::Bytes,
+) -> ApiResult<Json<PlanView>> {
+    let mut pool = load(&state, &name).await?;
+    if !body.iter().all(u8::is_ascii_whitespace) {
+        let patch: Value = parse_json(&body)?;
+        if !patch.is_object() {
+            return Err(ApiError::invalid("body", "type", "a merge patch must be a JSON object"));
+        }
+        let mut doc = serde_json::to_value(&pool.spec).map_err(|e| ApiError::Internal(e.into()))?;
+        merge_patch(&mut doc, &patch);
+        let proposed = spec_from_value(&state, doc)?;
+        if proposed.desired_image() != pool.spec.desired_image() {
+            // A new image starts a new rollout with its first batch approved.
+            pool.batches_approved = 1;
+        }
+        pool.spec = proposed;
+    }
+    let (plan, observed) = reconcile::dry_run(&state.reconcile, &pool).await.map_err(|e| match e {
+        reconcile::ReconcileError::Runtime(r) => ApiError::Unavailable(r.to_string()),
+        reconcile::ReconcileError::Store(s) => ApiError::Database(s),
+        other => ApiError::Internal(anyhow::anyhow!(other.to_string())),
+    })?;
+    Ok(Json(PlanView { pool: name, desired_image: pool.spec.desired_image(), plan, observed }))
+}

@@ -1,0 +1,70 @@
+//! Returning a pool to an earlier revision: by request, or by itself when
+//! a rollout stalls and `strategy.auto_rollback` is set.
+
+use chrono::Utc;
+
+use crate::db::{self, Db, pools::Pool};
+use crate::domain::event::{EventType, NewEvent};
+use crate::domain::pool::PoolSpec;
+use crate::domain::version::KubeVersion;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RollbackError {
+    #[error("pool {0:?} has no earlier revision with another image to return to")]
+    NoPrevious(String),
+    #[error("pool {pool:?} has no revision {revision}")]
+    UnknownRevision { pool: String, revision: i64 },
+    #[error("revision {0} runs the image the pool already runs")]
+    SameImage(i64),
+    #[error("pool {0:?} changed while rolling back; read it again")]
+    Conflict(String),
+    #[error("stored revision {revision} has a bad version {version:?}")]
+    BadRevision { revision: i64, version: String },
+    #[error("store: {0}")]
+    Store(#[from] sqlx::Error),
+}
+
+/// The pool after a rollback, at the new revision that restores the old image.
+pub struct RolledBack {
+    pub pool: Pool,
+    /// Revision whose image the pool returned to.
+    pub to: i64,
+    /// The new revision recording the return.
+    pub revision: i64,
+}
+
+/// Sets the pool's `version` and `image` to those of `target` (default: the
+/// newest earlier revision with another image), only if the pool is still
+/// at the generation it was read at. Makes a new revision and an event.
+pub async fn rollback(db: &Db, pool: &Pool, target: Option<i64>, why: &str) -> Result<RolledBack, RollbackError> {
+    let rev = match target {
+        Some(revision) => db::revisions::get(db, &pool.name, revision)
+            .await?
+            .ok_or_else(|| RollbackError::UnknownRevision { pool: pool.name.clone(), revision })?,
+        None => db::revisions::previous(db, &pool.name, pool.revision)
+            .await?
+            .ok_or_else(|| RollbackError::NoPrevious(pool.name.clone()))?,
+    };
+    let version: KubeVersion = rev
+        .version
+        .parse()
+        .map_err(|_| RollbackError::BadRevision { revision: rev.revision, version: rev.version.clone() })?;
+    let spec = PoolSpec { version, image: rev.image.clone(), ..pool.spec.clone() };
+    if spec.desired_image() == pool.spec.desired_image() {
+        return Err(RollbackError::SameImage(rev.revision));
+    }
+    let now = Utc::now();
+    let mut tx = db.begin().await?;
+    let Some(updated) = db::pools::update_spec(&mut *tx, &pool.name, pool.generation, &spec, now).await? else {
+        return Err(RollbackError::Conflict(pool.name.clone()));
+    };
+    let revision =
+        db::revisions::record_change(&mut tx, &pool.name, &pool.spec, &spec, now).await?.unwrap_or(updated.revision);
+    let message =
+        format!("{why}: rolling back to revision {} ({}) as revision {revision}", rev.revision, rev.desired_image);
+    db::events::record(&mut *tx, &NewEvent::pool(&pool.name, EventType::Warning, "RolledBack", message), now).await?;
+    tx.commit().await?;
+    let pool = db::pools::get(db, &pool.name).await?.unwrap_or(updated);
+    tracing::warn!(pool = %pool.name, to = rev.revision, revision, "rolled back");
+    Ok(RolledBack { pool, to: rev.revision, revision })
+}
