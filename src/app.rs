@@ -32,6 +32,8 @@ pub struct AppState {
     /// Wakes the reconcile worker for a pool.
     pub queue: PoolQueue,
     pub config: Arc<ServeConfig>,
+    /// Wakes the upgrade runner when a job is created.
+    pub upgrades: crate::upgrade::UpgradeQueue,
 }
 
 impl AppState {
@@ -71,7 +73,7 @@ impl Application {
             Runtime::Simulated(_) => tracing::warn!("container runtime: simulated (machines are not real containers)"),
         }
         let (queue, wakes) = PoolQueue::channel();
-        let state = AppState { db, runtime, queue, config: Arc::new(config) };
+        let state = AppState { db, runtime, queue, config: Arc::new(config), upgrades: Default::default() };
         Ok(Self { listener, state, wakes })
     }
 
@@ -108,6 +110,10 @@ impl Application {
             let cancel = cancel.clone();
             async move { runtime.watch(events, cancel).await }
         });
+
+        let upgrades =
+            crate::upgrade::Context { db: state.db.clone(), settings: crate::upgrade::Settings::from_config(&config) };
+        tasks.spawn(crate::upgrade::runner::run(upgrades, state.upgrades.clone(), cancel.clone()));
 
         let router = crate::http::router(state.clone(), config.request_timeout);
         let stop = cancel.clone();

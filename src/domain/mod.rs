@@ -7,6 +7,7 @@ pub mod names;
 pub mod pool;
 pub mod status;
 pub mod strategy;
+pub mod upgrade;
 pub mod version;
 
 use std::fmt;

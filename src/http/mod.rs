@@ -1,10 +1,12 @@
 //! The HTTP API: routes, middleware and the OpenAPI document they share.
 
+pub mod clusters;
 pub mod extract;
 pub mod health;
 pub mod machines;
 pub mod pagination;
 pub mod pools;
+pub mod upgrades;
 
 use std::time::Duration;
 
@@ -37,6 +39,8 @@ pub const REQUEST_ID: &str = "x-request-id";
         (name = "pools", description = "Machine pools: desired state, scaling, events"),
         (name = "machines", description = "The machines (containers) of a pool"),
         (name = "health", description = "Liveness and readiness probes"),
+        (name = "clusters", description = "Registered Kubernetes clusters; credentials are write-only"),
+        (name = "upgrades", description = "Control-plane upgrade jobs: one component at a time, resumable, cancellable"),
     )
 )]
 struct ApiDoc;
@@ -46,6 +50,8 @@ fn api() -> OpenApiRouter<AppState> {
         .merge(health::router())
         .merge(pools::router())
         .merge(machines::router())
+        .merge(clusters::router())
+        .merge(upgrades::router())
 }
 
 /// The OpenAPI document, as served at `/openapi.json` and committed at
