@@ -247,10 +247,10 @@ async fn create_upgrade(
     check_image_reference(&format!("{repo}/kube-apiserver:{target}"))
         .map_err(|e| ApiError::invalid("image_repository", "image_repository", e))?;
     db::clusters::get(&state.db, &name).await?.ok_or_else(|| ApiError::not_found("cluster", &name))?;
-    if !body.dry_run {
-        if let Some(id) = db::upgrades::active_for_cluster(&state.db, &name).await? {
-            return Err(active_conflict(&name, id));
-        }
+    if !body.dry_run
+        && let Some(id) = db::upgrades::active_for_cluster(&state.db, &name).await?
+    {
+        return Err(active_conflict(&name, id));
     }
 
     // What runs now: the version policy compares against the oldest of the

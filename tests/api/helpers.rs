@@ -72,6 +72,13 @@ impl TestApp {
         start(config(&self.data_dir, runtime), tmp).await
     }
 
+    /// Stops and starts again on the same database file with `cfg`.
+    pub async fn restart_with(mut self, cfg: ServeConfig) -> TestApp {
+        self.stop().await;
+        let tmp = self._tmp.take();
+        start(cfg, tmp).await
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.addr)
     }
