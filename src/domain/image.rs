@@ -80,10 +80,10 @@ fn check_domain(d: &str) -> Result<(), ImageError> {
         Some((h, p)) => (h, Some(p)),
         None => (d, None),
     };
-    if let Some(p) = port {
-        if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) || p.parse::<u16>().is_err() {
-            return Err(bad());
-        }
+    if let Some(p) = port
+        && (p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) || p.parse::<u16>().is_err())
+    {
+        return Err(bad());
     }
     let label_ok = |l: &str| {
         !l.is_empty()
@@ -158,7 +158,8 @@ mod tests {
 
     #[test]
     fn refuses_broken_references() {
-        let cases: &[(&str, fn(&ImageError) -> bool)] = &[
+        type Check = fn(&ImageError) -> bool;
+        let cases: &[(&str, Check)] = &[
             ("", |e| matches!(e, ImageError::Empty)),
             (":tag", |e| matches!(e, ImageError::Empty)),
             ("Busybox", |e| matches!(e, ImageError::BadPathComponent(_))),

@@ -109,10 +109,10 @@ pub fn validate(raw: RawSpec, limits: SpecLimits) -> Result<PoolSpec, Validation
         errs.push("version", "version", e);
         KubeVersion { major: 0, minor: 0, patch: 0 }
     });
-    if let Some(image) = &raw.image {
-        if let Err(e) = check_image_reference(image) {
-            errs.push("image", "image_reference", e);
-        }
+    if let Some(image) = &raw.image
+        && let Err(e) = check_image_reference(image)
+    {
+        errs.push("image", "image_reference", e);
     }
     check_failure_domains(&raw.failure_domains, &mut errs);
     check_mounts(&raw.extra_mounts, &mut errs);
@@ -129,10 +129,10 @@ pub fn validate(raw: RawSpec, limits: SpecLimits) -> Result<PoolSpec, Validation
             "max_surge and max_unavailable must not both be zero, or no machine could ever be replaced",
         );
     }
-    if let Some(cluster) = &raw.cluster {
-        if let Err(e) = check_dns_label(cluster) {
-            errs.push("cluster", "dns_label", e);
-        }
+    if let Some(cluster) = &raw.cluster
+        && let Err(e) = check_dns_label(cluster)
+    {
+        errs.push("cluster", "dns_label", e);
     }
 
     errs.into_result(PoolSpec {

@@ -122,6 +122,19 @@ impl RolloutStrategy {
     }
 }
 
+impl utoipa::PartialSchema for IntOrPercent {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Type};
+        OneOfBuilder::new()
+            .item(ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(0)).maximum(Some(u32::MAX)))
+            .item(ObjectBuilder::new().schema_type(Type::String).pattern(Some(r"^(100|[1-9]?[0-9])%$")))
+            .description(Some("A count, or a percentage of replicas such as \"25%\""))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for IntOrPercent {}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -165,16 +178,3 @@ mod tests {
         assert_eq!((b.max_surge, b.max_unavailable, b.unavailable_raised), (1, 0, false));
     }
 }
-
-impl utoipa::PartialSchema for IntOrPercent {
-    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
-        use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Type};
-        OneOfBuilder::new()
-            .item(ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(0)).maximum(Some(u32::MAX)))
-            .item(ObjectBuilder::new().schema_type(Type::String).pattern(Some(r"^(100|[1-9]?[0-9])%$")))
-            .description(Some("A count, or a percentage of replicas such as \"25%\""))
-            .into()
-    }
-}
-
-impl utoipa::ToSchema for IntOrPercent {}

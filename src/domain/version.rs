@@ -70,6 +70,20 @@ pub fn node_image(version: KubeVersion) -> String {
     format!("{NODE_IMAGE_REPOSITORY}:{version}")
 }
 
+impl utoipa::PartialSchema for KubeVersion {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{ObjectBuilder, Type};
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .pattern(Some(r"^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$"))
+            .description(Some("Kubernetes release version, vMAJOR.MINOR.PATCH"))
+            .examples(["v1.29.2"])
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for KubeVersion {}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,17 +132,3 @@ mod tests {
         assert_eq!(node_image("v1.29.2".parse().unwrap()), "kindest/node:v1.29.2");
     }
 }
-
-impl utoipa::PartialSchema for KubeVersion {
-    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
-        use utoipa::openapi::schema::{ObjectBuilder, Type};
-        ObjectBuilder::new()
-            .schema_type(Type::String)
-            .pattern(Some(r"^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$"))
-            .description(Some("Kubernetes release version, vMAJOR.MINOR.PATCH"))
-            .examples(["v1.29.2"])
-            .into()
-    }
-}
-
-impl utoipa::ToSchema for KubeVersion {}

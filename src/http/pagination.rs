@@ -30,7 +30,7 @@ impl PageParams {
 
     /// The key the cursor carries, if any.
     pub fn after(&self) -> Result<Option<String>, ApiError> {
-        self.cursor.as_deref().map(|c| cursor::decode(c).ok_or_else(|| bad_cursor())).transpose()
+        self.cursor.as_deref().map(|c| cursor::decode(c).ok_or_else(bad_cursor)).transpose()
     }
 
     /// The numeric key the cursor carries, for id-ordered lists.

@@ -283,13 +283,13 @@ async fn update_spec(
     const ATTEMPTS: usize = 5;
     for _ in 0..ATTEMPTS {
         let pool = load(state, name).await?;
-        if let Some(g) = pinned {
-            if g != pool.generation {
-                return Err(ApiError::PreconditionFailed(format!(
-                    "pool {name:?} is at generation {}, not {g}",
-                    pool.generation
-                )));
-            }
+        if let Some(g) = pinned
+            && g != pool.generation
+        {
+            return Err(ApiError::PreconditionFailed(format!(
+                "pool {name:?} is at generation {}, not {g}",
+                pool.generation
+            )));
         }
         if pool.deleting {
             return Err(ApiError::Conflict(format!("pool {name:?} is being deleted; its spec can no longer change")));

@@ -175,10 +175,10 @@ impl DockerRuntime {
                             next = events.next() => match next {
                                 Some(Ok(ev)) => {
                                     let pool = ev.actor.and_then(|a| a.attributes).and_then(|mut a| a.remove(labels::POOL));
-                                    if let Some(pool) = pool {
-                                        if tx.send(Wake::Pool(pool)).is_err() {
-                                            return;
-                                        }
+                                    if let Some(pool) = pool
+                                        && tx.send(Wake::Pool(pool)).is_err()
+                                    {
+                                        return;
                                     }
                                 }
                                 Some(Err(e)) => {
