@@ -34,6 +34,8 @@ pub struct AppState {
     pub config: Arc<ServeConfig>,
     /// What reconcile passes (and the API's dry runs) work with.
     pub reconcile: reconcile::Context,
+    /// Wakes the upgrade runner when a job is created.
+    pub upgrades: crate::upgrade::UpgradeQueue,
 }
 
 impl AppState {
@@ -79,7 +81,7 @@ impl Application {
             parallel: Arc::new(Semaphore::new(config.max_parallel as usize)),
             stop_timeout_secs: i64::try_from(config.stop_timeout.as_secs()).unwrap_or(i64::MAX),
         };
-        let state = AppState { db, runtime, queue, config: Arc::new(config), reconcile };
+        let state = AppState { db, runtime, queue, config: Arc::new(config), reconcile, upgrades: Default::default() };
         Ok(Self { listener, state, wakes })
     }
 
@@ -111,6 +113,10 @@ impl Application {
             let cancel = cancel.clone();
             async move { runtime.watch(events, cancel).await }
         });
+
+        let upgrades =
+            crate::upgrade::Context { db: state.db.clone(), settings: crate::upgrade::Settings::from_config(&config) };
+        tasks.spawn(crate::upgrade::runner::run(upgrades, state.upgrades.clone(), cancel.clone()));
 
         let router = crate::http::router(state.clone(), config.request_timeout);
         let stop = cancel.clone();

@@ -91,6 +91,27 @@ pub struct ServeConfig {
     /// Longest wait between retries of a failing reconcile.
     #[arg(long, env = "DROVER_MAX_BACKOFF", value_parser = parse_duration, default_value = "60s")]
     pub max_backoff: Duration,
+
+    /// Tries per Kubernetes API call of an upgrade job, the first included.
+    #[arg(long, env = "DROVER_UPGRADE_API_TRIES", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub upgrade_api_tries: u32,
+
+    /// Wait before retrying a failed Kubernetes API call; it doubles with
+    /// each retry, up to 16 times this.
+    #[arg(long, env = "DROVER_UPGRADE_RETRY_BACKOFF", value_parser = parse_duration, default_value = "500ms")]
+    pub upgrade_retry_backoff: Duration,
+
+    /// Longest time each upgrade wait (pods Running, old pod gone, /healthz ok) may take.
+    #[arg(long, env = "DROVER_UPGRADE_WAIT_TIMEOUT", value_parser = parse_duration, default_value = "2m")]
+    pub upgrade_wait_timeout: Duration,
+
+    /// How often an upgrade wait looks at the cluster again.
+    #[arg(long, env = "DROVER_UPGRADE_POLL_INTERVAL", value_parser = parse_duration, default_value = "1s")]
+    pub upgrade_poll_interval: Duration,
+
+    /// Longest time one Kubernetes API request may take.
+    #[arg(long, env = "DROVER_KUBE_REQUEST_TIMEOUT", value_parser = parse_duration, default_value = "30s")]
+    pub kube_request_timeout: Duration,
 }
 
 impl ServeConfig {

@@ -8,6 +8,8 @@
 //! - [`error`]: the API's one error type, answered as RFC 9457 problems.
 //! - [`reconcile`]: the pool reconciler: observe, plan (pure), execute, record.
 //! - [`runtime`]: the container runtimes: Docker (bollard) and a simulation.
+//! - [`upgrade`]: control-plane upgrade jobs: persisted steps, each safe to redo.
+//! - [`k8s`]: Kubernetes clients from stored credentials, and the calls upgrades make.
 //! - [`db`]: SQLite storage, one module per table.
 //! - [`domain`]: pure types and rules: names, versions, images, specs.
 
@@ -17,6 +19,8 @@ pub mod db;
 pub mod domain;
 pub mod error;
 pub mod http;
+pub mod k8s;
 pub mod reconcile;
 pub mod runtime;
 pub mod telemetry;
+pub mod upgrade;

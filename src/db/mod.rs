@@ -2,10 +2,12 @@
 //! queries per table. Every state change and the event that explains it are
 //! written in one transaction.
 
+pub mod clusters;
 pub mod events;
 pub mod machines;
 pub mod pools;
 pub mod revisions;
+pub mod upgrades;
 
 use std::path::Path;
 use std::str::FromStr;

@@ -8,6 +8,7 @@ pub mod pool;
 pub mod rollout;
 pub mod status;
 pub mod strategy;
+pub mod upgrade;
 pub mod version;
 
 use std::fmt;

@@ -1,11 +1,13 @@
 //! The HTTP API: routes, middleware and the OpenAPI document they share.
 
+pub mod clusters;
 pub mod extract;
 pub mod health;
 pub mod machines;
 pub mod pagination;
 pub mod pools;
 pub mod rollouts;
+pub mod upgrades;
 
 use std::time::Duration;
 
@@ -39,6 +41,8 @@ pub const REQUEST_ID: &str = "x-request-id";
         (name = "machines", description = "The machines (containers) of a pool"),
         (name = "rollouts", description = "Rolling updates: progress, revisions, rollback, batch approval, dry-run plans"),
         (name = "health", description = "Liveness and readiness probes"),
+        (name = "clusters", description = "Registered Kubernetes clusters; credentials are write-only"),
+        (name = "upgrades", description = "Control-plane upgrade jobs: one component at a time, resumable, cancellable"),
     )
 )]
 struct ApiDoc;
@@ -49,6 +53,8 @@ fn api() -> OpenApiRouter<AppState> {
         .merge(pools::router())
         .merge(machines::router())
         .merge(rollouts::router())
+        .merge(clusters::router())
+        .merge(upgrades::router())
 }
 
 /// The OpenAPI document, as served at `/openapi.json` and committed at

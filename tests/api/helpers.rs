@@ -72,6 +72,13 @@ impl TestApp {
         start(config(&self.data_dir, runtime), tmp).await
     }
 
+    /// Stops and starts again on the same database file with `cfg`.
+    pub async fn restart_with(mut self, cfg: ServeConfig) -> TestApp {
+        self.stop().await;
+        let tmp = self._tmp.take();
+        start(cfg, tmp).await
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.addr)
     }
@@ -139,6 +146,7 @@ impl TestApp {
         body["items"].as_array().cloned().unwrap_or_default()
     }
 
+    #[allow(dead_code)] // Used by the Docker-backed tests.
     pub async fn machines(&self, name: &str) -> Vec<Value> {
         let res = self.get(&format!("/v1/pools/{name}/machines?limit=500")).await;
         assert_eq!(res.status(), StatusCode::OK);
@@ -203,6 +211,7 @@ pub async fn assert_problem(res: Response, status: u16, field: Option<&str>) -> 
 
 /// A short random suffix, so that tests sharing one Docker engine never
 /// share pool names.
+#[allow(dead_code)] // Used by the Docker-backed tests.
 pub fn unique(prefix: &str) -> String {
     use rand::Rng;
     let suffix: String = (0..5).map(|_| char::from(b'a' + rand::rng().random_range(0..26u8))).collect();

@@ -1,10 +1,15 @@
 //! All integration tests, in one binary to keep link time low.
 
+mod clusters;
 mod docker;
 mod helpers;
 #[path = "../support/images.rs"]
 mod images;
+#[path = "../support/kube_sim.rs"]
+mod kube_sim;
 mod openapi;
 mod pools;
 mod reconcile;
 mod rollouts;
+mod upgrade_env;
+mod upgrades;

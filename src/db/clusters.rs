@@ -1,0 +1,112 @@
+//! The `clusters` table. Credentials go in through `insert` and come out
+//! only through `credentials`, which the job runner and the probes call;
+//! the row type the API shows has no field for them.
+
+use chrono::{DateTime, Utc};
+use sqlx::{AssertSqlSafe, SqliteExecutor};
+
+use crate::k8s::Credentials;
+
+/// A registered cluster, without its credentials.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ClusterRecord {
+    pub name: String,
+    pub server: String,
+    pub auth_kind: String,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+const COLUMNS: &str = "name, server, auth_kind, created_at, updated_at";
+
+/// Inserts a cluster; a duplicate name fails with a unique violation.
+pub async fn insert(
+    db: impl SqliteExecutor<'_>,
+    name: &str,
+    server: &str,
+    credentials: &Credentials,
+    now: DateTime<Utc>,
+) -> sqlx::Result<ClusterRecord> {
+    let secret = serde_json::to_string(credentials).map_err(|e| sqlx::Error::Encode(e.into()))?;
+    sqlx::query_as(AssertSqlSafe(format!(
+        "insert into clusters (name, server, auth_kind, credentials, created_at, updated_at)
+         values (?, ?, ?, ?, ?, ?) returning {COLUMNS}"
+    )))
+    .bind(name)
+    .bind(server)
+    .bind(credentials.kind())
+    .bind(secret)
+    .bind(now)
+    .bind(now)
+    .fetch_one(db)
+    .await
+}
+
+pub async fn get(db: impl SqliteExecutor<'_>, name: &str) -> sqlx::Result<Option<ClusterRecord>> {
+    sqlx::query_as(AssertSqlSafe(format!("select {COLUMNS} from clusters where name = ?")))
+        .bind(name)
+        .fetch_optional(db)
+        .await
+}
+
+/// Up to `limit` clusters with names after `after`, in name order.
+pub async fn list(db: impl SqliteExecutor<'_>, after: Option<&str>, limit: u32) -> sqlx::Result<Vec<ClusterRecord>> {
+    sqlx::query_as(AssertSqlSafe(format!("select {COLUMNS} from clusters where name > ? order by name limit ?")))
+        .bind(after.unwrap_or(""))
+        .bind(limit)
+        .fetch_all(db)
+        .await
+}
+
+/// The stored credentials. The decode error names the cluster, never the content.
+pub async fn credentials(db: impl SqliteExecutor<'_>, name: &str) -> sqlx::Result<Option<Credentials>> {
+    let raw: Option<String> =
+        sqlx::query_scalar("select credentials from clusters where name = ?").bind(name).fetch_optional(db).await?;
+    raw.map(|r| {
+        serde_json::from_str(&r).map_err(|_| {
+            sqlx::Error::Decode(format!("cluster {name:?}: stored credentials are not a valid document").into())
+        })
+    })
+    .transpose()
+}
+
+/// What a delete did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Deleted {
+    Yes,
+    Missing,
+    /// A job is pending or running on the cluster; its id.
+    Busy(i64),
+}
+
+/// Deletes the cluster (and its job history) unless a job is active on it;
+/// the check and the delete are one statement, so a job accepted meanwhile
+/// cannot be orphaned.
+pub async fn delete_if_idle(db: &crate::db::Db, name: &str) -> sqlx::Result<Deleted> {
+    let mut tx = db.begin().await?;
+    let deleted = sqlx::query(
+        "delete from clusters where name = ?1 and not exists
+         (select 1 from upgrade_jobs where cluster = ?1 and state in ('pending', 'running'))",
+    )
+    .bind(name)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    let outcome = if deleted > 0 {
+        // Job events are not tied to the table by a key; drop them with the jobs.
+        sqlx::query(
+            "delete from events where subject_kind = 'job'
+             and subject not in (select cast(id as text) from upgrade_jobs)",
+        )
+        .execute(&mut *tx)
+        .await?;
+        Deleted::Yes
+    } else {
+        match crate::db::upgrades::active_for_cluster(&mut *tx, name).await? {
+            Some(id) => Deleted::Busy(id),
+            None => Deleted::Missing,
+        }
+    };
+    tx.commit().await?;
+    Ok(outcome)
+}

@@ -1,0 +1,422 @@
+//! The `upgrade_jobs`, `upgrade_components` and `upgrade_steps` tables:
+//! a job's position, what it observed, and the history of every step.
+
+use chrono::{DateTime, Utc};
+use sqlx::{AssertSqlSafe, SqliteExecutor};
+
+use crate::domain::upgrade::{Component, JobState, Step};
+
+/// A stored job.
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub id: i64,
+    pub cluster: String,
+    pub version: String,
+    pub components: Vec<Component>,
+    pub image_repository: String,
+    pub force: bool,
+    pub from_version: Option<String>,
+    pub state: JobState,
+    pub component_index: usize,
+    pub step: Step,
+    pub cancel_requested: bool,
+    /// `rollback` or `cleanup` while the job winds down.
+    pub wind_down: Option<String>,
+    pub wind_down_state: Option<JobState>,
+    pub error: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub updated_at: DateTime<Utc>,
+}
+
+#[derive(sqlx::FromRow)]
+struct JobRow {
+    id: i64,
+    cluster: String,
+    version: String,
+    components: String,
+    image_repository: String,
+    force: bool,
+    from_version: Option<String>,
+    state: String,
+    component_index: i64,
+    step: i64,
+    cancel_requested: bool,
+    wind_down: Option<String>,
+    wind_down_state: Option<String>,
+    error: Option<String>,
+    created_at: DateTime<Utc>,
+    started_at: Option<DateTime<Utc>>,
+    finished_at: Option<DateTime<Utc>>,
+    updated_at: DateTime<Utc>,
+}
+
+impl TryFrom<JobRow> for Job {
+    type Error = sqlx::Error;
+
+    fn try_from(r: JobRow) -> Result<Self, Self::Error> {
+        let bad = |what: &str| sqlx::Error::Decode(format!("upgrade job {}: stored {what} is not valid", r.id).into());
+        Ok(Job {
+            components: serde_json::from_str(&r.components).map_err(|_| bad("components"))?,
+            state: JobState::parse(&r.state).ok_or_else(|| bad("state"))?,
+            wind_down_state: r
+                .wind_down_state
+                .as_deref()
+                .map(|s| JobState::parse(s).ok_or_else(|| bad("wind_down_state")))
+                .transpose()?,
+            component_index: usize::try_from(r.component_index).map_err(|_| bad("component_index"))?,
+            step: Step::from_number(r.step).ok_or_else(|| bad("step"))?,
+            id: r.id,
+            cluster: r.cluster,
+            version: r.version,
+            image_repository: r.image_repository,
+            force: r.force,
+            from_version: r.from_version,
+            cancel_requested: r.cancel_requested,
+            wind_down: r.wind_down,
+            error: r.error,
+            created_at: r.created_at,
+            started_at: r.started_at,
+            finished_at: r.finished_at,
+            updated_at: r.updated_at,
+        })
+    }
+}
+
+const COLUMNS: &str = "id, cluster, version, components, image_repository, force, from_version, state,
+    component_index, step, cancel_requested, wind_down, wind_down_state, error,
+    created_at, started_at, finished_at, updated_at";
+
+/// What a new job starts with.
+pub struct NewJob<'a> {
+    pub cluster: &'a str,
+    pub version: &'a str,
+    pub components: &'a [Component],
+    /// The image each component moves to, in `components` order.
+    pub new_images: &'a [String],
+    pub image_repository: &'a str,
+    pub force: bool,
+    pub from_version: Option<String>,
+}
+
+/// Inserts a pending job and its components. A second active job on the
+/// cluster fails with a unique violation (see the migration).
+pub async fn insert(tx: &mut sqlx::SqliteConnection, job: &NewJob<'_>, now: DateTime<Utc>) -> sqlx::Result<Job> {
+    let components = serde_json::to_string(job.components).map_err(|e| sqlx::Error::Encode(e.into()))?;
+    let row: JobRow = sqlx::query_as(AssertSqlSafe(format!(
+        "insert into upgrade_jobs (cluster, version, components, image_repository, force, from_version, state,
+                                   created_at, updated_at)
+         values (?, ?, ?, ?, ?, ?, 'pending', ?, ?) returning {COLUMNS}"
+    )))
+    .bind(job.cluster)
+    .bind(job.version)
+    .bind(components)
+    .bind(job.image_repository)
+    .bind(job.force)
+    .bind(&job.from_version)
+    .bind(now)
+    .bind(now)
+    .fetch_one(&mut *tx)
+    .await?;
+    for (position, (c, image)) in job.components.iter().zip(job.new_images).enumerate() {
+        sqlx::query(
+            "insert into upgrade_components (job_id, position, component, state, new_image) values (?, ?, ?, 'pending', ?)",
+        )
+        .bind(row.id)
+        .bind(position as i64)
+        .bind(c.as_str())
+        .bind(image)
+        .execute(&mut *tx)
+        .await?;
+    }
+    row.try_into()
+}
+
+pub async fn get(db: impl SqliteExecutor<'_>, id: i64) -> sqlx::Result<Option<Job>> {
+    let row: Option<JobRow> = sqlx::query_as(AssertSqlSafe(format!("select {COLUMNS} from upgrade_jobs where id = ?")))
+        .bind(id)
+        .fetch_optional(db)
+        .await?;
+    row.map(Job::try_from).transpose()
+}
+
+/// Up to `limit` jobs with ids below `before`, newest first, optionally of
+/// one cluster and in one state.
+pub async fn list(
+    db: impl SqliteExecutor<'_>,
+    cluster: Option<&str>,
+    state: Option<JobState>,
+    before: Option<i64>,
+    limit: u32,
+) -> sqlx::Result<Vec<Job>> {
+    let rows: Vec<JobRow> = sqlx::query_as(AssertSqlSafe(format!(
+        "select {COLUMNS} from upgrade_jobs
+         where id < ? and (?2 is null or cluster = ?2) and (?3 is null or state = ?3)
+         order by id desc limit ?4"
+    )))
+    .bind(before.unwrap_or(i64::MAX))
+    .bind(cluster)
+    .bind(state.map(JobState::as_str))
+    .bind(limit)
+    .fetch_all(db)
+    .await?;
+    rows.into_iter().map(Job::try_from).collect()
+}
+
+/// Ids of the jobs the runner has to drive, oldest first.
+pub async fn active_ids(db: impl SqliteExecutor<'_>) -> sqlx::Result<Vec<i64>> {
+    sqlx::query_scalar("select id from upgrade_jobs where state in ('pending', 'running') order by id")
+        .fetch_all(db)
+        .await
+}
+
+pub async fn active_for_cluster(db: impl SqliteExecutor<'_>, cluster: &str) -> sqlx::Result<Option<i64>> {
+    sqlx::query_scalar("select id from upgrade_jobs where cluster = ? and state in ('pending', 'running')")
+        .bind(cluster)
+        .fetch_optional(db)
+        .await
+}
+
+/// pending -> running; a no-op for a job already running (a resume).
+pub async fn mark_running(db: impl SqliteExecutor<'_>, id: i64, now: DateTime<Utc>) -> sqlx::Result<bool> {
+    let n = sqlx::query(
+        "update upgrade_jobs set state = 'running', started_at = ?, updated_at = ? where id = ? and state = 'pending'",
+    )
+    .bind(now)
+    .bind(now)
+    .bind(id)
+    .execute(db)
+    .await?
+    .rows_affected();
+    Ok(n > 0)
+}
+
+/// Moves the job to component `index`, step `step`.
+pub async fn set_position(
+    db: impl SqliteExecutor<'_>,
+    id: i64,
+    index: usize,
+    step: Step,
+    now: DateTime<Utc>,
+) -> sqlx::Result<()> {
+    sqlx::query("update upgrade_jobs set component_index = ?, step = ?, updated_at = ? where id = ?")
+        .bind(index as i64)
+        .bind(step.number())
+        .bind(now)
+        .bind(id)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// Records that the cancel was asked for. `None` when the job is missing;
+/// otherwise the job as it is now (a pending job is cancelled at once,
+/// since nothing has touched the cluster).
+pub async fn request_cancel(db: &crate::db::Db, id: i64, now: DateTime<Utc>) -> sqlx::Result<Option<Job>> {
+    let mut tx = db.begin().await?;
+    sqlx::query(
+        "update upgrade_jobs set
+            cancel_requested = 1,
+            state = case state when 'pending' then 'cancelled' else state end,
+            finished_at = case state when 'pending' then ?1 else finished_at end,
+            updated_at = ?1
+         where id = ?2 and state in ('pending', 'running')",
+    )
+    .bind(now)
+    .bind(id)
+    .execute(&mut *tx)
+    .await?;
+    let job = get(&mut *tx, id).await?;
+    tx.commit().await?;
+    Ok(job)
+}
+
+pub async fn cancel_requested(db: impl SqliteExecutor<'_>, id: i64) -> sqlx::Result<bool> {
+    let v: Option<bool> = sqlx::query_scalar("select cancel_requested from upgrade_jobs where id = ?")
+        .bind(id)
+        .fetch_optional(db)
+        .await?;
+    Ok(v.unwrap_or(false))
+}
+
+/// Starts winding the job down; `finish` ends it once that is done.
+pub async fn start_wind_down(
+    db: impl SqliteExecutor<'_>,
+    id: i64,
+    kind: &str,
+    end_state: JobState,
+    error: &str,
+    now: DateTime<Utc>,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "update upgrade_jobs set wind_down = ?, wind_down_state = ?, error = ?, updated_at = ?
+         where id = ? and wind_down is null",
+    )
+    .bind(kind)
+    .bind(end_state.as_str())
+    .bind(error)
+    .bind(now)
+    .bind(id)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+pub async fn finish(
+    db: impl SqliteExecutor<'_>,
+    id: i64,
+    state: JobState,
+    error: Option<&str>,
+    now: DateTime<Utc>,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "update upgrade_jobs set state = ?, error = ?, wind_down = null, finished_at = ?, updated_at = ? where id = ?",
+    )
+    .bind(state.as_str())
+    .bind(error)
+    .bind(now)
+    .bind(now)
+    .bind(id)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+// ---- components ------------------------------------------------------------
+
+/// One component of a job.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct JobComponent {
+    pub position: i64,
+    pub component: String,
+    /// pending, upgrading, upgraded, rolled_back, failed.
+    pub state: String,
+    pub old_pod: Option<String>,
+    pub old_image: Option<String>,
+    pub new_image: String,
+    /// The real DaemonSet as step 0 read it, as JSON.
+    pub original_daemonset: Option<String>,
+}
+
+pub async fn components(db: impl SqliteExecutor<'_>, id: i64) -> sqlx::Result<Vec<JobComponent>> {
+    sqlx::query_as(
+        "select position, component, state, old_pod, old_image, new_image, original_daemonset
+         from upgrade_components where job_id = ? order by position",
+    )
+    .bind(id)
+    .fetch_all(db)
+    .await
+}
+
+/// What step 0 saw: the pod to be replaced and the spec to restore.
+pub async fn save_observation(
+    db: impl SqliteExecutor<'_>,
+    id: i64,
+    position: usize,
+    old_pod: &str,
+    old_image: Option<&str>,
+    original_daemonset: &str,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "update upgrade_components set old_pod = ?, old_image = ?, original_daemonset = ? where job_id = ? and position = ?",
+    )
+    .bind(old_pod)
+    .bind(old_image)
+    .bind(original_daemonset)
+    .bind(id)
+    .bind(position as i64)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+pub async fn set_component_state(
+    db: impl SqliteExecutor<'_>,
+    id: i64,
+    position: usize,
+    state: &str,
+) -> sqlx::Result<()> {
+    sqlx::query("update upgrade_components set state = ? where job_id = ? and position = ?")
+        .bind(state)
+        .bind(id)
+        .bind(position as i64)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+// ---- steps -----------------------------------------------------------------
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct StepRecord {
+    pub position: i64,
+    pub step: i64,
+    pub name: String,
+    pub state: String,
+    pub attempts: i64,
+    pub api_retries: i64,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub error: Option<String>,
+}
+
+pub async fn steps(db: impl SqliteExecutor<'_>, id: i64) -> sqlx::Result<Vec<StepRecord>> {
+    sqlx::query_as(
+        "select position, step, name, state, attempts, api_retries, started_at, finished_at, error
+         from upgrade_steps where job_id = ? order by position, step",
+    )
+    .bind(id)
+    .fetch_all(db)
+    .await
+}
+
+/// Marks a step running; a step started again (after a restart) counts one
+/// more attempt and forgets its previous end.
+pub async fn begin_step(
+    db: impl SqliteExecutor<'_>,
+    id: i64,
+    position: usize,
+    step: Step,
+    now: DateTime<Utc>,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "insert into upgrade_steps (job_id, position, step, name, state, attempts, started_at)
+         values (?1, ?2, ?3, ?4, 'running', 1, ?5)
+         on conflict (job_id, position, step) do update set
+            state = 'running', attempts = attempts + 1, finished_at = null, error = null",
+    )
+    .bind(id)
+    .bind(position as i64)
+    .bind(step.number())
+    .bind(step.name())
+    .bind(now)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+pub async fn end_step(
+    db: impl SqliteExecutor<'_>,
+    id: i64,
+    position: usize,
+    step: Step,
+    error: Option<&str>,
+    api_retries: u32,
+    now: DateTime<Utc>,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "update upgrade_steps set state = ?, error = ?, api_retries = api_retries + ?, finished_at = ?
+         where job_id = ? and position = ? and step = ?",
+    )
+    .bind(if error.is_some() { "failed" } else { "succeeded" })
+    .bind(error)
+    .bind(api_retries)
+    .bind(now)
+    .bind(id)
+    .bind(position as i64)
+    .bind(step.number())
+    .execute(db)
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,227 @@
+//! The Kubernetes operations drover performs, on one cluster, in
+//! `kube-system`. Every operation is bounded in time and retried, with
+//! backoff, while it fails in a way that may pass (5xx, 429, update
+//! conflicts, transport errors, timeouts); "already exists" and "not found"
+//! are turned into the outcomes an idempotent caller wants.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use axum::http::Request;
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::version::Info;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use rand::Rng;
+
+use crate::domain::upgrade::NAMESPACE;
+
+/// How hard each operation tries.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryPolicy {
+    /// Tries per operation, the first included (the seed: 10).
+    pub tries: u32,
+    /// Wait before the first retry; doubles up to 16 times this.
+    pub backoff: Duration,
+    /// Longest time one request may take.
+    pub call_timeout: Duration,
+}
+
+impl RetryPolicy {
+    fn delay(&self, retry: u32) -> Duration {
+        let d = self.backoff.saturating_mul(1 << retry.saturating_sub(1).min(4));
+        // Jitter in [d/2, d], so that retries against a struggling server spread out.
+        d / 2 + (d / 2).mul_f64(rand::rng().random::<f64>())
+    }
+}
+
+/// Why one try of an operation failed.
+#[derive(Debug)]
+pub enum Failure {
+    Kube(kube::Error),
+    Timeout(Duration),
+    /// Not worth another try (e.g. the object cannot be upgraded as it is).
+    Fatal(String),
+}
+
+impl From<kube::Error> for Failure {
+    fn from(e: kube::Error) -> Self {
+        Self::Kube(e)
+    }
+}
+
+impl Failure {
+    fn retryable(&self) -> bool {
+        match self {
+            Self::Kube(kube::Error::Api(s)) => s.code >= 500 || s.code == 429 || s.is_conflict(),
+            Self::Kube(kube::Error::HyperError(_) | kube::Error::Service(_)) => true,
+            Self::Kube(_) | Self::Fatal(_) => false,
+            Self::Timeout(_) => true,
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Self::Kube(kube::Error::Api(s)) if s.message.is_empty() => format!("{} {}", s.code, s.reason),
+            Self::Kube(kube::Error::Api(s)) => format!("{} {}: {}", s.code, s.reason, s.message),
+            Self::Kube(e) => crate::error::error_chain(e),
+            Self::Timeout(d) => format!("no answer within {d:?}"),
+            Self::Fatal(m) => m.clone(),
+        }
+    }
+}
+
+/// An operation that failed for good.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{op} failed after {tries} tries: {reason}")]
+pub struct CallError {
+    pub op: String,
+    pub tries: u32,
+    pub reason: String,
+}
+
+fn is_status(e: &kube::Error, check: impl Fn(&kube::core::Status) -> bool) -> bool {
+    matches!(e, kube::Error::Api(s) if check(s))
+}
+
+/// One cluster's API, for the objects of the control plane.
+pub struct ClusterApi {
+    client: kube::Client,
+    daemonsets: Api<DaemonSet>,
+    pods: Api<Pod>,
+    policy: RetryPolicy,
+    /// Tries that failed and were repeated, since the last `take_retries`:
+    /// the runner stores it with the step.
+    retries: AtomicU32,
+}
+
+impl ClusterApi {
+    pub fn new(client: kube::Client, policy: RetryPolicy) -> Self {
+        Self {
+            daemonsets: Api::namespaced(client.clone(), NAMESPACE),
+            pods: Api::namespaced(client.clone(), NAMESPACE),
+            client,
+            policy,
+            retries: AtomicU32::new(0),
+        }
+    }
+
+    pub fn take_retries(&self) -> u32 {
+        self.retries.swap(0, Ordering::Relaxed)
+    }
+
+    /// Runs `f` until it succeeds, fails for good, or runs out of tries.
+    async fn call<T, F, Fut>(&self, op: &str, mut f: F) -> Result<T, CallError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, Failure>>,
+    {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let outcome = match tokio::time::timeout(self.policy.call_timeout, f()).await {
+                Ok(r) => r,
+                Err(_) => Err(Failure::Timeout(self.policy.call_timeout)),
+            };
+            let failure = match outcome {
+                Ok(v) => return Ok(v),
+                Err(e) => e,
+            };
+            if !failure.retryable() || tries >= self.policy.tries {
+                return Err(CallError { op: op.to_owned(), tries, reason: failure.describe() });
+            }
+            self.retries.fetch_add(1, Ordering::Relaxed);
+            let delay = self.policy.delay(tries);
+            tracing::warn!(op, tries, error = %failure.describe(), ?delay, "Kubernetes API call failed; trying again");
+            tokio::time::sleep(delay).await;
+        }
+    }
+
+    pub async fn list_pods(&self, selector: &str) -> Result<Vec<Pod>, CallError> {
+        let lp = &ListParams::default().labels(selector);
+        let pods = &self.pods;
+        self.call(&format!("list pods {selector}"), || async move { Ok(pods.list(lp).await?.items) }).await
+    }
+
+    pub async fn pod_exists(&self, name: &str) -> Result<bool, CallError> {
+        let pods = &self.pods;
+        self.call(&format!("get pod {name}"), || async move { Ok(pods.get_opt(name).await?.is_some()) }).await
+    }
+
+    pub async fn get_daemonset(&self, name: &str) -> Result<Option<DaemonSet>, CallError> {
+        let daemonsets = &self.daemonsets;
+        self.call(&format!("get daemonset {name}"), || async move { Ok(daemonsets.get_opt(name).await?) }).await
+    }
+
+    /// Creates `ds`, or replaces the existing object of its name with it.
+    pub async fn create_or_update_daemonset(&self, ds: &DaemonSet) -> Result<(), CallError> {
+        let name = ds.metadata.name.as_deref().unwrap_or_default();
+        let (pp, daemonsets) = (&PostParams::default(), &self.daemonsets);
+        self.call(&format!("create or update daemonset {name}"), || async move {
+            match daemonsets.create(pp, ds).await {
+                Ok(_) => return Ok(()),
+                Err(e) if is_status(&e, |s| s.is_already_exists()) => {}
+                Err(e) => return Err(e.into()),
+            }
+            // It exists (an earlier run made it): update it, conditional on
+            // the version just read; a conflict means read again.
+            let current = daemonsets.get(name).await?;
+            let mut update = ds.clone();
+            update.metadata.resource_version = current.metadata.resource_version;
+            daemonsets.replace(name, pp, &update).await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Reads the DaemonSet, derives the new object from it with `change`
+    /// (`None`: nothing to write) and replaces it; a conflict reads again.
+    pub async fn update_daemonset(
+        &self,
+        name: &str,
+        change: impl Fn(&DaemonSet) -> Result<Option<DaemonSet>, String>,
+    ) -> Result<(), CallError> {
+        let (pp, daemonsets, change) = (&PostParams::default(), &self.daemonsets, &change);
+        self.call(&format!("update daemonset {name}"), || async move {
+            let current = daemonsets.get(name).await?;
+            if let Some(new) = change(&current).map_err(Failure::Fatal)? {
+                daemonsets.replace(name, pp, &new).await?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// Deletes the DaemonSet and, first, its pods (foreground propagation).
+    /// Already gone counts as done.
+    pub async fn delete_daemonset_foreground(&self, name: &str) -> Result<(), CallError> {
+        let daemonsets = &self.daemonsets;
+        self.call(&format!("delete daemonset {name}"), || async move {
+            match daemonsets.delete(name, &DeleteParams::foreground()).await {
+                Ok(_) => Ok(()),
+                Err(e) if is_status(&e, |s| s.is_not_found()) => Ok(()),
+                Err(e) => Err(e.into()),
+            }
+        })
+        .await
+    }
+
+    /// One look at `/healthz`, without retries: the callers poll it, and a
+    /// failure there means "not healthy yet".
+    pub async fn healthz_once(&self) -> Result<(), String> {
+        let req = Request::get("/healthz").body(Vec::new()).map_err(|e| e.to_string())?;
+        match tokio::time::timeout(self.policy.call_timeout, self.client.request_text(req)).await {
+            Ok(Ok(body)) if body.trim() == "ok" => Ok(()),
+            Ok(Ok(body)) => Err(format!("/healthz answered {:?}", body.chars().take(100).collect::<String>())),
+            Ok(Err(e)) => Err(Failure::Kube(e).describe()),
+            Err(_) => Err(Failure::Timeout(self.policy.call_timeout).describe()),
+        }
+    }
+
+    /// The API server's `/version`.
+    pub async fn version(&self) -> Result<Info, CallError> {
+        let client = &self.client;
+        self.call("get /version", || async move { Ok(client.apiserver_version().await?) }).await
+    }
+}

@@ -1,0 +1,332 @@
+//! Control-plane upgrade jobs, end to end: drover's real kube client against
+//! the Kubernetes API simulator, over loopback HTTP.
+
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::helpers::assert_problem;
+use crate::kube_sim::{Matcher, Op};
+use crate::upgrade_env::{COMPONENTS, Env, FROM, TO, spawn_env, step_of};
+
+const JOB_LIMIT: Duration = Duration::from_secs(30);
+const HOLD_LIMIT: Duration = Duration::from_secs(10);
+
+/// The log with polls collapsed: consecutive identical operations count once.
+fn collapsed(ops: &[Op]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for op in ops {
+        let line = op.to_string();
+        if out.last() != Some(&line) {
+            out.push(line);
+        }
+    }
+    out
+}
+
+/// The seed's sequence: the pod check of every component first, then for
+/// each component the steps 1-7.
+fn seed_sequence(old_pods: &[String]) -> Vec<String> {
+    let mut seq = vec!["get version".to_owned()];
+    seq.extend(COMPONENTS.iter().map(|c| format!("get daemonsets self-hosted-{c}")));
+    for c in COMPONENTS {
+        seq.push(format!("list pods [k8s-app=self-hosted-{c}]"));
+        seq.push(format!("get daemonsets self-hosted-{c}"));
+    }
+    for (c, old) in COMPONENTS.iter().zip(old_pods) {
+        let (ds, temp) = (format!("self-hosted-{c}"), format!("temp-upgrade-self-hosted-{c}"));
+        seq.extend([
+            format!("create daemonsets {temp}"),
+            format!("list pods [temp-upgrade-component={c}]"),
+            format!("get daemonsets {ds}"),
+            format!("replace daemonsets {ds}"),
+            format!("get pods {old}"),
+            format!("list pods [k8s-app={ds}]"),
+            format!("delete daemonsets {temp}"),
+            format!("get daemonsets {temp}"),
+            "get healthz".to_owned(),
+        ]);
+    }
+    seq
+}
+
+#[tokio::test]
+async fn happy_path_upgrades_every_component_with_the_seeds_sequence_of_calls() {
+    let env = spawn_env(|_| {}).await;
+    let old_pods: Vec<String> = COMPONENTS.iter().map(|c| env.pod_of(c)).collect();
+    let id = env.start_upgrade(json!({})).await;
+    let job = env.wait_done(id, JOB_LIMIT, "the runner never finished a plain upgrade").await;
+
+    assert_eq!(job["state"], "succeeded", "{job:#}");
+    assert_eq!(job["upgraded_components"], json!(COMPONENTS));
+    assert_eq!(job["from_version"], FROM);
+    assert!(job["current"].is_null());
+    env.assert_consistent(&job);
+    env.wait_pods_settled().await;
+    for (c, old) in COMPONENTS.iter().zip(&old_pods) {
+        assert_ne!(&env.pod_of(c), old, "{c}'s pod was not replaced");
+        for step in 0..=7 {
+            let s = step_of(&job, c, step).unwrap_or_else(|| panic!("no record of step {step} of {c}: {job:#}"));
+            assert_eq!(s["state"], "succeeded");
+            assert_eq!(s["attempts"], 1);
+            assert!(s["finished_at"].is_string());
+        }
+    }
+    assert_eq!(collapsed(&env.sim.ops()), seed_sequence(&old_pods));
+
+    let events: Value = env.app.get(&format!("/v1/upgrades/{id}/events")).await.json().await.unwrap();
+    let reasons: Vec<&str> = events["items"].as_array().unwrap().iter().filter_map(|e| e["reason"].as_str()).collect();
+    assert_eq!(reasons.first(), Some(&"Succeeded"), "newest first: {reasons:?}");
+    assert_eq!(reasons.iter().filter(|r| **r == "ComponentUpgraded").count(), 3);
+}
+
+async fn assert_check_fails_without_changes(env: &Env, expected: &str) {
+    let id = env.start_upgrade(json!({})).await;
+    let job = env.wait_done(id, JOB_LIMIT, "a failed pod check should end the job at once").await;
+    assert_eq!(job["state"], "failed");
+    let error = job["error"].as_str().unwrap_or_default();
+    assert!(error.contains(expected) && error.contains("nothing was changed"), "{error}");
+    assert!(error.contains("step 0 (check_pods) of kube-scheduler"), "{error}");
+    let writes: Vec<String> = env.sim.ops().iter().filter(|o| o.is_write()).map(|o| o.to_string()).collect();
+    assert!(writes.is_empty(), "the check must come before any change: {writes:?}");
+    assert_eq!(job["upgraded_components"], json!([]));
+}
+
+#[tokio::test]
+async fn a_component_without_a_pod_fails_the_check_before_anything_changes() {
+    let env = spawn_env(|_| {}).await;
+    env.sim.unschedule("self-hosted-kube-scheduler");
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while !env.sim.pods("k8s-app=self-hosted-kube-scheduler").is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the simulator's controller did not remove the unschedulable pod");
+    assert_check_fails_without_changes(&env, "no pod matches k8s-app=self-hosted-kube-scheduler").await;
+}
+
+#[tokio::test]
+async fn a_component_with_two_pods_fails_the_check_before_anything_changes() {
+    let env = spawn_env(|_| {}).await;
+    let labels = json!({"k8s-app": "self-hosted-kube-scheduler"});
+    env.sim.add_stray_pod("kube-scheduler-stray", labels, "registry.k8s.io/kube-scheduler:v1.29.2");
+    assert_check_fails_without_changes(&env, "2 pods match k8s-app=self-hosted-kube-scheduler").await;
+}
+
+/// The first request of `step` for `component`: where the step is held.
+fn step_matcher(env: &Env, component: &str, position: u32, step: u8) -> Matcher {
+    let (ds, temp) = (format!("self-hosted-{component}"), format!("temp-upgrade-self-hosted-{component}"));
+    match step {
+        0 => Matcher::new("list", "pods").selector(format!("k8s-app={ds}")),
+        1 => Matcher::new("create", "daemonsets").name(temp),
+        2 => Matcher::new("list", "pods").selector(format!("temp-upgrade-component={component}")),
+        3 => Matcher::new("replace", "daemonsets").name(ds),
+        4 => Matcher::new("get", "pods").name(env.pod_of(component)),
+        5 => Matcher::new("list", "pods").selector(format!("k8s-app={ds}")).nth(2),
+        6 => Matcher::new("delete", "daemonsets").name(temp),
+        _ => Matcher::new("get", "healthz").nth(position + 1),
+    }
+}
+
+async fn restart_during(step: u8) {
+    let env = spawn_env(|_| {}).await;
+    let hold = env.sim.hold(step_matcher(&env, "kube-controller-manager", 1, step));
+    let id = env.start_upgrade(json!({})).await;
+    hold.reached(HOLD_LIMIT, &format!("step {step}")).await;
+    let env = env.restart().await;
+    env.sim.release_all();
+    let job = env.wait_done(id, JOB_LIMIT, &format!("the job did not resume after a restart in step {step}")).await;
+    assert_eq!(job["state"], "succeeded", "restart in step {step}: {job:#}");
+    env.assert_consistent(&job);
+    let record = step_of(&job, "kube-controller-manager", i64::from(step)).expect("step record");
+    assert_eq!(record["attempts"], 2, "step {step} should have been run again after the restart: {record:#}");
+    let events: Value = env.app.get(&format!("/v1/upgrades/{id}/events")).await.json().await.unwrap();
+    assert!(events["items"].as_array().unwrap().iter().any(|e| e["reason"] == "Resumed"), "step {step}");
+}
+
+#[tokio::test]
+async fn a_restart_in_any_step_still_ends_succeeded_without_a_temporary_daemonset() {
+    let all = join_all((0..=7).map(restart_during));
+    tokio::time::timeout(Duration::from_secs(90), all)
+        .await
+        .expect("restarts never finished: a job does not resume, or the runner ignores shutdown");
+}
+
+async fn cancel_during(step: u8) {
+    let env = spawn_env(|_| {}).await;
+    let hold = env.sim.hold(step_matcher(&env, "kube-apiserver", 0, step));
+    let id = env.start_upgrade(json!({})).await;
+    hold.reached(HOLD_LIMIT, &format!("step {step}")).await;
+    let res = env.cancel(id).await;
+    assert_eq!(res.status(), StatusCode::ACCEPTED, "cancel in step {step}");
+    let view: Value = res.json().await.unwrap();
+    assert_eq!(view["cancel_requested"], true);
+    env.sim.release_all();
+    let job = env.wait_done(id, JOB_LIMIT, &format!("a cancel in step {step} was never honoured")).await;
+    assert_eq!(job["state"], "cancelled", "cancel in step {step}: {job:#}");
+    // Before step 3 nothing is changed; from step 3 on, the component is finished first.
+    let upgraded = if step < 3 { json!([]) } else { json!(["kube-apiserver"]) };
+    assert_eq!(job["upgraded_components"], upgraded, "cancel in step {step}: {job:#}");
+    env.assert_consistent(&job);
+    env.wait_pods_settled().await;
+}
+
+#[tokio::test]
+async fn a_cancel_in_any_step_leaves_the_cluster_consistent() {
+    let all = join_all((0..=7).map(cancel_during));
+    tokio::time::timeout(Duration::from_secs(90), all)
+        .await
+        .expect("cancels never finished: the runner does not reach a safe point");
+}
+
+#[tokio::test]
+async fn a_pending_job_is_cancelled_at_once_and_an_ended_one_cannot_be() {
+    let env = spawn_env(|_| {}).await;
+    let id = env.start_upgrade(json!({"components": ["kube-scheduler"]})).await;
+    let job = env.wait_done(id, JOB_LIMIT, "a one-component upgrade").await;
+    assert_eq!(job["state"], "succeeded");
+    assert_problem(env.cancel(id).await, 409, None).await;
+    assert_problem(env.cancel(999).await, 404, None).await;
+}
+
+#[tokio::test]
+async fn an_image_that_never_runs_is_rolled_back_and_fails_the_job() {
+    let env = spawn_env(|c| c.upgrade_wait_timeout = Duration::from_millis(1500)).await;
+    env.sim.break_image(&format!("registry.k8s.io/kube-scheduler:{TO}"));
+    let id = env.start_upgrade(json!({})).await;
+    let job = env.wait_done(id, JOB_LIMIT, "a stuck pod should time out and roll back").await;
+    assert_eq!(job["state"], "failed", "{job:#}");
+    let error = job["error"].as_str().unwrap_or_default();
+    assert!(error.contains("step 5 (wait_new_running) of kube-scheduler failed: timed out"), "{error}");
+    assert!(error.contains("kube-scheduler was rolled back"), "{error}");
+    assert!(error.contains("upgraded: kube-apiserver, kube-controller-manager"), "{error}");
+    assert_eq!(job["upgraded_components"], json!(["kube-apiserver", "kube-controller-manager"]));
+    let scheduler = &job["progress"][2];
+    assert_eq!(scheduler["state"], "rolled_back");
+    assert_eq!(step_of(&job, "kube-scheduler", 8).expect("rollback record")["state"], "succeeded");
+    env.assert_consistent(&job);
+    env.wait_pods_settled().await;
+}
+
+#[tokio::test]
+async fn a_5xx_burst_shorter_than_the_retry_budget_is_survived() {
+    let env = spawn_env(|_| {}).await;
+    env.sim.burst_on(Matcher::new("replace", "daemonsets").name("self-hosted-kube-apiserver"), 503, 5);
+    env.sim.burst_on(Matcher::new("create", "daemonsets").name("temp-upgrade-self-hosted-kube-scheduler"), 500, 4);
+    let id = env.start_upgrade(json!({})).await;
+    let job = env.wait_done(id, JOB_LIMIT, "retries should carry the job through a short burst").await;
+    assert_eq!(job["state"], "succeeded", "{job:#}");
+    let retries = step_of(&job, "kube-apiserver", 3).expect("step 3")["api_retries"].as_i64().unwrap_or(0);
+    assert_eq!(retries, 5, "{job:#}");
+    env.assert_consistent(&job);
+}
+
+#[tokio::test]
+async fn update_conflicts_are_read_again_and_retried() {
+    let env = spawn_env(|_| {}).await;
+    env.sim.burst_on(Matcher::new("replace", "daemonsets").name("self-hosted-kube-controller-manager"), 409, 3);
+    let id = env.start_upgrade(json!({})).await;
+    let job = env.wait_done(id, JOB_LIMIT, "conflicts should be retried").await;
+    assert_eq!(job["state"], "succeeded", "{job:#}");
+    assert!(step_of(&job, "kube-controller-manager", 3).unwrap()["api_retries"].as_i64() >= Some(1));
+}
+
+#[tokio::test]
+async fn a_5xx_burst_longer_than_the_retry_budget_fails_the_job_cleanly() {
+    let env = spawn_env(|_| {}).await;
+    // Ten tries fail; the rollback that follows meets the last two errors and then succeeds.
+    env.sim.burst_on(Matcher::new("replace", "daemonsets").name("self-hosted-kube-apiserver"), 503, 12);
+    let id = env.start_upgrade(json!({})).await;
+    let job = env.wait_done(id, JOB_LIMIT, "exhausted retries should fail the job").await;
+    assert_eq!(job["state"], "failed", "{job:#}");
+    let error = job["error"].as_str().unwrap_or_default();
+    assert!(error.contains("step 3 (update_daemonset) of kube-apiserver failed"), "{error}");
+    assert!(error.contains("after 10 tries") && error.contains("503"), "{error}");
+    assert!(error.contains("rolled back"), "{error}");
+    assert_eq!(job["upgraded_components"], json!([]));
+    env.assert_consistent(&job);
+    env.wait_pods_settled().await;
+}
+
+#[tokio::test]
+async fn healthz_failing_for_a_while_and_a_short_outage_are_waited_out() {
+    let env = spawn_env(|_| {}).await;
+    env.sim.fail_healthz(5);
+    let hold = env.sim.hold(Matcher::new("list", "pods").selector("temp-upgrade-component=kube-controller-manager"));
+    let id = env.start_upgrade(json!({})).await;
+    hold.reached(HOLD_LIMIT, "step 2 of kube-controller-manager").await;
+    env.sim.unreachable_for(Duration::from_millis(150));
+    env.sim.release_all();
+    let job = env.wait_done(id, JOB_LIMIT, "waits and retries should outlast short outages").await;
+    assert_eq!(job["state"], "succeeded", "{job:#}");
+    let retried = step_of(&job, "kube-controller-manager", 2).expect("step 2")["api_retries"].as_i64().unwrap_or(0);
+    assert!(retried >= 1, "the outage should have cost retries: {job:#}");
+    assert!(env.sim.ops().iter().filter(|o| o.kind == "healthz").count() >= 6, "healthz failures were waited out");
+    env.assert_consistent(&job);
+}
+
+#[tokio::test]
+async fn version_policy_rejections_answer_422_naming_the_rule() {
+    let env = spawn_env(|_| {}).await;
+    for (version, rule) in [
+        ("v1.31.0", "minor_skip"),
+        ("v1.28.9", "no_downgrade"),
+        ("v2.0.0", "major_version"),
+        ("1.30", "version_format"),
+        ("v1.30.0-rc.1", "version_format"),
+    ] {
+        let body = assert_problem(env.post_upgrade(json!({"version": version})).await, 422, Some("version")).await;
+        assert_eq!(body["errors"][0]["rule"], rule, "{version}: {body:#}");
+    }
+    let body = assert_problem(env.post_upgrade(json!({"version": TO, "components": ["etcd"]})).await, 422, None).await;
+    assert!(body["detail"].as_str().unwrap_or_default().contains("components"), "{body:#}");
+    assert!(env.sim.ops().iter().all(|o| !o.is_write()), "a refused request changed the cluster");
+    // force lifts the policy.
+    let id = env.start_upgrade(json!({"version": "v1.31.0", "force": true, "components": ["kube-scheduler"]})).await;
+    let job = env.wait_done(id, JOB_LIMIT, "a forced upgrade").await;
+    assert_eq!(job["state"], "succeeded");
+    assert_eq!(env.image_of("kube-scheduler"), "registry.k8s.io/kube-scheduler:v1.31.0");
+}
+
+#[tokio::test]
+async fn one_active_job_per_cluster_and_the_409_names_it() {
+    let env = spawn_env(|_| {}).await;
+    let hold = env.sim.hold(Matcher::new("create", "daemonsets"));
+    let id = env.start_upgrade(json!({})).await;
+    hold.reached(HOLD_LIMIT, "step 1").await;
+    let body = assert_problem(env.post_upgrade(json!({"version": TO})).await, 409, None).await;
+    assert!(body["detail"].as_str().unwrap_or_default().contains(&format!("upgrade job {id} ")), "{body:#}");
+    let busy = env.app.request(reqwest::Method::DELETE, "/v1/clusters/prod", None).await;
+    assert_problem(busy, 409, None).await;
+    env.sim.release_all();
+    let job = env.wait_done(id, JOB_LIMIT, "the first job").await;
+    assert_eq!(job["state"], "succeeded");
+
+    let list: Value = env.app.get("/v1/upgrades?cluster=prod&state=succeeded&limit=1").await.json().await.unwrap();
+    assert_eq!(list["items"][0]["id"], id);
+    let none: Value = env.app.get("/v1/upgrades?state=running").await.json().await.unwrap();
+    assert_eq!(none["items"], json!([]));
+    assert_problem(env.app.get("/v1/upgrades?state=bogus").await, 422, None).await;
+}
+
+#[tokio::test]
+async fn dry_run_answers_the_plan_and_changes_nothing() {
+    let env = spawn_env(|_| {}).await;
+    let res =
+        env.post_upgrade(json!({"version": TO, "dry_run": true, "image_repository": "mirror.local:5000/k8s"})).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    let plan: Value = res.json().await.unwrap();
+    assert_eq!(plan["current_version"], FROM);
+    let comps = plan["components"].as_array().unwrap();
+    assert_eq!(comps.len(), 3);
+    assert_eq!(comps[0]["component"], "kube-apiserver");
+    assert_eq!(comps[0]["current_image"], format!("registry.k8s.io/kube-apiserver:{FROM}"));
+    assert_eq!(comps[0]["new_image"], format!("mirror.local:5000/k8s/kube-apiserver:{TO}"));
+    assert_eq!(comps[2]["steps"].as_array().unwrap().len(), 8);
+    assert!(env.sim.ops().iter().all(|o| !o.is_write()));
+    let list: Value = env.app.get("/v1/upgrades").await.json().await.unwrap();
+    assert_eq!(list["items"], json!([]), "a dry run stores no job");
+}
