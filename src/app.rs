@@ -62,6 +62,8 @@ impl Application {
         create_private_dir(&config.data_dir)?;
         let db_path = config.database_path();
         let db = db::connect(&db_path).await?;
+        restrict_database_files(&db_path)?;
+        crate::auth::bootstrap(&db, &config.data_dir).await?;
         let runtime = match config.runtime {
             RuntimeKind::Docker => Runtime::Docker(DockerRuntime::new(config.docker_host.clone())),
             RuntimeKind::Simulated => Runtime::Simulated(SimulatedRuntime::default()),
@@ -118,7 +120,7 @@ impl Application {
             crate::upgrade::Context { db: state.db.clone(), settings: crate::upgrade::Settings::from_config(&config) };
         tasks.spawn(crate::upgrade::runner::run(upgrades, state.upgrades.clone(), cancel.clone()));
 
-        let router = crate::http::router(state.clone(), config.request_timeout);
+        let router = crate::http::router(state.clone());
         let stop = cancel.clone();
         let served = axum::serve(listener, router)
             .with_graceful_shutdown(async move {
@@ -146,6 +148,23 @@ fn create_private_dir(dir: &std::path::Path) -> anyhow::Result<()> {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
             .with_context(|| format!("restricting permissions of {}", dir.display()))?;
+    }
+    Ok(())
+}
+
+/// The database holds credentials and token hashes: owner only, including
+/// SQLite's write-ahead log and shared-memory files.
+fn restrict_database_files(db_path: &std::path::Path) -> anyhow::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        for suffix in ["", "-wal", "-shm"] {
+            let path = std::path::PathBuf::from(format!("{}{suffix}", db_path.display()));
+            if path.exists() {
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+                    .with_context(|| format!("restricting permissions of {}", path.display()))?;
+            }
+        }
     }
     Ok(())
 }

@@ -72,6 +72,10 @@ pub struct ServeConfig {
     #[arg(long, env = "DROVER_MAX_REPLICAS", default_value_t = 1000)]
     pub max_replicas: u32,
 
+    /// Requests served at once; more are answered 503 with Retry-After.
+    #[arg(long, env = "DROVER_MAX_CONCURRENT_REQUESTS", default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub max_concurrent_requests: u32,
+
     /// Longest time one request may take before it is answered 503.
     #[arg(long, env = "DROVER_REQUEST_TIMEOUT", value_parser = parse_duration, default_value = "30s")]
     pub request_timeout: Duration,

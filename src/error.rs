@@ -48,6 +48,10 @@ pub enum ApiError {
     NoRoute(String),
     #[error("method not allowed")]
     MethodNotAllowed,
+    #[error("missing or unknown bearer token")]
+    Unauthenticated,
+    #[error("this needs the {need} role")]
+    Forbidden { need: &'static str },
     #[error("conflict: {0}")]
     Conflict(String),
     #[error("precondition failed: {0}")]
@@ -79,6 +83,8 @@ impl ApiError {
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::NotFound { .. } | Self::NoRoute(_) => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::Unauthenticated => StatusCode::UNAUTHORIZED,
+            Self::Forbidden { .. } => StatusCode::FORBIDDEN,
             Self::Conflict(_) => StatusCode::CONFLICT,
             Self::PreconditionFailed(_) => StatusCode::PRECONDITION_FAILED,
             Self::Timeout | Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -96,6 +102,8 @@ impl ApiError {
             Self::NotFound { .. } => "not-found",
             Self::NoRoute(_) => "no-route",
             Self::MethodNotAllowed => "method-not-allowed",
+            Self::Unauthenticated => "unauthenticated",
+            Self::Forbidden { .. } => "forbidden",
             Self::Conflict(_) => "conflict",
             Self::PreconditionFailed(_) => "precondition-failed",
             Self::Timeout => "timeout",
@@ -113,6 +121,8 @@ impl ApiError {
             Self::NotFound { .. } => "Resource not found",
             Self::NoRoute(_) => "No such route",
             Self::MethodNotAllowed => "Method not allowed on this route",
+            Self::Unauthenticated => "Authentication required",
+            Self::Forbidden { .. } => "Not allowed for this token's role",
             Self::Conflict(_) => "The request conflicts with the current state",
             Self::PreconditionFailed(_) => "Precondition failed",
             Self::Timeout => "The request took too long",
@@ -133,6 +143,10 @@ impl ApiError {
             Self::NotFound { kind, name } => Some(format!("{kind} {name:?} does not exist")),
             Self::NoRoute(path) => Some(format!("{path} is not an endpoint of this API; see /openapi.json")),
             Self::MethodNotAllowed => None,
+            Self::Unauthenticated => {
+                Some("send Authorization: Bearer <token>; tokens come from POST /v1/tokens".into())
+            }
+            Self::Forbidden { need } => Some(format!("this request needs the {need} role")),
             Self::Timeout => Some("the server gave up on this request; it may be retried".into()),
             Self::Database(_) | Self::Internal(_) => Some("the error was logged; retry later or report it".into()),
         };

@@ -6,6 +6,7 @@
 //! - [`app`]: builds the service and runs it until a shutdown signal.
 //! - [`http`]: the API routes, one module per resource, and the OpenAPI document.
 //! - [`error`]: the API's one error type, answered as RFC 9457 problems.
+//! - [`auth`]: bearer tokens, roles and the audit trail.
 //! - [`reconcile`]: the pool reconciler: observe, plan (pure), execute, record.
 //! - [`runtime`]: the container runtimes: Docker (bollard) and a simulation.
 //! - [`upgrade`]: control-plane upgrade jobs: persisted steps, each safe to redo.
@@ -14,6 +15,7 @@
 //! - [`domain`]: pure types and rules: names, versions, images, specs.
 
 pub mod app;
+pub mod auth;
 pub mod config;
 pub mod db;
 pub mod domain;

@@ -2,11 +2,14 @@
 //! queries per table. Every state change and the event that explains it are
 //! written in one transaction.
 
+pub mod audit;
 pub mod clusters;
 pub mod events;
+pub mod idempotency;
 pub mod machines;
 pub mod pools;
 pub mod revisions;
+pub mod tokens;
 pub mod upgrades;
 
 use std::path::Path;

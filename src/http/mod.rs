@@ -3,13 +3,13 @@
 pub mod clusters;
 pub mod extract;
 pub mod health;
+pub mod idempotency;
 pub mod machines;
 pub mod pagination;
 pub mod pools;
 pub mod rollouts;
+pub mod tokens;
 pub mod upgrades;
-
-use std::time::Duration;
 
 use axum::Router;
 use axum::error_handling::HandleErrorLayer;
@@ -43,6 +43,7 @@ pub const REQUEST_ID: &str = "x-request-id";
         (name = "health", description = "Liveness and readiness probes"),
         (name = "clusters", description = "Registered Kubernetes clusters; credentials are write-only"),
         (name = "upgrades", description = "Control-plane upgrade jobs: one component at a time, resumable, cancellable"),
+        (name = "access", description = "API tokens (shown once, stored hashed) and the audit trail; admin only"),
     )
 )]
 struct ApiDoc;
@@ -53,6 +54,7 @@ fn api() -> OpenApiRouter<AppState> {
         .merge(pools::router())
         .merge(machines::router())
         .merge(rollouts::router())
+        .merge(tokens::router())
         .merge(clusters::router())
         .merge(upgrades::router())
 }
@@ -60,7 +62,51 @@ fn api() -> OpenApiRouter<AppState> {
 /// The OpenAPI document, as served at `/openapi.json` and committed at
 /// `openapi/openapi.json`.
 pub fn openapi() -> utoipa::openapi::OpenApi {
-    api().into_openapi()
+    with_security(api().into_openapi())
+}
+
+/// Declares the bearer scheme and, on every operation that is not public,
+/// the answers any route may give before its handler runs: 401, 403, and
+/// 503 when the server sheds load or a request times out.
+fn with_security(mut doc: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
+    use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityRequirement, SecurityScheme};
+    use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+    let components = doc.components.get_or_insert_with(Default::default);
+    components.add_security_scheme(
+        "bearer",
+        SecurityScheme::Http(
+            Http::builder()
+                .scheme(HttpAuthScheme::Bearer)
+                .description(Some("A token from POST /v1/tokens, or the admin.token file written on first start"))
+                .build(),
+        ),
+    );
+    let problem = |description: &str| {
+        ResponseBuilder::new()
+            .description(description)
+            .content(
+                "application/problem+json",
+                ContentBuilder::new().schema(Some(Ref::from_schema_name("Problem"))).build(),
+            )
+            .build()
+    };
+    for item in doc.paths.paths.values_mut() {
+        let ops = [&mut item.get, &mut item.put, &mut item.post, &mut item.delete, &mut item.patch, &mut item.head];
+        for op in ops.into_iter().flatten() {
+            let public = op.security.as_ref().is_some_and(|s| s.iter().all(|r| *r == SecurityRequirement::default()));
+            if public {
+                continue;
+            }
+            op.security = Some(vec![SecurityRequirement::new("bearer", Vec::<String>::new())]);
+            let responses = &mut op.responses.responses;
+            responses.entry("401".into()).or_insert_with(|| problem("No valid bearer token").into());
+            responses.entry("403".into()).or_insert_with(|| problem("The token's role may not do this").into());
+            responses
+                .entry("503".into())
+                .or_insert_with(|| problem("Overloaded or timed out; retry after `Retry-After` seconds").into());
+        }
+    }
+    doc
 }
 
 /// Request ids: 16 random hex digits, unless the client sent one.
@@ -75,8 +121,10 @@ impl MakeRequestId for RandomRequestId {
 }
 
 /// The whole application router with its middleware.
-pub fn router(state: AppState, request_timeout: Duration) -> Router {
+pub fn router(state: AppState) -> Router {
     let (routes, doc) = api().split_for_parts();
+    let doc = with_security(doc);
+    let config = state.config.clone();
     let request_id = HeaderName::from_static(REQUEST_ID);
     let middleware = ServiceBuilder::new()
         .layer(SetRequestIdLayer::new(request_id.clone(), RandomRequestId))
@@ -92,12 +140,20 @@ pub fn router(state: AppState, request_timeout: Duration) -> Router {
         .layer(HandleErrorLayer::new(|err: tower::BoxError| async move {
             if err.is::<tower::timeout::error::Elapsed>() {
                 ApiError::Timeout
+            } else if err.is::<tower::load_shed::error::Overloaded>() {
+                ApiError::Unavailable("the server is at its limit of concurrent requests; retry shortly".into())
             } else {
                 ApiError::Internal(anyhow::anyhow!(err))
             }
         }))
-        .timeout(request_timeout);
+        .load_shed()
+        .concurrency_limit(config.max_concurrent_requests as usize)
+        .timeout(config.request_timeout);
     routes
+        // Inner first: authentication runs before the idempotency check,
+        // which needs to know whose key it is.
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), idempotency::middleware))
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), crate::auth::middleware))
         .merge(SwaggerUi::new("/docs").url("/openapi.json", doc))
         .fallback(|uri: Uri| async move { ApiError::NoRoute(uri.path().to_owned()).into_response() })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed.into_response() })

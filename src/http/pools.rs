@@ -14,6 +14,7 @@ use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::app::AppState;
+use crate::auth::{Caller, OPERATOR_PATCHABLE, Role};
 use crate::db::{self, pools::Pool};
 use crate::domain::ValidationErrors;
 use crate::domain::event::{Event, EventType, NewEvent, SubjectKind};
@@ -431,11 +432,19 @@ async fn get_pool(State(state): State<AppState>, Path(name): Path<String>) -> Ap
 async fn patch_pool(
     State(state): State<AppState>,
     Path(name): Path<String>,
+    caller: Option<axum::Extension<Caller>>,
     headers: HeaderMap,
     ApiJson(patch): ApiJson<Value>,
 ) -> ApiResult<Response> {
-    if !patch.is_object() {
+    let Value::Object(fields) = &patch else {
         return Err(ApiError::invalid("body", "type", "a merge patch must be a JSON object"));
+    };
+    // Operators change size, image, version and pause; the rest is admin's.
+    if caller.is_some_and(|c| c.role < Role::Admin)
+        && let Some(field) = fields.keys().find(|k| !OPERATOR_PATCHABLE.contains(&k.as_str()))
+    {
+        tracing::info!(field = %field, "operator tried to patch an admin-only field");
+        return Err(ApiError::Forbidden { need: "admin" });
     }
     update_spec(&state, &name, &headers, "SpecChanged", |current| {
         let mut doc = serde_json::to_value(current).map_err(|e| ApiError::Internal(e.into()))?;

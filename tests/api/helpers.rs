@@ -14,7 +14,9 @@ use tokio::task::JoinHandle;
 
 pub struct TestApp {
     pub addr: String,
+    /// Sends the admin token on every request.
     pub client: reqwest::Client,
+    pub admin_token: String,
     pub data_dir: PathBuf,
     /// Keeps the temporary data directory alive as long as the app.
     _tmp: Option<TempDir>,
@@ -47,7 +49,23 @@ pub async fn start(cfg: ServeConfig, tmp: Option<TempDir>) -> TestApp {
     let handle = tokio::spawn(app.run_until_stopped(async move {
         let _ = stopped.await;
     }));
-    TestApp { addr, client: reqwest::Client::new(), data_dir, _tmp: tmp, stop: Some(stop), handle: Some(handle) }
+    let admin_token = admin_token(&data_dir);
+    let client = client_with_token(&admin_token);
+    TestApp { addr, client, admin_token, data_dir, _tmp: tmp, stop: Some(stop), handle: Some(handle) }
+}
+
+/// The admin token drover wrote on first start.
+pub fn admin_token(data_dir: &Path) -> String {
+    let path = data_dir.join("admin.token");
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display())).trim().to_owned()
+}
+
+/// A client that sends `token` on every request.
+pub fn client_with_token(token: &str) -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    let value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}")).expect("token is a valid header");
+    headers.insert(reqwest::header::AUTHORIZATION, value);
+    reqwest::Client::builder().default_headers(headers).build().expect("HTTP client")
 }
 
 impl TestApp {

@@ -274,10 +274,10 @@ async fn a_crash_in_the_middle_of_a_scale_to_10_converges_with_no_duplicates_or_
     let pool = unique("crash");
     let _cleanup = Cleanup(vec![pool.clone()]);
     let tmp = tempfile::TempDir::new().unwrap();
-    let client = reqwest::Client::new();
 
     let first = Process::spawn(tmp.path());
     first.wait_up().await;
+    let client = crate::helpers::client_with_token(&crate::helpers::admin_token(tmp.path()));
     let res = client
         .post(format!("{}/v1/pools", first.addr))
         .json(&json!({"name": pool, "replicas": 10, "version": V1}))

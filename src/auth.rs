@@ -1,0 +1,259 @@
+//! Who may do what: bearer tokens, three roles, and the audit trail.
+//!
+//! Every route except the probes and the API documents needs a token. The
+//! role a route needs is decided from its method and route pattern alone,
+//! before the handler runs, so a 401 or 403 never tells whether the named
+//! resource exists.
+
+use std::path::Path;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{HeaderValue, Method, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use chrono::Utc;
+use rand::RngCore;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+use utoipa::ToSchema;
+
+use crate::app::AppState;
+use crate::db::{self, Db, audit::NewAudit};
+use crate::error::ApiError;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Reads everything but tokens and the audit trail.
+    Viewer,
+    /// Also scales, changes image or version, drives rollouts, removes
+    /// chosen machines, starts and cancels upgrades.
+    Operator,
+    /// Everything, including creating and deleting pools and clusters, and
+    /// managing tokens.
+    Admin,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Viewer => "viewer",
+            Self::Operator => "operator",
+            Self::Admin => "admin",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "viewer" => Some(Self::Viewer),
+            "operator" => Some(Self::Operator),
+            "admin" => Some(Self::Admin),
+            _ => None,
+        }
+    }
+}
+
+/// The authenticated caller, put in the request's extensions.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub name: String,
+    pub role: Role,
+}
+
+const TOKEN_PREFIX: &str = "drover_";
+
+/// A new random token: 256 bits, URL-safe.
+pub fn new_token() -> String {
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    format!("{TOKEN_PREFIX}{}", URL_SAFE_NO_PAD.encode(bytes))
+}
+
+pub fn hash_token(token: &str) -> String {
+    Sha256::digest(token.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Routes anyone may call.
+fn is_public(path: &str) -> bool {
+    matches!(path, "/healthz" | "/readyz" | "/openapi.json") || path == "/docs" || path.starts_with("/docs/")
+}
+
+/// The least role a route needs. Unknown routes need `admin`, so that a
+/// new endpoint is closed until someone decides otherwise.
+pub fn required_role(method: &Method, route: &str) -> Role {
+    use Role::*;
+    let m = method.as_str();
+    match (m, route) {
+        (_, "/v1/tokens" | "/v1/tokens/{name}" | "/v1/audit") => Admin,
+        ("GET" | "HEAD", _) => Viewer,
+        // A dry run changes nothing.
+        ("POST", "/v1/pools/{name}/plan") => Viewer,
+        ("PUT", "/v1/pools/{name}/scale")
+        | ("PATCH", "/v1/pools/{name}")
+        | ("POST", "/v1/pools/{name}/rollout/continue")
+        | ("POST", "/v1/pools/{name}/rollback")
+        | ("POST", "/v1/pools/{name}/machines/{machine}/delete-request")
+        | ("DELETE", "/v1/pools/{name}/machines/{machine}")
+        | ("POST", "/v1/clusters/{name}/upgrades")
+        | ("POST", "/v1/upgrades/{id}/cancel") => Operator,
+        _ => Admin,
+    }
+}
+
+/// Spec fields an operator may change with PATCH; the rest need admin.
+pub const OPERATOR_PATCHABLE: &[&str] = &["replicas", "version", "image", "paused"];
+
+/// `pools/web` for `/v1/pools/web/scale`: what an audit record is about.
+fn resource_of(path: &str) -> Option<String> {
+    let mut parts = path.trim_start_matches('/').split('/').skip(1);
+    let kind = parts.next()?;
+    Some(match parts.next() {
+        Some(name) => format!("{kind}/{name}"),
+        None => kind.to_owned(),
+    })
+}
+
+async fn lookup(db: &Db, header: Option<&HeaderValue>) -> Result<Option<Caller>, ApiError> {
+    let Some(token) = header.and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer ")).map(str::trim)
+    else {
+        return Ok(None);
+    };
+    let hash = hash_token(token);
+    let Some(stored) = db::tokens::by_hash(db, &hash).await? else { return Ok(None) };
+    // The lookup matched on the hash; compare again in constant time so
+    // that no code path's timing depends on how much of it matched.
+    if !bool::from(stored.hash.as_bytes().ct_eq(hash.as_bytes())) {
+        return Ok(None);
+    }
+    let Some(role) = Role::parse(&stored.role) else { return Ok(None) };
+    if let Err(e) = db::tokens::touch(db, &stored.name, Utc::now()).await {
+        tracing::debug!(error = %e, "could not stamp token use");
+    }
+    Ok(Some(Caller { name: stored.name, role }))
+}
+
+fn unauthenticated() -> Response {
+    let mut res = ApiError::Unauthenticated.into_response();
+    res.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"drover\""));
+    res
+}
+
+/// Authenticates, authorizes and audits one request.
+pub async fn middleware(
+    State(state): State<AppState>,
+    matched: Option<MatchedPath>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    let path = req.uri().path().to_owned();
+    if is_public(&path) {
+        return next.run(req).await;
+    }
+    let method = req.method().clone();
+    let route = matched.as_ref().map_or(path.as_str(), |m| m.as_str()).to_owned();
+    let mutating = !matches!(method, Method::GET | Method::HEAD | Method::OPTIONS);
+    let caller = match lookup(&state.db, req.headers().get(header::AUTHORIZATION)).await {
+        Ok(c) => c,
+        Err(e) => return e.into_response(),
+    };
+    let need = required_role(&method, &route);
+    let (response, outcome) = match &caller {
+        None => (unauthenticated(), "unauthenticated"),
+        Some(c) if c.role < need => (ApiError::Forbidden { need: need.as_str() }.into_response(), "forbidden"),
+        Some(c) => {
+            req.extensions_mut().insert(c.clone());
+            (next.run(req).await, "allowed")
+        }
+    };
+    if mutating {
+        let resource = resource_of(&path);
+        let record = NewAudit {
+            token_name: caller.as_ref().map(|c| c.name.as_str()),
+            role: caller.as_ref().map(|c| c.role.as_str()),
+            method: method.as_str(),
+            path: &path,
+            resource: resource.as_deref(),
+            status: response.status().as_u16(),
+            outcome,
+        };
+        if let Err(e) = db::audit::record(&state.db, &record, Utc::now()).await {
+            tracing::error!(error = %e, method = %method, path = %path, "could not write the audit record");
+        }
+    }
+    response
+}
+
+/// On first start, when no token exists, makes an admin token and writes
+/// it to `<data dir>/admin.token` (mode 0600). The log names the file,
+/// never the token.
+pub async fn bootstrap(db: &Db, data_dir: &Path) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    if db::tokens::count(db).await? > 0 {
+        return Ok(());
+    }
+    let token = new_token();
+    let path = data_dir.join("admin.token");
+    write_private(&path, &format!("{token}\n")).with_context(|| format!("writing {}", path.display()))?;
+    db::tokens::insert(db, "bootstrap-admin", Role::Admin.as_str(), &hash_token(&token), Utc::now()).await?;
+    tracing::warn!(file = %path.display(), "created an admin token (name bootstrap-admin); it is in {}", path.display());
+    Ok(())
+}
+
+/// Creates (or replaces) a file readable by its owner only.
+pub fn write_private(path: &Path, content: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.mode(0o600);
+    }
+    let mut f = opts.open(path)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    }
+    f.write_all(content.as_bytes())?;
+    f.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_random_and_hash_stably() {
+        let (a, b) = (new_token(), new_token());
+        assert_ne!(a, b);
+        assert!(a.starts_with(TOKEN_PREFIX) && a.len() == TOKEN_PREFIX.len() + 43);
+        assert_eq!(hash_token(&a), hash_token(&a));
+        assert_eq!(hash_token(&a).len(), 64);
+    }
+
+    #[test]
+    fn roles_follow_the_route_table() {
+        let r = |m: &str, p: &str| required_role(&Method::from_bytes(m.as_bytes()).unwrap(), p);
+        assert_eq!(r("GET", "/v1/pools"), Role::Viewer);
+        assert_eq!(r("POST", "/v1/pools/{name}/plan"), Role::Viewer);
+        assert_eq!(r("PUT", "/v1/pools/{name}/scale"), Role::Operator);
+        assert_eq!(r("POST", "/v1/upgrades/{id}/cancel"), Role::Operator);
+        assert_eq!(r("POST", "/v1/pools"), Role::Admin);
+        assert_eq!(r("DELETE", "/v1/clusters/{name}"), Role::Admin);
+        assert_eq!(r("GET", "/v1/tokens"), Role::Admin);
+        assert_eq!(r("GET", "/v1/audit"), Role::Admin);
+        assert_eq!(r("POST", "/v1/something-new"), Role::Admin);
+        assert!(Role::Viewer < Role::Operator && Role::Operator < Role::Admin);
+    }
+
+    #[test]
+    fn audit_resources_name_the_object() {
+        assert_eq!(resource_of("/v1/pools/web/scale").as_deref(), Some("pools/web"));
+        assert_eq!(resource_of("/v1/pools").as_deref(), Some("pools"));
+        assert_eq!(resource_of("/v1/upgrades/7/cancel").as_deref(), Some("upgrades/7"));
+    }
+}

@@ -1,0 +1,62 @@
+//! The `audit` table: who changed what, and whether they were allowed.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::SqliteExecutor;
+use utoipa::ToSchema;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema, sqlx::FromRow)]
+pub struct AuditRecord {
+    pub id: i64,
+    pub time: DateTime<Utc>,
+    /// The token's name; absent when the request had no valid token.
+    pub token_name: Option<String>,
+    pub role: Option<String>,
+    pub method: String,
+    pub path: String,
+    /// What the request was about, e.g. `pools/workers`.
+    pub resource: Option<String>,
+    /// The HTTP status of the answer.
+    pub status: i64,
+    /// `allowed`, `unauthenticated` or `forbidden`.
+    pub outcome: String,
+}
+
+pub struct NewAudit<'a> {
+    pub token_name: Option<&'a str>,
+    pub role: Option<&'a str>,
+    pub method: &'a str,
+    pub path: &'a str,
+    pub resource: Option<&'a str>,
+    pub status: u16,
+    pub outcome: &'static str,
+}
+
+pub async fn record(db: impl SqliteExecutor<'_>, a: &NewAudit<'_>, now: DateTime<Utc>) -> sqlx::Result<()> {
+    sqlx::query(
+        "insert into audit (time, token_name, role, method, path, resource, status, outcome) values (?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(now)
+    .bind(a.token_name)
+    .bind(a.role)
+    .bind(a.method)
+    .bind(a.path)
+    .bind(a.resource)
+    .bind(i64::from(a.status))
+    .bind(a.outcome)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Newest first, ids below `before`.
+pub async fn page(db: impl SqliteExecutor<'_>, before: Option<i64>, limit: u32) -> sqlx::Result<Vec<AuditRecord>> {
+    sqlx::query_as(
+        "select id, time, token_name, role, method, path, resource, status, outcome from audit
+         where id < ? order by id desc limit ?",
+    )
+    .bind(before.unwrap_or(i64::MAX))
+    .bind(limit)
+    .fetch_all(db)
+    .await
+}

@@ -1,0 +1,91 @@
+//! The `tokens` table: API tokens, stored as hashes only.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::SqliteExecutor;
+use utoipa::ToSchema;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema, sqlx::FromRow)]
+pub struct TokenInfo {
+    pub name: String,
+    /// `viewer`, `operator` or `admin`.
+    pub role: String,
+    pub created_at: DateTime<Utc>,
+    pub last_used_at: Option<DateTime<Utc>>,
+}
+
+/// A stored token matched by its hash.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Stored {
+    pub name: String,
+    pub role: String,
+    pub hash: String,
+}
+
+pub async fn insert(
+    db: impl SqliteExecutor<'_>,
+    name: &str,
+    role: &str,
+    hash: &str,
+    now: DateTime<Utc>,
+) -> sqlx::Result<TokenInfo> {
+    sqlx::query_as(
+        "insert into tokens (name, role, hash, created_at) values (?, ?, ?, ?)
+         returning name, role, created_at, last_used_at",
+    )
+    .bind(name)
+    .bind(role)
+    .bind(hash)
+    .bind(now)
+    .fetch_one(db)
+    .await
+}
+
+pub async fn by_hash(db: impl SqliteExecutor<'_>, hash: &str) -> sqlx::Result<Option<Stored>> {
+    sqlx::query_as("select name, role, hash from tokens where hash = ?").bind(hash).fetch_optional(db).await
+}
+
+/// Stamps the last use, at most about once a minute per token, so that
+/// reads do not turn into a write each.
+pub async fn touch(db: impl SqliteExecutor<'_>, name: &str, now: DateTime<Utc>) -> sqlx::Result<()> {
+    sqlx::query(
+        "update tokens set last_used_at = ?1 where name = ?2
+         and (last_used_at is null or last_used_at < datetime(?1, '-60 seconds'))",
+    )
+    .bind(now)
+    .bind(name)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+pub async fn count(db: impl SqliteExecutor<'_>) -> sqlx::Result<i64> {
+    sqlx::query_scalar("select count(*) from tokens").fetch_one(db).await
+}
+
+pub async fn list(db: impl SqliteExecutor<'_>) -> sqlx::Result<Vec<TokenInfo>> {
+    sqlx::query_as("select name, role, created_at, last_used_at from tokens order by name").fetch_all(db).await
+}
+
+/// Deletes a token unless it is the last admin token, which would lock
+/// everyone out. `Ok(None)`: no such token.
+pub async fn delete(tx: &mut sqlx::SqliteConnection, name: &str) -> sqlx::Result<Option<DeleteOutcome>> {
+    let role: Option<String> =
+        sqlx::query_scalar("select role from tokens where name = ?").bind(name).fetch_optional(&mut *tx).await?;
+    let Some(role) = role else { return Ok(None) };
+    if role == "admin" {
+        let admins: i64 =
+            sqlx::query_scalar("select count(*) from tokens where role = 'admin'").fetch_one(&mut *tx).await?;
+        if admins <= 1 {
+            return Ok(Some(DeleteOutcome::LastAdmin));
+        }
+    }
+    sqlx::query("delete from tokens where name = ?").bind(name).execute(&mut *tx).await?;
+    Ok(Some(DeleteOutcome::Deleted))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeleteOutcome {
+    Deleted,
+    LastAdmin,
+}
