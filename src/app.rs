@@ -34,6 +34,8 @@ pub struct AppState {
     pub config: Arc<ServeConfig>,
     /// What reconcile passes (and the API's dry runs) work with.
     pub reconcile: reconcile::Context,
+    /// Requests being served; `max_concurrent_requests` permits.
+    pub inflight: Arc<Semaphore>,
     /// Wakes the upgrade runner when a job is created.
     pub upgrades: crate::upgrade::UpgradeQueue,
 }
@@ -83,7 +85,16 @@ impl Application {
             parallel: Arc::new(Semaphore::new(config.max_parallel as usize)),
             stop_timeout_secs: i64::try_from(config.stop_timeout.as_secs()).unwrap_or(i64::MAX),
         };
-        let state = AppState { db, runtime, queue, config: Arc::new(config), reconcile, upgrades: Default::default() };
+        let inflight = Arc::new(Semaphore::new(config.max_concurrent_requests as usize));
+        let state = AppState {
+            db,
+            runtime,
+            queue,
+            config: Arc::new(config),
+            reconcile,
+            upgrades: Default::default(),
+            inflight,
+        };
         Ok(Self { listener, state, wakes })
     }
 

@@ -109,6 +109,27 @@ fn with_security(mut doc: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi 
     doc
 }
 
+/// Answers 503 with `Retry-After` when `max_concurrent_requests` are
+/// already being served, rather than queueing without bound. The permit is
+/// one shared semaphore (a tower concurrency layer on the router would be
+/// instantiated once per route).
+async fn shed_load(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    // Probes must answer even under load, or an orchestrator would restart
+    // a busy but healthy server.
+    if matches!(req.uri().path(), "/healthz" | "/readyz") {
+        return next.run(req).await;
+    }
+    match state.inflight.clone().try_acquire_owned() {
+        Ok(_permit) => next.run(req).await,
+        Err(_) => ApiError::Unavailable("the server is at its limit of concurrent requests; retry shortly".into())
+            .into_response(),
+    }
+}
+
 /// Request ids: 16 random hex digits, unless the client sent one.
 #[derive(Clone, Copy, Default)]
 struct RandomRequestId;
@@ -140,14 +161,10 @@ pub fn router(state: AppState) -> Router {
         .layer(HandleErrorLayer::new(|err: tower::BoxError| async move {
             if err.is::<tower::timeout::error::Elapsed>() {
                 ApiError::Timeout
-            } else if err.is::<tower::load_shed::error::Overloaded>() {
-                ApiError::Unavailable("the server is at its limit of concurrent requests; retry shortly".into())
             } else {
                 ApiError::Internal(anyhow::anyhow!(err))
             }
         }))
-        .load_shed()
-        .concurrency_limit(config.max_concurrent_requests as usize)
         .timeout(config.request_timeout);
     routes
         // Inner first: authentication runs before the idempotency check,
@@ -158,6 +175,7 @@ pub fn router(state: AppState) -> Router {
         .fallback(|uri: Uri| async move { ApiError::NoRoute(uri.path().to_owned()).into_response() })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed.into_response() })
         .layer(DefaultBodyLimit::max(extract::MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), shed_load))
         .with_state(state)
         .layer(middleware)
 }

@@ -11,5 +11,6 @@ mod openapi;
 mod pools;
 mod reconcile;
 mod rollouts;
+mod security;
 mod upgrade_env;
 mod upgrades;
