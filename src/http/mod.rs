@@ -98,7 +98,13 @@ fn with_security(mut doc: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi 
                 continue;
             }
             op.security = Some(vec![SecurityRequirement::new("bearer", Vec::<String>::new())]);
+            let has_body = op.request_body.is_some();
             let responses = &mut op.responses.responses;
+            if has_body {
+                responses.entry("400".into()).or_insert_with(|| problem("The body is not valid JSON").into());
+                responses.entry("413".into()).or_insert_with(|| problem("The body is over 1 MiB").into());
+                responses.entry("415".into()).or_insert_with(|| problem("The body is not declared as JSON").into());
+            }
             responses.entry("401".into()).or_insert_with(|| problem("No valid bearer token").into());
             responses.entry("403".into()).or_insert_with(|| problem("The token's role may not do this").into());
             responses
