@@ -2,6 +2,7 @@
 
 mod clusters;
 mod docker;
+mod faults;
 mod helpers;
 #[path = "../support/images.rs"]
 mod images;
@@ -9,6 +10,7 @@ mod images;
 mod kube_sim;
 mod openapi;
 mod pools;
+mod process;
 mod reconcile;
 mod rollouts;
 mod security;

@@ -223,48 +223,6 @@ async fn deleting_a_pool_removes_exactly_its_containers() {
     docker::remove_by_hand(&foreign);
 }
 
-/// A drover process of the real binary, for crash tests.
-struct Process {
-    child: std::process::Child,
-    addr: String,
-}
-
-impl Process {
-    fn spawn(data_dir: &std::path::Path) -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port();
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_drover"))
-            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--stop-timeout", "2s", "--log-level", "warn"])
-            .arg("--data-dir")
-            .arg(data_dir)
-            .spawn()
-            .expect("starting drover");
-        Self { child, addr: format!("http://127.0.0.1:{port}") }
-    }
-
-    async fn wait_up(&self) {
-        let client = reqwest::Client::new();
-        for _ in 0..200 {
-            if client.get(format!("{}/healthz", self.addr)).send().await.is_ok() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("drover did not come up at {}", self.addr);
-    }
-
-    fn kill(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_in_the_middle_of_a_scale_to_10_converges_with_no_duplicates_or_orphans() {
     if !require_docker("a_crash_in_the_middle_of_a_scale_to_10_converges_with_no_duplicates_or_orphans") {
@@ -275,7 +233,7 @@ async fn a_crash_in_the_middle_of_a_scale_to_10_converges_with_no_duplicates_or_
     let _cleanup = Cleanup(vec![pool.clone()]);
     let tmp = tempfile::TempDir::new().unwrap();
 
-    let first = Process::spawn(tmp.path());
+    let first = crate::process::Process::spawn(tmp.path());
     first.wait_up().await;
     let client = crate::helpers::client_with_token(&crate::helpers::admin_token(tmp.path()));
     let res = client
@@ -294,7 +252,7 @@ async fn a_crash_in_the_middle_of_a_scale_to_10_converges_with_no_duplicates_or_
     first.kill();
     let at_crash = docker::pool_containers(&d, &pool).await.len();
 
-    let second = Process::spawn(tmp.path());
+    let second = crate::process::Process::spawn(tmp.path());
     second.wait_up().await;
     let deadline = tokio::time::Instant::now() + CONVERGE;
     loop {
