@@ -47,7 +47,10 @@ async fn main() -> anyhow::Result<()> {
     let server = tokio::spawn(app.run_until_stopped(async move {
         let _ = stop_rx.await;
     }));
-    let http = reqwest::Client::new();
+    let token = std::fs::read_to_string(tmp.path().join("admin.token"))?;
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(reqwest::header::AUTHORIZATION, format!("Bearer {}", token.trim()).parse()?);
+    let http = reqwest::Client::builder().default_headers(headers).build()?;
     let pool = format!("bench-{}", std::process::id());
     let res = http
         .post(format!("{base}/v1/pools"))
@@ -67,6 +70,34 @@ async fn main() -> anyhow::Result<()> {
         }
         println!(
             "| {n} | {:.2} s | {:.2} s | {:.2}x |",
+            engine.as_secs_f64(),
+            drover.as_secs_f64(),
+            drover.as_secs_f64() / engine.as_secs_f64()
+        );
+    }
+
+    // Rolling updates of 20 machines, next to the engine doing the same work
+    // (create and start 20 new containers, remove 20 old ones) all at once.
+    let n: usize = std::env::var("DROVER_BENCH_ROLLOUT").ok().and_then(|s| s.parse().ok()).unwrap_or(20);
+    println!();
+    println!("| rolling update of {n} | engine direct (best of {rounds}) | drover rollout (best of {rounds}) | ratio |");
+    println!("|---|---:|---:|---:|");
+    scale(&http, &base, &pool, n).await?;
+    wait_ready(&http, &base, &pool, n).await?;
+    let mut version = images::V1;
+    for surge in [json!(5), json!("100%")] {
+        patch(&http, &base, &pool, json!({"strategy": {"max_surge": surge, "max_unavailable": 0}})).await?;
+        let (mut engine, mut drover) = (Duration::MAX, Duration::MAX);
+        for round in 0..rounds {
+            engine = engine.min(direct_replace(&docker, n, round).await?);
+            version = if version == images::V1 { images::V2 } else { images::V1 };
+            let started = Instant::now();
+            patch(&http, &base, &pool, json!({"version": version})).await?;
+            wait_rollout(&http, &base, &pool, n).await?;
+            drover = drover.min(started.elapsed());
+        }
+        println!(
+            "| surge {surge} | {:.2} s | {:.2} s | {:.2}x |",
             engine.as_secs_f64(),
             drover.as_secs_f64(),
             drover.as_secs_f64() / engine.as_secs_f64()
@@ -122,6 +153,59 @@ async fn converge(http: &reqwest::Client, base: &str, pool: &str, n: usize) -> a
     scale(http, base, pool, 0).await?;
     wait_ready(http, base, pool, 0).await?;
     Ok(elapsed)
+}
+
+/// The engine's own time for a whole replacement: `n` old containers exist;
+/// create and start `n` new ones and remove the old, all at once.
+async fn direct_replace(docker: &Docker, n: usize, round: usize) -> anyhow::Result<Duration> {
+    let old: Vec<String> = (0..n).map(|i| format!("bench-old-{}-{round}-{i}", std::process::id())).collect();
+    let new: Vec<String> = (0..n).map(|i| format!("bench-new-{}-{round}-{i}", std::process::id())).collect();
+    let v1 = format!("kindest/node:{}", images::V1);
+    let v2 = format!("kindest/node:{}", images::V2);
+    join_all(old.iter().map(|name| run(docker, name, &v1))).await.into_iter().collect::<Result<Vec<_>, _>>()?;
+    let started = Instant::now();
+    let creates = join_all(new.iter().map(|name| run(docker, name, &v2)));
+    let removes = join_all(old.iter().map(|name| remove(docker, name)));
+    let (created, _) = tokio::join!(creates, removes);
+    let elapsed = started.elapsed();
+    join_all(new.iter().map(|name| remove(docker, name))).await;
+    created.into_iter().collect::<Result<Vec<_>, _>>()?;
+    Ok(elapsed)
+}
+
+async fn run(docker: &Docker, name: &str, image: &str) -> Result<(), bollard::errors::Error> {
+    let body = ContainerCreateBody { image: Some(image.to_owned()), ..Default::default() };
+    let created = docker.create_container(Some(CreateContainerOptionsBuilder::default().name(name).build()), body).await?;
+    docker.start_container(&created.id, None).await
+}
+
+async fn remove(docker: &Docker, name: &str) {
+    let _ = docker.stop_container(name, Some(bollard::query_parameters::StopContainerOptionsBuilder::default().t(10).build())).await;
+    let _ = docker.remove_container(name, Some(RemoveContainerOptionsBuilder::default().force(true).build())).await;
+}
+
+async fn patch(http: &reqwest::Client, base: &str, pool: &str, body: Value) -> anyhow::Result<()> {
+    let res = http
+        .patch(format!("{base}/v1/pools/{pool}"))
+        .header("content-type", "application/merge-patch+json")
+        .body(body.to_string())
+        .send()
+        .await?;
+    anyhow::ensure!(res.status().is_success(), "patch {body}: {}", res.text().await?);
+    Ok(())
+}
+
+async fn wait_rollout(http: &reqwest::Client, base: &str, pool: &str, n: usize) -> anyhow::Result<()> {
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let p: Value = http.get(format!("{base}/v1/pools/{pool}")).send().await?.json().await?;
+        let s = &p["status"];
+        if s["observed_generation"] == p["generation"] && s["updated_replicas"] == n && s["ready_replicas"] == n && s["replicas"] == n {
+            return Ok(());
+        }
+        anyhow::ensure!(Instant::now() < deadline, "rollout never finished: {s}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 async fn scale(http: &reqwest::Client, base: &str, pool: &str, n: usize) -> anyhow::Result<()> {
