@@ -80,7 +80,9 @@ async fn main() -> anyhow::Result<()> {
     // (create and start 20 new containers, remove 20 old ones) all at once.
     let n: usize = std::env::var("DROVER_BENCH_ROLLOUT").ok().and_then(|s| s.parse().ok()).unwrap_or(20);
     println!();
-    println!("| rolling update of {n} | engine direct (best of {rounds}) | drover rollout (best of {rounds}) | ratio |");
+    println!(
+        "| rolling update of {n} | engine direct (best of {rounds}) | drover rollout (best of {rounds}) | ratio |"
+    );
     println!("|---|---:|---:|---:|");
     scale(&http, &base, &pool, n).await?;
     wait_ready(&http, &base, &pool, n).await?;
@@ -175,12 +177,15 @@ async fn direct_replace(docker: &Docker, n: usize, round: usize) -> anyhow::Resu
 
 async fn run(docker: &Docker, name: &str, image: &str) -> Result<(), bollard::errors::Error> {
     let body = ContainerCreateBody { image: Some(image.to_owned()), ..Default::default() };
-    let created = docker.create_container(Some(CreateContainerOptionsBuilder::default().name(name).build()), body).await?;
+    let created =
+        docker.create_container(Some(CreateContainerOptionsBuilder::default().name(name).build()), body).await?;
     docker.start_container(&created.id, None).await
 }
 
 async fn remove(docker: &Docker, name: &str) {
-    let _ = docker.stop_container(name, Some(bollard::query_parameters::StopContainerOptionsBuilder::default().t(10).build())).await;
+    let _ = docker
+        .stop_container(name, Some(bollard::query_parameters::StopContainerOptionsBuilder::default().t(10).build()))
+        .await;
     let _ = docker.remove_container(name, Some(RemoveContainerOptionsBuilder::default().force(true).build())).await;
 }
 
@@ -200,7 +205,11 @@ async fn wait_rollout(http: &reqwest::Client, base: &str, pool: &str, n: usize) 
     loop {
         let p: Value = http.get(format!("{base}/v1/pools/{pool}")).send().await?.json().await?;
         let s = &p["status"];
-        if s["observed_generation"] == p["generation"] && s["updated_replicas"] == n && s["ready_replicas"] == n && s["replicas"] == n {
+        if s["observed_generation"] == p["generation"]
+            && s["updated_replicas"] == n
+            && s["ready_replicas"] == n
+            && s["replicas"] == n
+        {
             return Ok(());
         }
         anyhow::ensure!(Instant::now() < deadline, "rollout never finished: {s}");

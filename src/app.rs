@@ -36,6 +36,7 @@ pub struct AppState {
     pub reconcile: reconcile::Context,
     /// Requests being served; `max_concurrent_requests` permits.
     pub inflight: Arc<Semaphore>,
+    pub metrics: Arc<crate::metrics::Metrics>,
     /// Wakes the upgrade runner when a job is created.
     pub upgrades: crate::upgrade::UpgradeQueue,
 }
@@ -79,7 +80,9 @@ impl Application {
             Runtime::Simulated(_) => tracing::warn!("container runtime: simulated (machines are not real containers)"),
         }
         let (queue, wakes) = PoolQueue::channel();
+        let metrics = Arc::new(crate::metrics::Metrics::default());
         let reconcile = reconcile::Context {
+            metrics: metrics.clone(),
             db: db.clone(),
             runtime: runtime.clone(),
             parallel: Arc::new(Semaphore::new(config.max_parallel as usize)),
@@ -94,6 +97,7 @@ impl Application {
             reconcile,
             upgrades: Default::default(),
             inflight,
+            metrics,
         };
         Ok(Self { listener, state, wakes })
     }
@@ -127,8 +131,11 @@ impl Application {
             async move { runtime.watch(events, cancel).await }
         });
 
-        let upgrades =
-            crate::upgrade::Context { db: state.db.clone(), settings: crate::upgrade::Settings::from_config(&config) };
+        let upgrades = crate::upgrade::Context {
+            db: state.db.clone(),
+            settings: crate::upgrade::Settings::from_config(&config),
+            metrics: state.metrics.clone(),
+        };
         tasks.spawn(crate::upgrade::runner::run(upgrades, state.upgrades.clone(), cancel.clone()));
 
         let router = crate::http::router(state.clone());

@@ -22,6 +22,7 @@ pub mod domain;
 pub mod error;
 pub mod http;
 pub mod k8s;
+pub mod metrics;
 pub mod reconcile;
 pub mod runtime;
 pub mod telemetry;

@@ -5,6 +5,7 @@ pub mod extract;
 pub mod health;
 pub mod idempotency;
 pub mod machines;
+pub mod metrics;
 pub mod pagination;
 pub mod pools;
 pub mod rollouts;
@@ -55,6 +56,7 @@ fn api() -> OpenApiRouter<AppState> {
         .merge(machines::router())
         .merge(rollouts::router())
         .merge(tokens::router())
+        .merge(metrics::router())
         .merge(clusters::router())
         .merge(upgrades::router())
 }
@@ -177,6 +179,7 @@ pub fn router(state: AppState) -> Router {
         // which needs to know whose key it is.
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), idempotency::middleware))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), crate::auth::middleware))
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), metrics::track))
         .merge(SwaggerUi::new("/docs").url("/openapi.json", doc))
         .fallback(|uri: Uri| async move { ApiError::NoRoute(uri.path().to_owned()).into_response() })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed.into_response() })

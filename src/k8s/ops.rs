@@ -94,6 +94,8 @@ pub struct ClusterApi {
     /// Tries that failed and were repeated, since the last `take_retries`:
     /// the runner stores it with the step.
     retries: AtomicU32,
+    /// Counts every try, when the caller keeps metrics.
+    metrics: Option<std::sync::Arc<crate::metrics::Metrics>>,
 }
 
 impl ClusterApi {
@@ -104,7 +106,13 @@ impl ClusterApi {
             client,
             policy,
             retries: AtomicU32::new(0),
+            metrics: None,
         }
+    }
+
+    pub fn with_metrics(mut self, metrics: std::sync::Arc<crate::metrics::Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     pub fn take_retries(&self) -> u32 {
@@ -124,6 +132,12 @@ impl ClusterApi {
                 Ok(r) => r,
                 Err(_) => Err(Failure::Timeout(self.policy.call_timeout)),
             };
+            if let Some(m) = &self.metrics {
+                m.inc(
+                    "drover_kube_calls_total",
+                    &[("op", op), ("result", if outcome.is_ok() { "ok" } else { "error" })],
+                );
+            }
             let failure = match outcome {
                 Ok(v) => return Ok(v),
                 Err(e) => e,

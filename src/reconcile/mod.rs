@@ -29,6 +29,25 @@ pub struct Context {
     /// Container operations in flight at once, across all pools.
     pub parallel: Arc<Semaphore>,
     pub stop_timeout_secs: i64,
+    pub metrics: Arc<crate::metrics::Metrics>,
+}
+
+impl Context {
+    /// Counts one container runtime call and passes its result on.
+    fn counted<T>(&self, op: &str, r: Result<T, RuntimeError>) -> Result<T, RuntimeError> {
+        let result = match &r {
+            Ok(_) => "ok",
+            Err(RuntimeError::Unavailable(_)) => "unavailable",
+            Err(_) => "error",
+        };
+        self.metrics.inc("drover_runtime_calls_total", &[("op", op), ("result", result)]);
+        r
+    }
+
+    async fn list(&self, pool: &str) -> Result<Vec<Container>, RuntimeError> {
+        let r = self.runtime.list_pool(pool).await;
+        self.counted("list", r)
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -123,7 +142,7 @@ pub fn desired_of(pool: &Pool, observed: &[Observed]) -> Desired {
 
 /// Observes a pool and plans a pass without changing anything: the dry run.
 pub async fn dry_run(ctx: &Context, pool: &Pool) -> Result<(Plan, Counts), ReconcileError> {
-    let containers = ctx.runtime.list_pool(&pool.name).await?;
+    let containers = ctx.list(&pool.name).await?;
     let records = db::machines::list_for_pool(&ctx.db, &pool.name).await?;
     let observed = observe(&containers, &records, &pool.spec, Utc::now());
     Ok((plan::plan(&observed, &desired_of(pool, &observed)), counts(&observed)))
@@ -136,7 +155,7 @@ pub async fn reconcile_once(ctx: &Context, name: &str) -> Result<Outcome, Reconc
     let Some(pool) = db::pools::get(&ctx.db, name).await? else {
         return Ok(Outcome::Gone);
     };
-    let mut containers = ctx.runtime.list_pool(name).await?;
+    let mut containers = ctx.list(name).await?;
     sync_records(ctx, &pool, &containers).await?;
     if pool.deleting && containers.is_empty() {
         return purge(ctx, name).await;
@@ -148,7 +167,7 @@ pub async fn reconcile_once(ctx: &Context, name: &str) -> Result<Outcome, Reconc
     execute(ctx, &pool, &plan).await?;
 
     if !plan.is_empty() {
-        containers = ctx.runtime.list_pool(name).await?;
+        containers = ctx.list(name).await?;
         sync_records(ctx, &pool, &containers).await?;
         records = db::machines::list_for_pool(&ctx.db, name).await?;
         observed = observe(&containers, &records, &pool.spec, Utc::now());
@@ -244,7 +263,8 @@ async fn create_machine(ctx: &Context, pool: &Pool, c: &Creation) -> Result<(), 
         mounts: pool.spec.extra_mounts.clone(),
         stop_timeout_secs: ctx.stop_timeout_secs,
     };
-    let container = ctx.runtime.create(&spec).await?;
+    let created = ctx.runtime.create(&spec).await;
+    let container = ctx.counted("create", created)?;
     let now = Utc::now();
     let fd = c.failure_domain.as_deref().map(|f| format!(" in {f}")).unwrap_or_default();
     let ev =
@@ -262,7 +282,8 @@ async fn create_machine(ctx: &Context, pool: &Pool, c: &Creation) -> Result<(), 
 
 async fn start_machine(ctx: &Context, pool: &Pool, s: &plan::Start) -> Result<(), RuntimeError> {
     let _permit = ctx.parallel.acquire().await.map_err(|_| RuntimeError::Unavailable("shutting down".into()))?;
-    ctx.runtime.start(&s.container_id, ctx.stop_timeout_secs).await?;
+    let started = ctx.runtime.start(&s.container_id, ctx.stop_timeout_secs).await;
+    ctx.counted("start", started)?;
     let ev = NewEvent::pool(
         &pool.name,
         EventType::Normal,
@@ -276,7 +297,8 @@ async fn start_machine(ctx: &Context, pool: &Pool, s: &plan::Start) -> Result<()
 
 async fn delete_machine(ctx: &Context, pool: &Pool, d: &Deletion) -> Result<(), RuntimeError> {
     let _permit = ctx.parallel.acquire().await.map_err(|_| RuntimeError::Unavailable("shutting down".into()))?;
-    ctx.runtime.remove(&d.container_id, ctx.stop_timeout_secs).await?;
+    let removed = ctx.runtime.remove(&d.container_id, ctx.stop_timeout_secs).await;
+    ctx.counted("remove", removed)?;
     let now = Utc::now();
     let why = match d.reason {
         plan::DeleteReason::Outdated => "it runs an outdated image",

@@ -89,7 +89,16 @@ impl Scheduler {
         self.running.insert(pool.clone());
         let task_pool = pool.clone();
         let handle = self.tasks.spawn(async move {
+            let started = std::time::Instant::now();
             let result = reconcile_once(&ctx, &task_pool).await;
+            let outcome = match &result {
+                Ok(Outcome::Converged) => "converged",
+                Ok(Outcome::Progressing) => "progressing",
+                Ok(Outcome::Gone) => "gone",
+                Err(_) => "error",
+            };
+            ctx.metrics.inc("drover_reconcile_passes_total", &[("pool", &task_pool), ("outcome", outcome)]);
+            ctx.metrics.observe("drover_reconcile_duration_seconds", &[("pool", &task_pool)], started.elapsed());
             (task_pool, result)
         });
         self.task_pools.insert(handle.id(), pool);

@@ -43,7 +43,7 @@ pub async fn run_job(ctx: &Context, id: i64) -> sqlx::Result<()> {
         return driver.finish(JobState::Failed, "the cluster is no longer registered").await;
     };
     match credentials.client(ctx.settings.retry.call_timeout).await {
-        Ok(client) => driver.api = Some(ClusterApi::new(client, ctx.settings.retry)),
+        Ok(client) => driver.api = Some(ClusterApi::new(client, ctx.settings.retry).with_metrics(ctx.metrics.clone())),
         Err(e) => return driver.finish(JobState::Failed, &format!("cannot use the cluster's credentials: {e}")).await,
     }
     driver.drive().await

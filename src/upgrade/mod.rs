@@ -27,6 +27,8 @@ use crate::k8s::RetryPolicy;
 pub struct Context {
     pub db: Db,
     pub settings: Settings,
+    /// Counts Kubernetes API calls.
+    pub metrics: std::sync::Arc<crate::metrics::Metrics>,
 }
 
 #[derive(Debug, Clone, Copy)]

@@ -8,6 +8,7 @@ mod helpers;
 mod images;
 #[path = "../support/kube_sim.rs"]
 mod kube_sim;
+mod metrics;
 mod openapi;
 mod pools;
 mod process;

@@ -1,0 +1,51 @@
+//! `/metrics` after real work: the counters move.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::json;
+
+use crate::helpers::spawn_app;
+
+/// The value of the sample whose line starts with `prefix`, or 0.
+fn sample(text: &str, prefix: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[tokio::test]
+async fn metrics_count_requests_passes_runtime_calls_and_machines_after_a_scale() {
+    let app = spawn_app().await;
+    let scrape = || async {
+        let res = app.get("/metrics").await;
+        assert_eq!(res.status(), StatusCode::OK);
+        assert!(res.headers()["content-type"].to_str().unwrap().starts_with("text/plain"));
+        res.text().await.unwrap()
+    };
+    let before = scrape().await;
+    app.create_pool_ok("metered", 0, json!({"image": "sim/app:1"})).await;
+    app.scale("metered", 3).await;
+    app.wait_converged("metered", 3, Duration::from_secs(20)).await;
+    let after = scrape().await;
+
+    let scale = "drover_http_requests_total{method=\"PUT\",route=\"/v1/pools/{name}/scale\",status=\"200\"}";
+    assert_eq!(sample(&before, scale), 0.0);
+    assert_eq!(sample(&after, scale), 1.0, "{after}");
+    assert!(sample(&after, "drover_runtime_calls_total{op=\"create\",result=\"ok\"}") >= 3.0, "{after}");
+    assert!(
+        sample(&after, "drover_reconcile_passes_total{outcome=\"converged\",pool=\"metered\"}") >= 1.0
+            || after.contains("drover_reconcile_passes_total{pool=\"metered\",outcome=\"converged\"}"),
+        "{after}"
+    );
+    assert_eq!(sample(&after, "drover_machines{pool=\"metered\",state=\"ready\"}"), 3.0, "{after}");
+    assert_eq!(sample(&after, "drover_pool_replicas_desired{pool=\"metered\"}"), 3.0);
+    assert!(after.contains("# TYPE drover_http_request_duration_seconds histogram"));
+    assert!(after.contains("drover_reconcile_duration_seconds_count{pool=\"metered\"}"));
+
+    // Like every route but the probes, it needs a token.
+    let anon = reqwest::Client::new().get(app.url("/metrics")).send().await.unwrap();
+    assert_eq!(anon.status(), StatusCode::UNAUTHORIZED);
+}
