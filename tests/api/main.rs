@@ -2,6 +2,7 @@
 
 mod clusters;
 mod docker;
+mod drain;
 mod helpers;
 #[path = "../support/images.rs"]
 mod images;
