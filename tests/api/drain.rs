@@ -27,8 +27,10 @@ struct Env {
     _cleanup: Cleanup,
 }
 
-async fn spawn(prefix: &str, replicas: u32, tweak: impl FnOnce(&mut ServeConfig)) -> Env {
-    let sim = KubeSim::start(SimSettings { token: Some(TOKEN.into()), ..SimSettings::default() }).await;
+/// `termination_delay`: how long evicted pods stay, terminating.
+async fn spawn(prefix: &str, replicas: u32, termination_delay: Duration, tweak: impl FnOnce(&mut ServeConfig)) -> Env {
+    let settings = SimSettings { token: Some(TOKEN.into()), termination_delay, ..SimSettings::default() };
+    let sim = KubeSim::start(settings).await;
     let pool = unique(prefix);
     let cleanup = Cleanup(vec![pool.clone()]);
     let tmp = tempfile::TempDir::new().expect("temporary directory");
@@ -107,7 +109,7 @@ async fn scale_down_cordons_then_evicts_and_removes_the_container_only_after_the
     if !require_docker("scale_down_cordons_then_evicts_and_removes_the_container_only_after_the_pods_are_gone") {
         return;
     }
-    let env = spawn("drain", 3, |c| c.drain_timeout = Duration::from_secs(30)).await;
+    let env = spawn("drain", 3, Duration::ZERO, |c| c.drain_timeout = Duration::from_secs(30)).await;
     let machines = env.populate_nodes().await;
     env.sim.block_evictions();
     env.sim.clear_ops();
@@ -163,7 +165,7 @@ async fn a_machine_whose_node_does_not_exist_is_removed_without_draining() {
     if !require_docker("a_machine_whose_node_does_not_exist_is_removed_without_draining") {
         return;
     }
-    let env = spawn("nonode", 2, |_| {}).await;
+    let env = spawn("nonode", 2, Duration::ZERO, |_| {}).await;
     env.sim.clear_ops();
     assert_eq!(env.app.scale(&env.pool, 1).await.status(), StatusCode::OK);
     env.app.wait_converged(&env.pool, 1, CONVERGE).await;
@@ -184,7 +186,7 @@ async fn an_unreachable_cluster_keeps_the_machine_until_it_answers_again() {
     if !require_docker("an_unreachable_cluster_keeps_the_machine_until_it_answers_again") {
         return;
     }
-    let env = spawn("unreach", 2, |c| c.drain_timeout = Duration::from_secs(2)).await;
+    let env = spawn("unreach", 2, Duration::ZERO, |c| c.drain_timeout = Duration::from_secs(2)).await;
     let machines = env.populate_nodes().await;
     env.sim.unreachable_for(Duration::from_secs(8));
     assert_eq!(env.app.scale(&env.pool, 1).await.status(), StatusCode::OK);
@@ -217,7 +219,8 @@ async fn deleting_a_pool_drains_every_machine_and_frees_the_cluster() {
     if !require_docker("deleting_a_pool_drains_every_machine_and_frees_the_cluster") {
         return;
     }
-    let env = spawn("pooldel", 2, |_| {}).await;
+    // Evicted pods take a while to terminate: the drain must wait for them.
+    let env = spawn("pooldel", 2, Duration::from_millis(400), |_| {}).await;
     let machines = env.populate_nodes().await;
     let res = env.app.request(Method::DELETE, "/v1/clusters/sim", None).await;
     assert_problem(res, 409, None).await;
@@ -230,6 +233,9 @@ async fn deleting_a_pool_drains_every_machine_and_frees_the_cluster() {
         let evict = position(&ops, "an eviction", |o| is(o, "evict", "pods", &format!("web-{m}"), 201));
         let delete = position(&ops, "a Node delete", |o| is(o, "delete", "nodes", m, 200));
         assert!(cordon < evict && evict < delete, "cordon, evict, delete for {m}: {ops:#?}");
+        // The pod lists between the eviction and the delete saw it terminating, then gone.
+        let looks = ops[evict..delete].iter().filter(|o| o.fields.as_deref() == Some(&*format!("spec.nodeName={m}")));
+        assert!(looks.count() >= 2, "the drain waited for the evicted pods of {m} to be gone: {ops:#?}");
         assert!(!ops.iter().any(|o| is(o, "evict", "pods", &format!("proxy-{m}"), 201)), "DaemonSet pod evicted");
     }
     let res = env.app.request(Method::DELETE, "/v1/clusters/sim", None).await;
