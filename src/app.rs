@@ -87,6 +87,7 @@ impl Application {
             runtime: runtime.clone(),
             parallel: Arc::new(Semaphore::new(config.max_parallel as usize)),
             stop_timeout_secs: i64::try_from(config.stop_timeout.as_secs()).unwrap_or(i64::MAX),
+            nodes: reconcile::NodeSettings::from_config(&config),
         };
         let inflight = Arc::new(Semaphore::new(config.max_concurrent_requests as usize));
         let state = AppState {

@@ -116,6 +116,16 @@ pub struct ServeConfig {
     /// Longest time one Kubernetes API request may take.
     #[arg(long, env = "DROVER_KUBE_REQUEST_TIMEOUT", value_parser = parse_duration, default_value = "30s")]
     pub kube_request_timeout: Duration,
+
+    /// Longest time cordoning and draining a machine's node may take, when
+    /// its pool belongs to a cluster; past it the machine is kept and the
+    /// deletion is tried again later.
+    #[arg(long, env = "DROVER_DRAIN_TIMEOUT", value_parser = parse_duration, default_value = "2m")]
+    pub drain_timeout: Duration,
+
+    /// How often a drain looks again at the pods left on the node.
+    #[arg(long, env = "DROVER_DRAIN_POLL_INTERVAL", value_parser = parse_duration, default_value = "1s")]
+    pub drain_poll_interval: Duration,
 }
 
 impl ServeConfig {

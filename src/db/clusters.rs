@@ -58,6 +58,19 @@ pub async fn list(db: impl SqliteExecutor<'_>, after: Option<&str>, limit: u32) 
         .await
 }
 
+pub async fn exists(db: impl SqliteExecutor<'_>, name: &str) -> sqlx::Result<bool> {
+    sqlx::query_scalar("select exists (select 1 from clusters where name = ?)").bind(name).fetch_one(db).await
+}
+
+/// The pools whose spec names the cluster, deleting ones included (they
+/// still drain their nodes), in name order.
+pub async fn pools_using(db: impl SqliteExecutor<'_>, name: &str) -> sqlx::Result<Vec<String>> {
+    sqlx::query_scalar("select name from pools where json_extract(spec, '$.cluster') = ? order by name")
+        .bind(name)
+        .fetch_all(db)
+        .await
+}
+
 /// The stored credentials. The decode error names the cluster, never the content.
 pub async fn credentials(db: impl SqliteExecutor<'_>, name: &str) -> sqlx::Result<Option<Credentials>> {
     let raw: Option<String> =
@@ -77,16 +90,19 @@ pub enum Deleted {
     Missing,
     /// A job is pending or running on the cluster; its id.
     Busy(i64),
+    /// Pools name the cluster; their names.
+    InUse(Vec<String>),
 }
 
-/// Deletes the cluster (and its job history) unless a job is active on it;
-/// the check and the delete are one statement, so a job accepted meanwhile
-/// cannot be orphaned.
+/// Deletes the cluster (and its job history) unless a job is active on it
+/// or a pool names it; the checks and the delete are one statement, so a
+/// job or pool accepted meanwhile cannot be orphaned.
 pub async fn delete_if_idle(db: &crate::db::Db, name: &str) -> sqlx::Result<Deleted> {
     let mut tx = db.begin().await?;
     let deleted = sqlx::query(
         "delete from clusters where name = ?1 and not exists
-         (select 1 from upgrade_jobs where cluster = ?1 and state in ('pending', 'running'))",
+         (select 1 from upgrade_jobs where cluster = ?1 and state in ('pending', 'running'))
+         and not exists (select 1 from pools where json_extract(spec, '$.cluster') = ?1)",
     )
     .bind(name)
     .execute(&mut *tx)
@@ -104,7 +120,10 @@ pub async fn delete_if_idle(db: &crate::db::Db, name: &str) -> sqlx::Result<Dele
     } else {
         match crate::db::upgrades::active_for_cluster(&mut *tx, name).await? {
             Some(id) => Deleted::Busy(id),
-            None => Deleted::Missing,
+            None => match pools_using(&mut *tx, name).await? {
+                pools if pools.is_empty() => Deleted::Missing,
+                pools => Deleted::InUse(pools),
+            },
         }
     };
     tx.commit().await?;

@@ -230,12 +230,13 @@ async fn get_cluster(State(state): State<AppState>, Path(name): Path<String>) ->
     Ok(Json(load(&state, &name).await?.into()))
 }
 
-/// Forget a cluster and its job history. Refused while a job runs on it.
+/// Forget a cluster and its job history. Refused while a job runs on it or
+/// a pool names it.
 #[utoipa::path(delete, path = "/v1/clusters/{name}", tag = "clusters", params(("name" = String, Path, description = "Cluster name")),
     responses(
         (status = 204, description = "Deleted"),
         (status = 404, description = "No such cluster", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "An upgrade job is pending or running on the cluster", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "An upgrade job is pending or running on the cluster, or pools name it (`detail` lists them)", body = Problem, content_type = "application/problem+json"),
     ))]
 #[tracing::instrument(skip_all, fields(cluster = %name))]
 async fn delete_cluster(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<StatusCode> {
@@ -244,6 +245,10 @@ async fn delete_cluster(State(state): State<AppState>, Path(name): Path<String>)
         Deleted::Missing => Err(ApiError::not_found("cluster", name)),
         Deleted::Busy(id) => Err(ApiError::Conflict(format!(
             "upgrade job {id} is active on cluster {name:?}; cancel it or wait for it to end (/v1/upgrades/{id})"
+        ))),
+        Deleted::InUse(pools) => Err(ApiError::Conflict(format!(
+            "cluster {name:?} is used by pools {}; delete them, or patch their `cluster`, first",
+            pools.join(", ")
         ))),
     }
 }

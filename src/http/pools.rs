@@ -59,6 +59,8 @@ pub struct PoolSpecInput {
     /// No rollout changes while set; status keeps updating.
     #[serde(default)]
     pub paused: bool,
+    /// Registered cluster whose nodes the machines are; their nodes are
+    /// cordoned and drained before they are removed.
     #[serde(default)]
     pub cluster: Option<String>,
     /// Seconds a new machine must be ready before it counts as available (default 0).
@@ -299,6 +301,21 @@ fn parse_create(state: &AppState, body: Value) -> ApiResult<(PoolName, PoolSpec)
     }
 }
 
+/// A pool may name only a registered cluster: its machines' nodes are
+/// drained through it. Checked in the writing transaction, against the
+/// cluster delete that checks the other way.
+async fn check_cluster(db: impl sqlx::SqliteExecutor<'_>, spec: &PoolSpec) -> ApiResult<()> {
+    let Some(cluster) = spec.cluster.as_deref() else { return Ok(()) };
+    if db::clusters::exists(db, cluster).await? {
+        return Ok(());
+    }
+    Err(ApiError::invalid(
+        "cluster",
+        "cluster_exists",
+        format!("names no registered cluster ({cluster:?}); register it with POST /v1/clusters first"),
+    ))
+}
+
 /// One line naming what changed between two specs, for the event log.
 fn describe_change(old: &PoolSpec, new: &PoolSpec) -> String {
     let (Ok(Value::Object(a)), Ok(Value::Object(b))) = (serde_json::to_value(old), serde_json::to_value(new)) else {
@@ -346,6 +363,10 @@ async fn update_spec(
         }
         let now = Utc::now();
         let mut tx = state.db.begin().await?;
+        // A pool that named a cluster before checks existed can still be scaled.
+        if spec.cluster != pool.spec.cluster {
+            check_cluster(&mut *tx, &spec).await?;
+        }
         let Some(updated) = db::pools::update_spec(&mut *tx, name, pool.generation, &spec, now).await? else {
             drop(tx);
             if pinned.is_some() {
@@ -384,13 +405,14 @@ async fn update_spec(
         (status = 409, description = "A pool of that name exists", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body over 1 MiB", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Body is not declared as JSON", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "A field breaks a rule; `errors` lists each", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "A field breaks a rule (`cluster` must name a registered cluster: rule `cluster_exists`); `errors` lists each", body = Problem, content_type = "application/problem+json"),
     ))]
 #[tracing::instrument(skip_all)]
 async fn create_pool(State(state): State<AppState>, ApiJson(body): ApiJson<Value>) -> ApiResult<Response> {
     let (name, spec) = parse_create(&state, body)?;
     let now = Utc::now();
     let mut tx = state.db.begin().await?;
+    check_cluster(&mut *tx, &spec).await?;
     let pool = match db::pools::insert(&mut *tx, name.as_str(), &spec, now).await {
         Ok(pool) => pool,
         Err(e) if e.as_database_error().is_some_and(|d| d.is_unique_violation()) => {
@@ -447,7 +469,7 @@ async fn get_pool(State(state): State<AppState>, Path(name): Path<String>) -> Ap
         (status = 412, description = "`If-Match` names another generation", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body over 1 MiB", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Body is not declared as JSON", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "The patched spec breaks a rule", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "The patched spec breaks a rule (a changed `cluster` must name a registered cluster: rule `cluster_exists`)", body = Problem, content_type = "application/problem+json"),
     ))]
 #[tracing::instrument(skip_all, fields(pool = %name))]
 async fn patch_pool(

@@ -81,13 +81,13 @@ pub struct CallError {
     pub reason: String,
 }
 
-fn is_status(e: &kube::Error, check: impl Fn(&kube::core::Status) -> bool) -> bool {
+pub(super) fn is_status(e: &kube::Error, check: impl Fn(&kube::core::Status) -> bool) -> bool {
     matches!(e, kube::Error::Api(s) if check(s))
 }
 
 /// One cluster's API, for the objects of the control plane.
 pub struct ClusterApi {
-    client: kube::Client,
+    pub(super) client: kube::Client,
     daemonsets: Api<DaemonSet>,
     pods: Api<Pod>,
     policy: RetryPolicy,
@@ -120,7 +120,7 @@ impl ClusterApi {
     }
 
     /// Runs `f` until it succeeds, fails for good, or runs out of tries.
-    async fn call<T, F, Fut>(&self, op: &str, mut f: F) -> Result<T, CallError>
+    pub(super) async fn call<T, F, Fut>(&self, op: &str, mut f: F) -> Result<T, CallError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, Failure>>,

@@ -2,9 +2,12 @@
 //! plan through the runtime, record status. Level-triggered: a pass never
 //! asks why it was woken, so running it twice is harmless.
 
+mod node;
 pub mod plan;
 pub mod rollback;
 pub mod worker;
+
+pub use node::NodeSettings;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -30,6 +33,8 @@ pub struct Context {
     pub parallel: Arc<Semaphore>,
     pub stop_timeout_secs: i64,
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Cordon and drain of a machine's node, for pools that belong to a cluster.
+    pub nodes: NodeSettings,
 }
 
 impl Context {
@@ -57,7 +62,26 @@ pub enum ReconcileError {
     #[error("store: {0}")]
     Store(#[from] sqlx::Error),
     #[error("{failed} of {total} container operations failed; first: {first}")]
-    Partial { failed: usize, total: usize, first: RuntimeError },
+    Partial { failed: usize, total: usize, first: Box<ReconcileError> },
+    /// Rule 5: the machine's node was not cordoned and drained, so its
+    /// container is kept.
+    #[error("machine {machine} kept: its node in cluster {cluster:?} was not drained")]
+    Drain {
+        machine: String,
+        cluster: String,
+        #[source]
+        source: crate::k8s::DrainError,
+    },
+}
+
+impl ReconcileError {
+    /// The error behind a `Partial`, or this one.
+    fn first(&self) -> &ReconcileError {
+        match self {
+            Self::Partial { first, .. } => first,
+            other => other,
+        }
+    }
 }
 
 /// How a pass ended.
@@ -232,18 +256,18 @@ async fn sync_records(ctx: &Context, pool: &Pool, containers: &[Container]) -> R
 async fn execute(ctx: &Context, pool: &Pool, plan: &Plan) -> Result<(), ReconcileError> {
     let total = plan.delete.len() + plan.start.len() + plan.create.len();
     let deletes = join_all(plan.delete.iter().map(|d| delete_machine(ctx, pool, d))).await;
-    let mut errors: Vec<RuntimeError> = deletes.into_iter().filter_map(Result::err).collect();
+    let mut errors: Vec<ReconcileError> = deletes.into_iter().filter_map(Result::err).collect();
     if errors.is_empty() {
         let starts = join_all(plan.start.iter().map(|s| start_machine(ctx, pool, s))).await;
-        errors.extend(starts.into_iter().filter_map(Result::err));
+        errors.extend(starts.into_iter().filter_map(|r| r.err().map(ReconcileError::from)));
         let creates = join_all(plan.create.iter().map(|c| create_machine(ctx, pool, c))).await;
-        errors.extend(creates.into_iter().filter_map(Result::err));
+        errors.extend(creates.into_iter().filter_map(|r| r.err().map(ReconcileError::from)));
     }
     let failed = errors.len();
     match errors.into_iter().next() {
         None => Ok(()),
-        Some(first) if failed == 1 && total == 1 => Err(first.into()),
-        Some(first) => Err(ReconcileError::Partial { failed, total, first }),
+        Some(first) if failed == 1 && total == 1 => Err(first),
+        Some(first) => Err(ReconcileError::Partial { failed, total, first: Box::new(first) }),
     }
 }
 
@@ -295,10 +319,16 @@ async fn start_machine(ctx: &Context, pool: &Pool, s: &plan::Start) -> Result<()
     Ok(())
 }
 
-async fn delete_machine(ctx: &Context, pool: &Pool, d: &Deletion) -> Result<(), RuntimeError> {
-    let _permit = ctx.parallel.acquire().await.map_err(|_| RuntimeError::Unavailable("shutting down".into()))?;
+async fn delete_machine(ctx: &Context, pool: &Pool, d: &Deletion) -> Result<(), ReconcileError> {
+    // Draining waits on the cluster, not on Docker: it holds no container-operation permit.
+    let cluster = node::leave_cluster(ctx, pool, &d.machine).await?;
+    let permit = ctx.parallel.acquire().await.map_err(|_| RuntimeError::Unavailable("shutting down".into()))?;
     let removed = ctx.runtime.remove(&d.container_id, ctx.stop_timeout_secs).await;
     ctx.counted("remove", removed)?;
+    drop(permit);
+    if let Some(api) = &cluster {
+        node::forget_node(ctx, pool, api, &d.machine).await;
+    }
     let now = Utc::now();
     let why = match d.reason {
         plan::DeleteReason::Outdated => "it runs an outdated image",
@@ -445,8 +475,7 @@ pub async fn record_failure(ctx: &Context, name: &str, err: &ReconcileError) {
     let result = async {
         let Some(pool) = db::pools::get(&ctx.db, name).await? else { return Ok(()) };
         let mut status = pool.status.clone();
-        let unavailable = matches!(err, ReconcileError::Runtime(RuntimeError::Unavailable(_)))
-            || matches!(err, ReconcileError::Partial { first: RuntimeError::Unavailable(_), .. });
+        let unavailable = matches!(err.first(), ReconcileError::Runtime(RuntimeError::Unavailable(_)));
         if unavailable {
             status.set_condition(
                 "RuntimeAvailable",
@@ -456,7 +485,11 @@ pub async fn record_failure(ctx: &Context, name: &str, err: &ReconcileError) {
                 now,
             );
         }
-        let reason = if unavailable { "RuntimeUnavailable" } else { "ReconcileFailed" };
+        let reason = match err.first() {
+            _ if unavailable => "RuntimeUnavailable",
+            ReconcileError::Drain { .. } => "DrainFailed",
+            _ => "ReconcileFailed",
+        };
         status.set_condition("Reconciled", ConditionStatus::False, reason, message.clone(), now);
         let repeated = status.last_error.as_deref() == Some(message.as_str());
         status.last_error = Some(message.clone());

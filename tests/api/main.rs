@@ -2,6 +2,7 @@
 
 mod clusters;
 mod docker;
+mod drain;
 mod faults;
 mod helpers;
 #[path = "../support/images.rs"]

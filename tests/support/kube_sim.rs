@@ -13,6 +13,12 @@
 //!   a delay; a template change deletes the old pod and creates a new one;
 //!   pods go with their DaemonSet.
 //!
+//! - Nodes (`v1`, cluster-scoped): get, merge patch (cordon), delete; pods
+//!   bound to a node (`spec.nodeName`), listed across namespaces with
+//!   `fieldSelector=spec.nodeName=...`; the Eviction subresource, which
+//!   deletes the pod or answers 429 while evictions are blocked, as a
+//!   PodDisruptionBudget would (see `kube_sim_nodes.rs`).
+//!
 //! What tests control: the log of operations, an image whose pods never run,
 //! bursts of error answers (now, or when a given request arrives), `/healthz`
 //! failing a number of times, the server unreachable for a while, and holds
@@ -22,6 +28,8 @@
 
 #[path = "kube_sim_http.rs"]
 mod http;
+#[path = "kube_sim_nodes.rs"]
+mod nodes;
 
 use http::{
     FlakyListener, create_ds, delete_ds, delete_pod, get_ds, get_pod, healthz, list_ds, list_pods, observe, patch_ds,
@@ -63,11 +71,18 @@ pub struct SimSettings {
     pub tick: Duration,
     /// The bearer token every request must carry, when set.
     pub token: Option<String>,
+    /// How long an evicted pod stays, terminating, before it is gone.
+    pub termination_delay: Duration,
 }
 
 impl Default for SimSettings {
     fn default() -> Self {
-        Self { running_delay: Duration::from_millis(60), tick: Duration::from_millis(10), token: None }
+        Self {
+            running_delay: Duration::from_millis(60),
+            tick: Duration::from_millis(10),
+            token: None,
+            termination_delay: Duration::ZERO,
+        }
     }
 }
 
@@ -81,6 +96,8 @@ pub struct Op {
     pub kind: String,
     pub name: Option<String>,
     pub selector: Option<String>,
+    /// The `fieldSelector`, e.g. `spec.nodeName=worker-abc123`.
+    pub fields: Option<String>,
     pub status: u16,
 }
 
@@ -92,6 +109,9 @@ impl fmt::Display for Op {
         }
         if let Some(s) = &self.selector {
             write!(f, " [{s}]")?;
+        }
+        if let Some(s) = &self.fields {
+            write!(f, " [fields {s}]")?;
         }
         Ok(())
     }
@@ -193,6 +213,11 @@ struct World {
     holds: Vec<HoldSlot>,
     healthz_failures: u32,
     down_until: Option<Instant>,
+    nodes: BTreeMap<String, Value>,
+    /// While set, every eviction is refused with 429 and this message.
+    evictions_blocked: Option<String>,
+    /// Evicted pods still terminating, and since when.
+    terminating: BTreeMap<String, Instant>,
 }
 
 impl World {
@@ -247,6 +272,12 @@ impl KubeSim {
             )
             .route("/api/v1/namespaces/{ns}/pods", axum::routing::get(list_pods))
             .route("/api/v1/namespaces/{ns}/pods/{name}", axum::routing::get(get_pod).delete(delete_pod))
+            .route("/api/v1/namespaces/{ns}/pods/{name}/eviction", axum::routing::post(nodes::evict_pod))
+            .route("/api/v1/pods", axum::routing::get(nodes::list_all_pods))
+            .route(
+                "/api/v1/nodes/{name}",
+                axum::routing::get(nodes::get_node).patch(nodes::patch_node).delete(nodes::delete_node),
+            )
             .fallback(|| async { status_error(404, "NotFound", "the server could not find the requested resource") })
             .layer(middleware::from_fn_with_state(Arc::clone(&inner), observe))
             .with_state(Arc::clone(&inner));
@@ -449,12 +480,15 @@ fn reconcile(inner: &Inner) {
             });
         }
     }
-    // Garbage collection: pods whose owner is gone.
+    nodes::reap_terminated(&mut w, inner.settings.termination_delay);
+    // Garbage collection: pods whose owner is gone. Pods that tests bind to
+    // worker nodes have owners the simulator does not model; leave them.
     let live: HashSet<String> =
         w.daemonsets.values().filter_map(|d| d["metadata"]["uid"].as_str().map(str::to_owned)).collect();
     let orphans: Vec<String> = w
         .pods
         .values()
+        .filter(|p| p["spec"]["nodeName"].is_null())
         .filter(|p| p["metadata"]["ownerReferences"][0]["uid"].as_str().is_some_and(|u| !live.contains(u)))
         .map(name_of)
         .collect();
@@ -487,6 +521,7 @@ fn reconcile(inner: &Inner) {
 fn remove_pod(w: &mut World, name: &str) {
     w.pods.remove(name);
     w.pod_born.remove(name);
+    w.terminating.remove(name);
 }
 
 fn template_hash(ds: &Value) -> String {

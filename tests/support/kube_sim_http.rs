@@ -5,7 +5,7 @@
 use super::*;
 
 /// `labelSelector` and friends, percent-decoded.
-fn query_param(query: Option<&str>, key: &str) -> Option<String> {
+pub(super) fn query_param(query: Option<&str>, key: &str) -> Option<String> {
     query?.split('&').filter_map(|kv| kv.split_once('=')).find(|(k, _)| *k == key).map(|(_, v)| percent_decode(v))
 }
 
@@ -43,10 +43,18 @@ fn classify(method: &Method, path: &str, query: Option<&str>, body: &[u8]) -> Op
         ["apis", "apps", "v1", "namespaces", _, "daemonsets", n] => ("daemonsets", Some((*n).to_owned())),
         ["api", "v1", "namespaces", _, "pods"] => ("pods", None),
         ["api", "v1", "namespaces", _, "pods", n] => ("pods", Some((*n).to_owned())),
+        ["api", "v1", "namespaces", _, "pods", n, "eviction"] => ("eviction", Some((*n).to_owned())),
+        ["api", "v1", "pods"] => ("pods", None),
+        ["api", "v1", "nodes"] => ("nodes", None),
+        ["api", "v1", "nodes", n] => ("nodes", Some((*n).to_owned())),
         _ => ("unknown", None),
     };
+    // An eviction is logged as `evict pods <name>`, as kubectl would say it.
+    let evict = kind == "eviction";
+    let kind = if evict { "pods" } else { kind };
     let verb = match (method.as_str(), &name) {
-        ("GET", None) if matches!(kind, "daemonsets" | "pods") => "list",
+        ("POST", _) if evict => "evict",
+        ("GET", None) if matches!(kind, "daemonsets" | "pods" | "nodes") => "list",
         ("GET", _) => "get",
         ("POST", _) => "create",
         ("PUT", _) => "replace",
@@ -60,7 +68,14 @@ fn classify(method: &Method, path: &str, query: Option<&str>, body: &[u8]) -> Op
             .flatten()
             .and_then(|v| v["metadata"]["name"].as_str().map(str::to_owned))
     });
-    Op { verb: verb.into(), kind: kind.into(), name, selector: query_param(query, "labelSelector"), status: 0 }
+    Op {
+        verb: verb.into(),
+        kind: kind.into(),
+        name,
+        selector: query_param(query, "labelSelector"),
+        fields: query_param(query, "fieldSelector"),
+        status: 0,
+    }
 }
 
 /// Records every request, and applies holds and error bursts to it.
@@ -138,11 +153,11 @@ pub(super) fn status_error(code: u16, reason: &str, message: &str) -> Response {
     (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
 }
 
-fn not_found(kind: &str, name: &str) -> Response {
+pub(super) fn not_found(kind: &str, name: &str) -> Response {
     status_error(404, "NotFound", &format!("{kind} \"{name}\" not found"))
 }
 
-fn ok_json(status: StatusCode, v: Value) -> Response {
+pub(super) fn ok_json(status: StatusCode, v: Value) -> Response {
     (status, [(header::CONTENT_TYPE, "application/json")], v.to_string()).into_response()
 }
 
@@ -281,7 +296,7 @@ pub(super) async fn replace_ds(
     update_ds(&mut w, &name, new)
 }
 
-fn merge_patch(target: &mut Value, patch: &Value) {
+pub(super) fn merge_patch(target: &mut Value, patch: &Value) {
     let Value::Object(changes) = patch else {
         *target = patch.clone();
         return;
