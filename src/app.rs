@@ -36,6 +36,9 @@ pub struct AppState {
     pub reconcile: reconcile::Context,
     /// Wakes the upgrade runner when a job is created.
     pub upgrades: crate::upgrade::UpgradeQueue,
+    /// Fires when shutdown begins: long-lived responses (event streams)
+    /// end on it, since a graceful shutdown waits for every open response.
+    pub shutdown: CancellationToken,
 }
 
 impl AppState {
@@ -81,7 +84,15 @@ impl Application {
             parallel: Arc::new(Semaphore::new(config.max_parallel as usize)),
             stop_timeout_secs: i64::try_from(config.stop_timeout.as_secs()).unwrap_or(i64::MAX),
         };
-        let state = AppState { db, runtime, queue, config: Arc::new(config), reconcile, upgrades: Default::default() };
+        let state = AppState {
+            db,
+            runtime,
+            queue,
+            config: Arc::new(config),
+            reconcile,
+            upgrades: Default::default(),
+            shutdown: CancellationToken::new(),
+        };
         Ok(Self { listener, state, wakes })
     }
 
@@ -96,7 +107,7 @@ impl Application {
     /// Serves until `shutdown` resolves, then drains everything.
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
         let Self { listener, state, wakes } = self;
-        let cancel = CancellationToken::new();
+        let cancel = state.shutdown.clone();
         let tasks = TaskTracker::new();
         let config = Arc::clone(&state.config);
 

@@ -7,6 +7,7 @@ pub mod machines;
 pub mod pagination;
 pub mod pools;
 pub mod rollouts;
+pub mod streams;
 pub mod upgrades;
 
 use std::time::Duration;
@@ -55,6 +56,7 @@ fn api() -> OpenApiRouter<AppState> {
         .merge(rollouts::router())
         .merge(clusters::router())
         .merge(upgrades::router())
+        .merge(streams::router())
 }
 
 /// The OpenAPI document, as served at `/openapi.json` and committed at
