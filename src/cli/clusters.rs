@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use clap::{Args, Subcommand};
+use clap::{ArgGroup, Args, Subcommand};
 use serde_json::{Map, Value, json};
 
 use super::client::{CliError, Client};
@@ -26,17 +26,17 @@ pub enum ClustersCommand {
 }
 
 #[derive(Debug, Args)]
-#[group(id = "credentials", required = true, multiple = false, args = ["kubeconfig", "api_server"])]
+#[command(group(ArgGroup::new("credentials").required(true).multiple(false)))]
 pub struct CreateClusterArgs {
     pub name: String,
     /// A kubeconfig file with embedded credentials.
-    #[arg(long)]
+    #[arg(long, group = "credentials")]
     pub kubeconfig: Option<PathBuf>,
     /// Context of the kubeconfig to use (its current one by default).
     #[arg(long, requires = "kubeconfig")]
     pub context: Option<String>,
     /// API server URL, with `--api-token`.
-    #[arg(long, requires = "api_token")]
+    #[arg(long, group = "credentials", requires = "api_token")]
     pub api_server: Option<String>,
     /// Bearer token for the API server.
     #[arg(long, env = "DROVER_CLUSTER_TOKEN", hide_env_values = true)]

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Subcommand};
+use clap::{ArgGroup, Args, Subcommand};
 use serde_json::{Map, Value, json};
 
 use super::client::{CliError, Client};
@@ -72,14 +72,14 @@ pub struct CreateArgs {
 }
 
 #[derive(Debug, Args)]
-#[group(id = "target", required = true, multiple = false, args = ["image", "version"])]
+#[command(group(ArgGroup::new("target").required(true).multiple(false)))]
 pub struct SetImageArgs {
     pub name: String,
     /// Run this image.
-    #[arg(long)]
+    #[arg(long, group = "target")]
     pub image: Option<String>,
     /// Run `kindest/node:<version>` (clears a custom image).
-    #[arg(long)]
+    #[arg(long, group = "target")]
     pub version: Option<String>,
     #[command(flatten)]
     pub wait: WaitArgs,
