@@ -1,5 +1,6 @@
 //! All integration tests, in one binary to keep link time low.
 
+mod cli;
 mod clusters;
 mod docker;
 mod helpers;
@@ -11,5 +12,6 @@ mod openapi;
 mod pools;
 mod reconcile;
 mod rollouts;
+mod streams;
 mod upgrade_env;
 mod upgrades;
