@@ -75,6 +75,7 @@ impl CliError {
         match self {
             Self::Failed(_) => exit::FAILED,
             Self::Timeout(_) => exit::TIMEOUT,
+            Self::Usage(_) => exit::USAGE,
             _ => exit::ERROR,
         }
     }

@@ -31,6 +31,8 @@ use output::OutputFormat;
 pub mod exit {
     /// The server refused the request, or could not be reached.
     pub const ERROR: u8 = 1;
+    /// A bad command line (clap uses 2 for its own usage errors too).
+    pub const USAGE: u8 = 2;
     /// `--wait`: the work failed (rollout stalled, upgrade failed or
     /// cancelled, pool deleted meanwhile).
     pub const FAILED: u8 = 3;
