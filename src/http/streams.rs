@@ -194,8 +194,9 @@ fn sse(watch: Watch) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
     Sse::new(messages).keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
 }
 
-/// Follow a pool live. Server-Sent Events: `status` (the pool, as `GET`
-/// answers it) first at once and then whenever its spec or status changes;
+/// Follow a pool live (Server-Sent Events).
+///
+/// `status` (the pool, as `GET` answers it) first at once and then whenever its spec or status changes;
 /// `event` for each new event of the pool, oldest first, with the event's
 /// id as the SSE `id` (reconnect with `Last-Event-ID` to resume); `deleted`
 /// last, when the pool is gone.
@@ -220,8 +221,9 @@ async fn pool_stream(
     Ok(sse(Watch::new(state, Subject::Pool(name), after)))
 }
 
-/// Follow an upgrade job live. Server-Sent Events: `status` (the job, as
-/// `GET` answers it) first at once and then whenever its state or a step
+/// Follow an upgrade job live (Server-Sent Events).
+///
+/// `status` (the job, as `GET` answers it) first at once and then whenever its state or a step
 /// changes; `event` for each new event of the job, with its id as the SSE
 /// `id`. The stream ends after the job reaches `succeeded`, `failed` or
 /// `cancelled`.
