@@ -39,6 +39,9 @@ pub struct AppState {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Wakes the upgrade runner when a job is created.
     pub upgrades: crate::upgrade::UpgradeQueue,
+    /// Fires when shutdown begins: long-lived responses (event streams)
+    /// end on it, since a graceful shutdown waits for every open response.
+    pub shutdown: CancellationToken,
 }
 
 impl AppState {
@@ -99,6 +102,7 @@ impl Application {
             upgrades: Default::default(),
             inflight,
             metrics,
+            shutdown: CancellationToken::new(),
         };
         Ok(Self { listener, state, wakes })
     }
@@ -114,7 +118,7 @@ impl Application {
     /// Serves until `shutdown` resolves, then drains everything.
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
         let Self { listener, state, wakes } = self;
-        let cancel = CancellationToken::new();
+        let cancel = state.shutdown.clone();
         let tasks = TaskTracker::new();
         let config = Arc::clone(&state.config);
 

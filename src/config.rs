@@ -13,6 +13,9 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
     about = "Keeps Docker machine pools at their desired size and image, and upgrades self-hosted Kubernetes control planes"
 )]
 pub struct Cli {
+    /// Settings of the client commands (`--server`, `--token`, `-o`).
+    #[command(flatten)]
+    pub client: crate::cli::ClientArgs,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -23,6 +26,9 @@ pub enum Command {
     Serve(Box<ServeConfig>),
     /// Print the OpenAPI document to standard output.
     Openapi,
+    /// The client commands: `pools`, `machines`, `rollout`, `clusters`, `upgrade`.
+    #[command(flatten)]
+    Client(Box<crate::cli::ClientCommand>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -139,7 +145,7 @@ impl ServeConfig {
                 serve.listen = SocketAddr::from(([127, 0, 0, 1], 0));
                 (**serve).clone()
             }
-            Command::Openapi => unreachable!("BUG: parsed `serve` as another command"),
+            Command::Openapi | Command::Client(_) => unreachable!("BUG: parsed `serve` as another command"),
         }
     }
 

@@ -3,6 +3,7 @@
 //!
 //! A tour, from the outside in:
 //! - [`config`]: command-line flags and their environment fallbacks.
+//! - [`cli`]: the client commands (`drover pools ...`) that talk to a server.
 //! - [`app`]: builds the service and runs it until a shutdown signal.
 //! - [`http`]: the API routes, one module per resource, and the OpenAPI document.
 //! - [`error`]: the API's one error type, answered as RFC 9457 problems.
@@ -16,6 +17,7 @@
 
 pub mod app;
 pub mod auth;
+pub mod cli;
 pub mod config;
 pub mod db;
 pub mod domain;

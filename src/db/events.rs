@@ -68,3 +68,37 @@ pub async fn purge(db: impl SqliteExecutor<'_>, kind: SubjectKind, subject: &str
         .await?;
     Ok(())
 }
+
+/// Up to `limit` events of a subject with ids above `after`, oldest first:
+/// what an event stream has not sent yet.
+pub async fn after(
+    db: impl SqliteExecutor<'_>,
+    kind: SubjectKind,
+    subject: &str,
+    after: i64,
+    limit: u32,
+) -> sqlx::Result<Vec<Event>> {
+    let rows: Vec<EventRow> = sqlx::query_as(
+        "select id, subject, time, type, reason, message from events
+         where subject_kind = ? and subject = ? and id > ?
+         order by id limit ?",
+    )
+    .bind(kind.as_str())
+    .bind(subject)
+    .bind(after)
+    .bind(limit)
+    .fetch_all(db)
+    .await?;
+    Ok(rows.into_iter().map(Event::from).collect())
+}
+
+/// The id of a subject's newest event (0 when it has none): where a stream
+/// that only wants new events starts.
+pub async fn last_id(db: impl SqliteExecutor<'_>, kind: SubjectKind, subject: &str) -> sqlx::Result<i64> {
+    let id: Option<i64> = sqlx::query_scalar("select max(id) from events where subject_kind = ? and subject = ?")
+        .bind(kind.as_str())
+        .bind(subject)
+        .fetch_one(db)
+        .await?;
+    Ok(id.unwrap_or(0))
+}

@@ -9,6 +9,7 @@ pub mod metrics;
 pub mod pagination;
 pub mod pools;
 pub mod rollouts;
+pub mod streams;
 pub mod tokens;
 pub mod upgrades;
 
@@ -59,6 +60,7 @@ fn api() -> OpenApiRouter<AppState> {
         .merge(metrics::router())
         .merge(clusters::router())
         .merge(upgrades::router())
+        .merge(streams::router())
 }
 
 /// The OpenAPI document, as served at `/openapi.json` and committed at

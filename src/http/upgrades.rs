@@ -146,7 +146,7 @@ pub struct UpgradeFilter {
     pub state: Option<JobState>,
 }
 
-async fn view(state: &AppState, job: Job) -> ApiResult<UpgradeView> {
+pub(crate) async fn view(state: &AppState, job: Job) -> ApiResult<UpgradeView> {
     let comps = db::upgrades::components(&state.db, job.id).await?;
     let steps = db::upgrades::steps(&state.db, job.id).await?;
     let version = job.version.parse().map_err(|e| ApiError::Internal(anyhow::anyhow!("stored version: {e}")))?;
@@ -204,7 +204,7 @@ fn parse_id(id: &str) -> ApiResult<i64> {
     id.parse().map_err(|_| ApiError::not_found("upgrade job", id))
 }
 
-async fn load(state: &AppState, id: &str) -> ApiResult<Job> {
+pub(crate) async fn load(state: &AppState, id: &str) -> ApiResult<Job> {
     db::upgrades::get(&state.db, parse_id(id)?).await?.ok_or_else(|| ApiError::not_found("upgrade job", id))
 }
 

@@ -1,6 +1,10 @@
 //! An in-memory runtime: containers are records that start running at
 //! once. It lets people try drover without Docker and lets scale tests run
 //! thousands of machines; it is chosen only by `--runtime simulated`.
+//!
+//! One rule makes failures reproducible without Docker: a container whose
+//! image name contains `crash` is created `Exited`, as if its process died
+//! at once, so its machine never becomes ready (see [`CRASHING_IMAGE_MARK`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -11,6 +15,10 @@ use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use super::{Container, ContainerState, CreateContainer, HealthState, RuntimeError, Wake};
+
+/// Images whose name contains this create containers that have exited:
+/// how tests (and demos) get a rollout that never becomes ready.
+pub const CRASHING_IMAGE_MARK: &str = "crash";
 
 #[derive(Clone)]
 pub struct SimulatedRuntime {
@@ -62,7 +70,11 @@ impl SimulatedRuntime {
             name: spec.name.clone(),
             image: spec.image.clone(),
             labels: spec.labels.clone(),
-            state: ContainerState::Running,
+            state: if spec.image.contains(CRASHING_IMAGE_MARK) {
+                ContainerState::Exited
+            } else {
+                ContainerState::Running
+            },
             health: HealthState::None,
             created_at: Utc::now(),
         };

@@ -1,5 +1,6 @@
 //! All integration tests, in one binary to keep link time low.
 
+mod cli;
 mod clusters;
 mod docker;
 mod drain;
@@ -16,5 +17,6 @@ mod process;
 mod reconcile;
 mod rollouts;
 mod security;
+mod streams;
 mod upgrade_env;
 mod upgrades;

@@ -1,0 +1,286 @@
+//! `--wait`: follow a pool or an upgrade job until its work ends, showing
+//! progress on standard error.
+//!
+//! The live stream (`GET .../stream`, Server-Sent Events) is tried first;
+//! when it cannot be opened or breaks, the wait goes on by polling `GET`,
+//! so an older server or a proxy that buffers streams only costs latency.
+//! Success, failure and progress are judged from the resource's JSON alone,
+//! the same way for both paths.
+
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use serde_json::Value;
+
+use super::client::{CliError, Client};
+use super::sse;
+use crate::error::error_chain;
+
+/// How often the fallback polls.
+const POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// A stream silent this long is taken as broken (the server sends a
+/// keep-alive comment every 15 s).
+const STREAM_IDLE: Duration = Duration::from_secs(45);
+/// Consecutive failed polls tolerated (a server restarting) before giving up.
+const MAX_POLL_ERRORS: u32 = 5;
+/// Upgrade steps per component (0-7), for the progress fraction.
+const STEPS_PER_COMPONENT: u64 = 8;
+
+/// What to wait for.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// The pool's rollout or scale: every machine ready, available and up to
+    /// date at the pool's current generation.
+    Pool(String),
+    /// An upgrade job's end.
+    Upgrade(i64),
+}
+
+/// What the resource's JSON says about the wait.
+#[derive(Debug, PartialEq)]
+pub enum Verdict {
+    Pending { label: String, done: u64, total: u64 },
+    Done,
+    Failed(String),
+}
+
+impl Target {
+    fn path(&self) -> String {
+        match self {
+            Self::Pool(name) => format!("/v1/pools/{name}"),
+            Self::Upgrade(id) => format!("/v1/upgrades/{id}"),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Self::Pool(name) => format!("pool {name}"),
+            Self::Upgrade(id) => format!("upgrade {id}"),
+        }
+    }
+
+    pub fn judge(&self, v: &Value) -> Verdict {
+        match self {
+            Self::Pool(_) => judge_pool(v),
+            Self::Upgrade(_) => judge_upgrade(v),
+        }
+    }
+}
+
+fn count(v: &Value) -> u64 {
+    v.as_u64().unwrap_or(0)
+}
+
+pub fn judge_pool(v: &Value) -> Verdict {
+    let s = &v["status"];
+    let want = count(&v["replicas"]);
+    let (total, ready, updated, available) = (
+        count(&s["replicas"]),
+        count(&s["ready_replicas"]),
+        count(&s["updated_replicas"]),
+        count(&s["available_replicas"]),
+    );
+    let rollout = &s["rollout"];
+    let current_rollout = rollout["revision"] == v["revision"];
+    let done = if current_rollout { count(&rollout["updated_available"]) } else { updated.min(available) };
+    let paused = v["paused"] == true;
+    if v["phase"] == "deleting" {
+        return Verdict::Failed("the pool is being deleted".into());
+    }
+    if s["observed_generation"].as_i64().unwrap_or(0) < v["generation"].as_i64().unwrap_or(0) {
+        return Verdict::Pending { label: "waiting for the reconciler".into(), done, total: want };
+    }
+    if current_rollout && rollout["deadline_exceeded"] == true && !paused {
+        let why = s["last_error"].as_str().map(|e| format!("; last error: {e}")).unwrap_or_default();
+        return Verdict::Failed(format!(
+            "the rollout stalled: no progress for {} s, {done} of {want} machines updated and available{why}",
+            count(&v["progress_deadline_seconds"]),
+        ));
+    }
+    if [total, ready, updated, available].iter().all(|n| *n == want) {
+        return Verdict::Done;
+    }
+    let note = if paused { " (paused)" } else { "" };
+    let label = format!("{ready} ready, {updated} updated, {total} machines, want {want}{note}");
+    Verdict::Pending { label, done: done.min(want), total: want }
+}
+
+pub fn judge_upgrade(v: &Value) -> Verdict {
+    let error = v["error"].as_str().unwrap_or("no reason given");
+    match v["state"].as_str() {
+        Some("succeeded") => Verdict::Done,
+        Some("failed") => Verdict::Failed(format!("failed: {error}")),
+        Some("cancelled") => Verdict::Failed(format!("cancelled: {error}")),
+        state => {
+            let components = v["components"].as_array().map(Vec::as_slice).unwrap_or_default();
+            let total = components.len() as u64 * STEPS_PER_COMPONENT;
+            let current = &v["current"];
+            let index = components.iter().position(|c| *c == current["component"]).unwrap_or(0) as u64;
+            let step = count(&current["step"]);
+            let label = match state {
+                Some("running") if current.is_object() => format!(
+                    "{}: step {step} ({})",
+                    current["component"].as_str().unwrap_or("?"),
+                    current["step_name"].as_str().unwrap_or("?")
+                ),
+                other => other.unwrap_or("unknown").to_owned(),
+            };
+            Verdict::Pending { label, done: index * STEPS_PER_COMPONENT + step, total }
+        }
+    }
+}
+
+/// Waits until `target`'s work ends: its final JSON on success,
+/// `CliError::Failed` when it failed, `CliError::Timeout` after `timeout`.
+pub async fn wait(client: &Client, target: &Target, timeout: Duration) -> Result<Value, CliError> {
+    let mut progress = Progress::new();
+    let result = tokio::time::timeout(timeout, follow(client, target, &mut progress)).await;
+    progress.finish();
+    result.unwrap_or(Err(CliError::Timeout(timeout)))
+}
+
+async fn follow(client: &Client, target: &Target, progress: &mut Progress) -> Result<Value, CliError> {
+    match follow_stream(client, target, progress).await {
+        StreamEnd::Finished(result) => result,
+        StreamEnd::Broken(reason) => {
+            progress.note(&format!("live stream unavailable ({reason}); polling every {POLL_INTERVAL:?}"));
+            poll(client, target, progress).await
+        }
+    }
+}
+
+enum StreamEnd {
+    Finished(Result<Value, CliError>),
+    Broken(String),
+}
+
+async fn follow_stream(client: &Client, target: &Target, progress: &mut Progress) -> StreamEnd {
+    let res = match client.open_stream(&format!("{}/stream", target.path()), None).await {
+        Ok(res) => res,
+        Err(e) => return StreamEnd::Broken(e.to_string()),
+    };
+    let mut body = res.bytes_stream();
+    let mut parser = sse::Parser::default();
+    loop {
+        let chunk = match tokio::time::timeout(STREAM_IDLE, body.next()).await {
+            Err(_) => return StreamEnd::Broken(format!("nothing received for {STREAM_IDLE:?}")),
+            Ok(None) => return StreamEnd::Broken("the server closed the stream".into()),
+            Ok(Some(Err(e))) => return StreamEnd::Broken(error_chain(&e)),
+            Ok(Some(Ok(chunk))) => chunk,
+        };
+        for message in parser.push(&chunk) {
+            if let Some(end) = on_message(target, progress, &message) {
+                return StreamEnd::Finished(end);
+            }
+        }
+    }
+}
+
+fn on_message(target: &Target, progress: &mut Progress, m: &sse::Message) -> Option<Result<Value, CliError>> {
+    match m.event.as_str() {
+        "status" => settle(target, progress, serde_json::from_str(&m.data).ok()?),
+        "event" => {
+            let ev: Value = serde_json::from_str(&m.data).ok()?;
+            let kind = if ev["type"] == "Warning" { "warning" } else { "event" };
+            progress.note(&format!(
+                "{kind}: {}: {}",
+                ev["reason"].as_str().unwrap_or("?"),
+                ev["message"].as_str().unwrap_or("")
+            ));
+            None
+        }
+        "deleted" => Some(Err(CliError::Failed(format!("{} was deleted while waiting", target.describe())))),
+        _ => None,
+    }
+}
+
+/// Judges one state of the resource; `Some` ends the wait.
+fn settle(target: &Target, progress: &mut Progress, v: Value) -> Option<Result<Value, CliError>> {
+    match target.judge(&v) {
+        Verdict::Done => Some(Ok(v)),
+        Verdict::Failed(why) => Some(Err(CliError::Failed(format!("{}: {why}", target.describe())))),
+        Verdict::Pending { label, done, total } => {
+            progress.update(&label, done, total);
+            None
+        }
+    }
+}
+
+async fn poll(client: &Client, target: &Target, progress: &mut Progress) -> Result<Value, CliError> {
+    let mut errors = 0;
+    loop {
+        match client.get(&target.path()).await {
+            Ok(v) => {
+                errors = 0;
+                if let Some(end) = settle(target, progress, v) {
+                    return end;
+                }
+            }
+            Err(e @ CliError::Unreachable { .. }) if errors < MAX_POLL_ERRORS => {
+                errors += 1;
+                progress.note(&format!("{e}; retrying"));
+            }
+            Err(e) => return Err(e),
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+}
+
+/// Progress on standard error: a bar redrawn in place with `\r` on a
+/// terminal, one plain line per change otherwise (CI logs).
+struct Progress {
+    tty: bool,
+    shown: Option<String>,
+}
+
+impl Progress {
+    fn new() -> Self {
+        Self { tty: std::io::stderr().is_terminal(), shown: None }
+    }
+
+    fn update(&mut self, label: &str, done: u64, total: u64) {
+        let line = format!("{done}/{total} {label}");
+        if self.shown.as_deref() == Some(line.as_str()) {
+            return;
+        }
+        if self.tty {
+            eprint!("\r\x1b[2K{} {line}", bar(done, total));
+            let _ = std::io::stderr().flush();
+        } else {
+            eprintln!("{line}");
+        }
+        self.shown = Some(line);
+    }
+
+    /// A line above the bar (an event, a fallback notice).
+    fn note(&mut self, line: &str) {
+        if self.tty && self.shown.is_some() {
+            eprint!("\r\x1b[2K");
+            eprintln!("{line}");
+            if let Some(shown) = self.shown.take() {
+                // Redraw: `update` skips a line equal to the one shown.
+                let (counts, label) = shown.split_once(' ').unwrap_or((shown.as_str(), ""));
+                let (done, total) = counts.split_once('/').unwrap_or(("0", "0"));
+                self.update(label, done.parse().unwrap_or(0), total.parse().unwrap_or(0));
+            }
+        } else {
+            eprintln!("{line}");
+        }
+    }
+
+    fn finish(&mut self) {
+        if self.tty && self.shown.is_some() {
+            eprintln!();
+        }
+    }
+}
+
+fn bar(done: u64, total: u64) -> String {
+    const WIDTH: u64 = 30;
+    let filled = (done.min(total) * WIDTH).checked_div(total).unwrap_or(WIDTH);
+    format!("[{}{}]", "#".repeat(filled as usize), "-".repeat((WIDTH - filled) as usize))
+}
+
+#[cfg(test)]
+mod tests;

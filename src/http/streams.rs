@@ -1,0 +1,274 @@
+//! Live progress as Server-Sent Events: `GET /v1/pools/{name}/stream` and
+//! `GET /v1/upgrades/{id}/stream`.
+//!
+//! A stream polls the database every [`POLL_INTERVAL`] instead of listening
+//! to the workers. The store is where every change lands anyway, so a stream
+//! needs no hook in the reconciler or the upgrade runner, keeps working
+//! across their restarts, and a client that reconnects with `Last-Event-ID`
+//! misses nothing the event log still holds. A stream ends when its subject
+//! is gone or finished, when the client goes away (axum drops the stream),
+//! or when the server shuts down.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use futures_util::stream::{self, Stream, StreamExt};
+use serde_json::{Value, json};
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+use crate::app::AppState;
+use crate::db;
+use crate::domain::event::{Event, SubjectKind};
+use crate::error::{ApiError, ApiResult, Problem, error_chain};
+use crate::http::{pools, upgrades};
+
+/// How often a stream looks at the store: quick enough for a progress bar,
+/// cheap enough for SQLite (one or two indexed reads per stream).
+pub const POLL_INTERVAL: Duration = Duration::from_millis(250);
+/// A comment line this often keeps proxies from closing an idle stream and
+/// lets the server notice a client that has gone.
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// Events sent per poll at most; a backlog drains over several polls.
+const EVENT_BATCH: u32 = 200;
+/// A stream whose store reads keep failing ends, so that the client falls
+/// back to polling (or reconnects) rather than waiting on a silent stream.
+const MAX_FAILED_POLLS: u32 = 20;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(pool_stream)).routes(routes!(upgrade_stream))
+}
+
+/// What one stream follows.
+enum Subject {
+    Pool(String),
+    Job(i64),
+}
+
+/// The state of one stream between polls.
+struct Watch {
+    state: AppState,
+    subject: Subject,
+    /// Id of the last event sent (or the newest one when the stream began
+    /// without `Last-Event-ID`).
+    last_event: i64,
+    /// The last `status` sent, without its volatile fields, to send only changes.
+    last_status: Option<Value>,
+    started: bool,
+    done: bool,
+    failed_polls: u32,
+}
+
+impl Watch {
+    fn new(state: AppState, subject: Subject, last_event: i64) -> Self {
+        Self { state, subject, last_event, last_status: None, started: false, done: false, failed_polls: 0 }
+    }
+
+    /// Waits for the next non-empty batch of messages; `None` ends the stream.
+    async fn next_batch(&mut self) -> Option<Vec<SseEvent>> {
+        loop {
+            if self.done || self.failed_polls >= MAX_FAILED_POLLS {
+                return None;
+            }
+            if self.started {
+                tokio::select! {
+                    _ = self.state.shutdown.cancelled() => return None,
+                    _ = tokio::time::sleep(POLL_INTERVAL) => {}
+                }
+            }
+            self.started = true;
+            match self.poll().await {
+                Ok(batch) => {
+                    self.failed_polls = 0;
+                    if !batch.is_empty() {
+                        return Some(batch);
+                    }
+                }
+                Err(e) => {
+                    self.failed_polls += 1;
+                    tracing::warn!(error = %error_chain(&e), "event stream could not read the store");
+                }
+            }
+        }
+    }
+
+    /// One look at the store. The subject is read before its events, so
+    /// that every event written before a final state is sent before it.
+    async fn poll(&mut self) -> ApiResult<Vec<SseEvent>> {
+        let (kind, subject, status, finished) = match &self.subject {
+            Subject::Pool(name) => {
+                let view = match db::pools::get(&self.state.db, name).await? {
+                    Some(pool) => Some(to_value(pools::PoolView::from(pool))?),
+                    None => None,
+                };
+                (SubjectKind::Pool, name.clone(), view, false)
+            }
+            Subject::Job(id) => match db::upgrades::get(&self.state.db, *id).await? {
+                Some(job) => {
+                    let finished = !job.state.is_active();
+                    let view = to_value(upgrades::view(&self.state, job).await?)?;
+                    (SubjectKind::Job, id.to_string(), Some(view), finished)
+                }
+                None => (SubjectKind::Job, id.to_string(), None, false),
+            },
+        };
+        let mut out = self.new_events(kind, &subject).await?;
+        match status {
+            Some(view) => {
+                let stable = without_volatile(&view);
+                if self.last_status.as_ref() != Some(&stable) {
+                    out.push(SseEvent::default().event("status").data(view.to_string()));
+                    self.last_status = Some(stable);
+                }
+                self.done = finished;
+            }
+            None => {
+                out.push(SseEvent::default().event("deleted").data(json!({ "subject": subject }).to_string()));
+                self.done = true;
+            }
+        }
+        Ok(out)
+    }
+
+    async fn new_events(&mut self, kind: SubjectKind, subject: &str) -> ApiResult<Vec<SseEvent>> {
+        let events = db::events::after(&self.state.db, kind, subject, self.last_event, EVENT_BATCH).await?;
+        let mut out = Vec::with_capacity(events.len());
+        for ev in events {
+            self.last_event = ev.id;
+            out.push(event_message(&ev)?);
+        }
+        Ok(out)
+    }
+}
+
+fn to_value(v: impl serde::Serialize) -> ApiResult<Value> {
+    serde_json::to_value(v).map_err(|e| ApiError::Internal(e.into()))
+}
+
+fn event_message(ev: &Event) -> ApiResult<SseEvent> {
+    let data = serde_json::to_string(ev).map_err(|e| ApiError::Internal(e.into()))?;
+    Ok(SseEvent::default().event("event").id(ev.id.to_string()).data(data))
+}
+
+/// The view without the fields that move on every worker pass (the time
+/// of the last reconcile, the job's `updated_at`), which are no news.
+fn without_volatile(view: &Value) -> Value {
+    let mut v = view.clone();
+    if let Some(status) = v.get_mut("status").and_then(Value::as_object_mut) {
+        status.remove("last_reconciled_at");
+    }
+    if let Some(fields) = v.as_object_mut() {
+        fields.remove("updated_at");
+    }
+    v
+}
+
+/// The id in `Last-Event-ID`, if the client sent one.
+fn last_event_id(headers: &HeaderMap) -> ApiResult<Option<i64>> {
+    let Some(value) = headers.get("last-event-id") else { return Ok(None) };
+    let raw = value.to_str().unwrap_or_default().trim();
+    if raw.is_empty() {
+        return Ok(None);
+    }
+    raw.parse::<i64>().map(Some).map_err(|_| {
+        ApiError::invalid("Last-Event-ID", "event_id", format!("{raw:?} is not an event id this server sent"))
+    })
+}
+
+/// Where a stream starts: after `Last-Event-ID`, else after the newest event.
+async fn start_after(state: &AppState, headers: &HeaderMap, kind: SubjectKind, subject: &str) -> ApiResult<i64> {
+    match last_event_id(headers)? {
+        Some(id) => Ok(id),
+        None => Ok(db::events::last_id(&state.db, kind, subject).await?),
+    }
+}
+
+fn sse(watch: Watch) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
+    let messages = stream::unfold(watch, |mut w| async move {
+        let batch = w.next_batch().await?;
+        Some((stream::iter(batch.into_iter().map(Ok)), w))
+    })
+    .flatten();
+    Sse::new(messages).keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
+}
+
+/// Follow a pool live (Server-Sent Events).
+///
+/// `status` (the pool, as `GET` answers it) first at once and then whenever its spec or status changes;
+/// `event` for each new event of the pool, oldest first, with the event's
+/// id as the SSE `id` (reconnect with `Last-Event-ID` to resume); `deleted`
+/// last, when the pool is gone.
+#[utoipa::path(get, path = "/v1/pools/{name}/stream", tag = "pools",
+    params(
+        ("name" = String, Path, description = "Pool name"),
+        ("Last-Event-ID" = Option<i64>, Header, description = "Resume after this event id; without it only new events are sent"),
+    ),
+    responses(
+        (status = 200, description = "An event stream: `status` (PoolView JSON), `event` (Event JSON), `deleted`", body = String, content_type = "text/event-stream"),
+        (status = 404, description = "No such pool", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`Last-Event-ID` is not an event id", body = Problem, content_type = "application/problem+json"),
+    ))]
+#[tracing::instrument(skip(state, headers))]
+async fn pool_stream(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>> {
+    pools::load(&state, &name).await?;
+    let after = start_after(&state, &headers, SubjectKind::Pool, &name).await?;
+    Ok(sse(Watch::new(state, Subject::Pool(name), after)))
+}
+
+/// Follow an upgrade job live (Server-Sent Events).
+///
+/// `status` (the job, as `GET` answers it) first at once and then whenever its state or a step
+/// changes; `event` for each new event of the job, with its id as the SSE
+/// `id`. The stream ends after the job reaches `succeeded`, `failed` or
+/// `cancelled`.
+#[utoipa::path(get, path = "/v1/upgrades/{id}/stream", tag = "upgrades",
+    params(
+        ("id" = i64, Path, description = "Job id"),
+        ("Last-Event-ID" = Option<i64>, Header, description = "Resume after this event id; without it only new events are sent"),
+    ),
+    responses(
+        (status = 200, description = "An event stream: `status` (UpgradeView JSON), `event` (Event JSON)", body = String, content_type = "text/event-stream"),
+        (status = 404, description = "No such job", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`Last-Event-ID` is not an event id", body = Problem, content_type = "application/problem+json"),
+    ))]
+#[tracing::instrument(skip(state, headers))]
+async fn upgrade_stream(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>> {
+    let job = upgrades::load(&state, &id).await?;
+    let after = start_after(&state, &headers, SubjectKind::Job, &job.id.to_string()).await?;
+    Ok(sse(Watch::new(state, Subject::Job(job.id), after)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    #[test]
+    fn volatile_fields_do_not_count_as_changes() {
+        let a = json!({"name": "p", "updated_at": "1", "status": {"ready_replicas": 1, "last_reconciled_at": "1"}});
+        let b = json!({"name": "p", "updated_at": "2", "status": {"ready_replicas": 1, "last_reconciled_at": "2"}});
+        let c = json!({"name": "p", "updated_at": "2", "status": {"ready_replicas": 2, "last_reconciled_at": "2"}});
+        assert_eq!(without_volatile(&a), without_volatile(&b));
+        assert_ne!(without_volatile(&b), without_volatile(&c));
+    }
+
+    #[test]
+    fn last_event_id_is_optional_but_must_be_a_number() {
+        let mut h = HeaderMap::new();
+        assert_eq!(last_event_id(&h).ok(), Some(None));
+        h.insert("last-event-id", HeaderValue::from_static("42"));
+        assert_eq!(last_event_id(&h).ok(), Some(Some(42)));
+        h.insert("last-event-id", HeaderValue::from_static("forty"));
+        assert!(last_event_id(&h).is_err());
+    }
+}
