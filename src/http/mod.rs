@@ -130,8 +130,13 @@ async fn shed_load(
 ) -> axum::response::Response {
     // Probes must answer even under load, or an orchestrator would restart
     // a busy but healthy server.
+    // They also get a short deadline of their own: a probe that hangs is a
+    // failed probe.
     if matches!(req.uri().path(), "/healthz" | "/readyz") {
-        return next.run(req).await;
+        return match tokio::time::timeout(PROBE_TIMEOUT, next.run(req)).await {
+            Ok(res) => res,
+            Err(_) => ApiError::Timeout.into_response(),
+        };
     }
     match state.inflight.clone().try_acquire_owned() {
         Ok(_permit) => next.run(req).await,
@@ -139,6 +144,10 @@ async fn shed_load(
             .into_response(),
     }
 }
+
+/// Deadline of `/healthz` and `/readyz`; every other route has
+/// `--request-timeout`.
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Request ids: 16 random hex digits, unless the client sent one.
 #[derive(Clone, Copy, Default)]
