@@ -15,5 +15,6 @@ mod process;
 mod reconcile;
 mod rollouts;
 mod security;
+mod ui;
 mod upgrade_env;
 mod upgrades;
