@@ -157,8 +157,10 @@
       const { value, done } = await reader.read();
       if (done) return;
       buffer += decoder.decode(value, { stream: true });
-      const lines = buffer.split(/\r\n|\r|\n/);
-      buffer = lines.pop();
+      // A trailing \r may be the first half of \r\n: keep it for the next chunk.
+      const cut = buffer.endsWith('\r') ? buffer.length - 1 : buffer.length;
+      const lines = buffer.slice(0, cut).split(/\r\n|\r|\n/);
+      buffer = lines.pop() + buffer.slice(cut);
       for (const line of lines) {
         if (line === '') {
           if (data.length) onEvent(name || 'message', data.join('\n'));
@@ -178,49 +180,62 @@
     }
   }
 
-  // Keeps a view fresh until `signal` aborts: reads `streamPath` while it
-  // works, else calls refresh() every POLL_MS. `handlers` get stream events.
-  async function watch(streamPath, refresh, handlers, signal) {
-    await refresh().catch(showProblem);
-    let streamed = false;
+  // One attempt at the SSE stream: 'missing' when the server has none,
+  // 'ended' or 'failed' when it stopped or never started, 'signed-out' on 401.
+  async function stream(path, refresh, handlers, signal) {
+    let res;
     try {
-      const res = await fetch(streamPath, {
+      res = await fetch(path, {
         headers: { Authorization: `Bearer ${token()}`, Accept: 'text/event-stream' },
         cache: 'no-store',
         signal,
       });
-      if (res.status === 401) {
-        signOut('The server did not accept the token. Sign in again.');
-        return;
-      }
-      const type = res.headers.get('content-type') || '';
-      if (res.ok && res.body && type.startsWith('text/event-stream')) {
-        streamed = true;
-        setLiveMode('Live (stream)');
-        let pending = null;
-        const soon = () => {
-          if (!pending) pending = setTimeout(() => { pending = null; refresh().catch(showProblem); }, 200);
-        };
-        await readSse(res.body, (name, data) => {
-          let value = null;
-          try { value = JSON.parse(data); } catch (_) { /* keep null */ }
-          const h = handlers[name];
-          if (h) h(value);
-          if (name !== 'deleted') soon();
-        });
-      } else if (res.body) {
-        res.body.cancel().catch(() => {});
-      }
-    } catch (err) {
-      if (signal.aborted) return;
+    } catch (_) {
+      return 'failed';
     }
-    if (signal.aborted) return;
-    // No stream here (404 on servers without it), or it broke: poll.
-    setLiveMode(streamed ? 'Live (polling; the stream ended)' : 'Live (polling every second)');
+    if (res.status === 401) {
+      signOut('The server did not accept the token. Sign in again.');
+      return 'signed-out';
+    }
+    const type = res.headers.get('content-type') || '';
+    if (!res.ok || !res.body || !type.startsWith('text/event-stream')) {
+      if (res.body) res.body.cancel().catch(() => {});
+      return [404, 405, 501].includes(res.status) || res.ok ? 'missing' : 'failed';
+    }
+    setLiveMode('Live (stream)');
+    // Events come in bursts; one refresh of the rest of the view per burst.
+    let pending = null;
+    const soon = () => {
+      if (!pending) pending = setTimeout(() => { pending = null; if (!signal.aborted) refresh().catch(showProblem); }, 200);
+    };
+    try {
+      await readSse(res.body, (name, data) => {
+        let value = null;
+        try { value = JSON.parse(data); } catch (_) { /* not JSON: handlers get null */ }
+        const handler = handlers[name];
+        if (handler) handler(value);
+        if (name !== 'deleted') soon();
+      });
+      return 'ended';
+    } catch (_) {
+      return 'failed';
+    }
+  }
+
+  // Keeps a view fresh until `signal` aborts: follows the stream while it
+  // works; without one, polls every POLL_MS; when it breaks, polls a few
+  // times and tries the stream again.
+  async function watch(streamPath, refresh, handlers, signal) {
+    await refresh().catch(showProblem);
     while (!signal.aborted) {
-      await sleep(POLL_MS, signal);
-      if (signal.aborted) return;
-      await refresh().catch(showProblem);
+      const result = await stream(streamPath, refresh, handlers, signal);
+      if (result === 'signed-out' || signal.aborted) return;
+      const missing = result === 'missing';
+      setLiveMode(missing ? 'Live (polling every second)' : 'Live (polling; reconnecting to the stream)');
+      for (let i = 0; (missing || i < 5) && !signal.aborted; i++) {
+        await sleep(POLL_MS, signal);
+        if (!signal.aborted) await refresh().catch(showProblem);
+      }
     }
   }
 

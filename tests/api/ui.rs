@@ -12,6 +12,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::helpers::{TestApp, spawn_app};
+use crate::upgrade_env::spawn_env;
 
 #[tokio::test]
 async fn dashboard_files_are_served_without_a_token_under_a_strict_csp() {
@@ -43,38 +44,70 @@ async fn dashboard_files_are_served_without_a_token_under_a_strict_csp() {
     assert_eq!(res.status(), StatusCode::NOT_FOUND);
 }
 
+/// Limit of one browser scenario; each wait inside has its own 20 s bound.
+const SCENARIO_LIMIT: Duration = Duration::from_secs(120);
+
 #[tokio::test]
 async fn dashboard_rejects_a_wrong_token_then_scales_a_pool_to_five_machines() {
-    let Some((chromium, chromedriver)) =
-        browser_or_skip("dashboard_rejects_a_wrong_token_then_scales_a_pool_to_five_machines")
+    let Some(browser) =
+        Browser::start_or_skip("dashboard_rejects_a_wrong_token_then_scales_a_pool_to_five_machines").await
     else {
         return;
     };
     let app = spawn_app().await;
     app.create_pool_ok("web", 0, json!({"image": "sim/app:1"})).await;
-
-    let driver = Driver::start(&chromedriver).await.expect("starting chromedriver");
-    let session = Session::new(&driver, &chromium).await.expect("starting a headless Chromium session");
-    let outcome = tokio::time::timeout(Duration::from_secs(120), scenario(&session, &app)).await;
-    // Always end the browser before reporting, so no Chromium outlives the test.
-    let shot = session.screenshot().await;
-    session.delete().await;
-    drop(driver);
-    if let Ok(png) = shot {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/ui-screenshot.png");
-        std::fs::write(&path, png).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
-        eprintln!("dashboard screenshot: {}", path.display());
-    }
-    match outcome {
-        Err(_) => panic!("the browser scenario took over 120 s: the page never reached the awaited state"),
-        Ok(Err(e)) => panic!("browser scenario failed: {e:#}"),
-        Ok(Ok(())) => {}
-    }
+    let outcome = tokio::time::timeout(SCENARIO_LIMIT, scale_scenario(&browser.session, &app)).await;
+    browser.finish(outcome, "ui-screenshot.png").await;
     let pool = app.pool("web").await;
     assert_eq!(pool["replicas"], 5, "the scale control changed the pool");
 }
 
-async fn scenario(s: &Session, app: &TestApp) -> anyhow::Result<()> {
+#[tokio::test]
+async fn dashboard_shows_an_upgrade_job_component_by_component() {
+    let Some(browser) = Browser::start_or_skip("dashboard_shows_an_upgrade_job_component_by_component").await else {
+        return;
+    };
+    let env = spawn_env(|_| {}).await;
+    let id = env.start_upgrade(json!({})).await;
+    let job = env.wait_done(id, Duration::from_secs(30), "the runner never finished a plain upgrade").await;
+    assert_eq!(job["state"], "succeeded", "{job:#}");
+    let outcome = tokio::time::timeout(SCENARIO_LIMIT, upgrade_scenario(&browser.session, &env.app, id)).await;
+    browser.finish(outcome, "ui-upgrade-screenshot.png").await;
+}
+
+async fn sign_in(s: &Session, app: &TestApp) -> anyhow::Result<()> {
+    s.navigate(&app.url("/ui")).await?;
+    s.wait_until("the sign-in form", "return !document.getElementById('login').hidden").await?;
+    s.type_into("#token", &app.admin_token).await?;
+    s.click("#login-submit").await?;
+    s.wait_until("the pools view", "return !document.getElementById('view-pools').hidden").await?;
+    Ok(())
+}
+
+async fn upgrade_scenario(s: &Session, app: &TestApp, id: i64) -> anyhow::Result<()> {
+    sign_in(s, app).await?;
+    s.click("#nav-upgrades").await?;
+    s.wait_until("the job's row", &format!("return document.querySelector('a[href=\"#/upgrades/{id}\"]') !== null"))
+        .await?;
+    s.click(&format!("a[href=\"#/upgrades/{id}\"]")).await?;
+    let components = s
+        .wait_until(
+            "three components with eight steps each",
+            "return document.querySelectorAll('[data-testid=upgrade-component]').length === 3 \
+             && document.querySelectorAll('[data-testid=upgrade-step]').length === 24 \
+             && Array.from(document.querySelectorAll('[data-testid=upgrade-component]')).map(c => c.dataset.component)",
+        )
+        .await?;
+    ensure!(
+        components == json!(["kube-apiserver", "kube-controller-manager", "kube-scheduler"]),
+        "components in order: {components}"
+    );
+    let summary = s.script("return document.getElementById('upgrade-summary').textContent").await?;
+    ensure!(summary.as_str().is_some_and(|t| t.contains("succeeded")), "job summary: {summary}");
+    Ok(())
+}
+
+async fn scale_scenario(s: &Session, app: &TestApp) -> anyhow::Result<()> {
     s.navigate(&app.url("/ui")).await?;
     s.wait_until("the sign-in form", "return !document.getElementById('login').hidden").await?;
 
@@ -150,8 +183,46 @@ fn in_path(name: &str) -> Option<PathBuf> {
     std::env::split_paths(&path).map(|dir| dir.join(name)).find(|p| p.is_file())
 }
 
-/// A chromedriver on a free loopback port, in its own process group so that
-/// dropping it ends the browsers it started too.
+/// A headless browser for one test: chromedriver and one session.
+struct Browser {
+    driver: Driver,
+    session: Session,
+}
+
+impl Browser {
+    /// `None` (after printing why) when the browser is not installed and
+    /// `CI` is not set.
+    async fn start_or_skip(test: &str) -> Option<Self> {
+        let (chromium, chromedriver) = browser_or_skip(test)?;
+        let driver = Driver::start(&chromedriver).await.expect("starting chromedriver");
+        let session = Session::new(&driver, &chromium).await.expect("starting a headless Chromium session");
+        Some(Browser { driver, session })
+    }
+
+    /// Saves a screenshot as `target/<file>`, ends the browser, then fails
+    /// the test if the scenario did; so no Chromium outlives a failure.
+    async fn finish(self, outcome: Result<anyhow::Result<()>, tokio::time::error::Elapsed>, file: &str) {
+        let shot = self.session.screenshot().await;
+        self.session.delete().await;
+        drop(self.driver);
+        match shot {
+            Ok(png) => {
+                let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("target").join(file);
+                std::fs::write(&path, png).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+                eprintln!("dashboard screenshot: {}", path.display());
+            }
+            Err(e) => eprintln!("no screenshot: {e:#}"),
+        }
+        match outcome {
+            Err(_) => panic!("the browser scenario took over {SCENARIO_LIMIT:?}: the page never reached a state"),
+            Ok(Err(e)) => panic!("browser scenario failed: {e:#}"),
+            Ok(Ok(())) => {}
+        }
+    }
+}
+
+/// A chromedriver on a free loopback port; dropping it ends it and the
+/// browsers it started.
 struct Driver {
     child: Child,
     url: String,
@@ -168,8 +239,6 @@ impl Driver {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        #[cfg(unix)]
-        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         let child = cmd.spawn().with_context(|| format!("spawning {}", binary.display()))?;
         let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build()?;
         let driver = Driver { child, url: format!("http://127.0.0.1:{port}"), http };
@@ -193,13 +262,33 @@ impl Driver {
 
 impl Drop for Driver {
     fn drop(&mut self) {
-        #[cfg(unix)]
-        {
-            // Our own process group: chromedriver and the browsers it spawned.
-            let _ = Command::new("kill").arg("-TERM").arg(format!("-{}", self.child.id())).status();
+        // chromedriver's own shutdown closes the browsers it started; then
+        // end chromedriver itself by its pid (never a process group or a
+        // name: only what this test started).
+        let _ = self.shutdown();
+        for _ in 0..30 {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+impl Driver {
+    /// `GET /shutdown`, synchronously (this runs in `drop`).
+    fn shutdown(&self) -> std::io::Result<()> {
+        use std::io::{Read as _, Write as _};
+        let addr = self.url.trim_start_matches("http://");
+        let addr: std::net::SocketAddr = addr.parse().map_err(std::io::Error::other)?;
+        let mut conn = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+        conn.set_read_timeout(Some(Duration::from_secs(5)))?;
+        conn.write_all(format!("GET /shutdown HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes())?;
+        let mut sink = Vec::new();
+        let _ = conn.read_to_end(&mut sink);
+        Ok(())
     }
 }
 
