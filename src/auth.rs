@@ -79,6 +79,9 @@ pub fn hash_token(token: &str) -> String {
 /// Routes anyone may call.
 fn is_public(path: &str) -> bool {
     matches!(path, "/healthz" | "/readyz" | "/openapi.json") || path == "/docs" || path.starts_with("/docs/")
+        // The dashboard's page and files hold no data; its API calls carry the token.
+        || path == "/ui"
+        || path.starts_with("/ui/")
 }
 
 /// The least role a route needs. Unknown routes need `admin`, so that a

@@ -11,6 +11,7 @@ pub mod pools;
 pub mod rollouts;
 pub mod streams;
 pub mod tokens;
+pub mod ui;
 pub mod upgrades;
 
 use axum::Router;
@@ -186,6 +187,9 @@ pub fn router(state: AppState) -> Router {
         }))
         .timeout(config.request_timeout);
     routes
+        // The dashboard's files go through the same middleware as the API
+        // (metrics, and `auth`, which lets them pass as public).
+        .merge(ui::router())
         // Inner first: authentication runs before the idempotency check,
         // which needs to know whose key it is.
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), idempotency::middleware))

@@ -18,5 +18,6 @@ mod reconcile;
 mod rollouts;
 mod security;
 mod streams;
+mod ui;
 mod upgrade_env;
 mod upgrades;

@@ -1,0 +1,400 @@
+//! The dashboard at `/ui`: its files over plain HTTP, and a real browser
+//! (headless Chromium driven over the W3C WebDriver protocol) signing in,
+//! opening a pool and scaling it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, anyhow, bail, ensure};
+use base64::Engine as _;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::helpers::{TestApp, spawn_app};
+use crate::upgrade_env::spawn_env;
+
+#[tokio::test]
+async fn dashboard_files_are_served_without_a_token_under_a_strict_csp() {
+    let app = spawn_app().await;
+    let anonymous = reqwest::Client::new();
+    for (path, content_type, needle) in [
+        ("/ui", "text/html; charset=utf-8", "<script src=\"/ui/app.js\""),
+        ("/ui/", "text/html; charset=utf-8", "id=\"login-form\""),
+        ("/ui/app.js", "text/javascript; charset=utf-8", "sessionStorage"),
+        ("/ui/style.css", "text/css; charset=utf-8", ".cell"),
+    ] {
+        let res = anonymous.get(app.url(path)).send().await.expect("request");
+        assert_eq!(res.status(), StatusCode::OK, "{path} needs no token");
+        let headers = res.headers().clone();
+        assert_eq!(headers["content-type"], content_type, "{path}");
+        let csp = headers["content-security-policy"].to_str().expect("ASCII CSP");
+        for directive in ["default-src 'none'", "script-src 'self'", "style-src 'self'", "connect-src 'self'"] {
+            assert!(csp.contains(directive), "{path}: CSP {csp:?} lacks {directive:?}");
+        }
+        assert!(!csp.contains("unsafe-inline") && !csp.contains("http"), "{path}: CSP {csp:?} is not self-only");
+        assert_eq!(headers["x-content-type-options"], "nosniff", "{path}");
+        let body = res.text().await.expect("body");
+        assert!(body.contains(needle), "{path} should contain {needle:?}");
+    }
+    // Opening the page opened nothing else.
+    let res = anonymous.get(app.url("/v1/pools")).send().await.expect("request");
+    assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
+    let res = anonymous.get(app.url("/uinternal")).send().await.expect("request");
+    assert_eq!(res.status(), StatusCode::NOT_FOUND);
+}
+
+/// Limit of one browser scenario; each wait inside has its own 20 s bound.
+const SCENARIO_LIMIT: Duration = Duration::from_secs(120);
+
+#[tokio::test]
+async fn dashboard_rejects_a_wrong_token_then_scales_a_pool_to_five_machines() {
+    let Some(browser) =
+        Browser::start_or_skip("dashboard_rejects_a_wrong_token_then_scales_a_pool_to_five_machines").await
+    else {
+        return;
+    };
+    let app = spawn_app().await;
+    app.create_pool_ok("web", 0, json!({"image": "sim/app:1"})).await;
+    let outcome = tokio::time::timeout(SCENARIO_LIMIT, scale_scenario(&browser.session, &app)).await;
+    browser.finish(outcome, "ui-screenshot.png").await;
+    let pool = app.pool("web").await;
+    assert_eq!(pool["replicas"], 5, "the scale control changed the pool");
+}
+
+#[tokio::test]
+async fn dashboard_shows_an_upgrade_job_component_by_component() {
+    let Some(browser) = Browser::start_or_skip("dashboard_shows_an_upgrade_job_component_by_component").await else {
+        return;
+    };
+    let env = spawn_env(|_| {}).await;
+    let id = env.start_upgrade(json!({})).await;
+    let job = env.wait_done(id, Duration::from_secs(30), "the runner never finished a plain upgrade").await;
+    assert_eq!(job["state"], "succeeded", "{job:#}");
+    let outcome = tokio::time::timeout(SCENARIO_LIMIT, upgrade_scenario(&browser.session, &env.app, id)).await;
+    browser.finish(outcome, "ui-upgrade-screenshot.png").await;
+}
+
+async fn sign_in(s: &Session, app: &TestApp) -> anyhow::Result<()> {
+    s.navigate(&app.url("/ui")).await?;
+    s.wait_until("the sign-in form", "return !document.getElementById('login').hidden").await?;
+    s.type_into("#token", &app.admin_token).await?;
+    s.click("#login-submit").await?;
+    s.wait_until("the pools view", "return !document.getElementById('view-pools').hidden").await?;
+    Ok(())
+}
+
+async fn upgrade_scenario(s: &Session, app: &TestApp, id: i64) -> anyhow::Result<()> {
+    sign_in(s, app).await?;
+    s.click("#nav-upgrades").await?;
+    s.wait_until("the job's row", &format!("return document.querySelector('a[href=\"#/upgrades/{id}\"]') !== null"))
+        .await?;
+    s.click(&format!("a[href=\"#/upgrades/{id}\"]")).await?;
+    let components = s
+        .wait_until(
+            "three components with eight steps each",
+            "return document.querySelectorAll('[data-testid=upgrade-component]').length === 3 \
+             && document.querySelectorAll('[data-testid=upgrade-step]').length === 24 \
+             && Array.from(document.querySelectorAll('[data-testid=upgrade-component]')).map(c => c.dataset.component)",
+        )
+        .await?;
+    ensure!(
+        components == json!(["kube-apiserver", "kube-controller-manager", "kube-scheduler"]),
+        "components in order: {components}"
+    );
+    let summary = s.script("return document.getElementById('upgrade-summary').textContent").await?;
+    ensure!(summary.as_str().is_some_and(|t| t.contains("succeeded")), "job summary: {summary}");
+    Ok(())
+}
+
+async fn scale_scenario(s: &Session, app: &TestApp) -> anyhow::Result<()> {
+    s.navigate(&app.url("/ui")).await?;
+    s.wait_until("the sign-in form", "return !document.getElementById('login').hidden").await?;
+
+    // A wrong token: back to the form, with a message.
+    s.type_into("#token", "drover_not-a-real-token").await?;
+    s.click("#login-submit").await?;
+    let error = s
+        .wait_until(
+            "an error for the wrong token",
+            "const e = document.getElementById('login-error'); \
+             return !e.hidden && !document.getElementById('login').hidden && e.textContent",
+        )
+        .await?;
+    ensure!(error.as_str().is_some_and(|t| t.contains("did not accept")), "login error said {error}");
+    let stored = s.script("return sessionStorage.getItem('drover.token')").await?;
+    ensure!(stored.is_null(), "a rejected token must not stay in sessionStorage, found {stored}");
+
+    // The right token: the pools list, with our pool.
+    s.type_into("#token", &app.admin_token).await?;
+    s.click("#login-submit").await?;
+    s.wait_until("the pool row", "return document.querySelector('[data-testid=pool-row][data-pool=web]') !== null")
+        .await?;
+    s.click("[data-testid=pool-row][data-pool=web] a").await?;
+    s.wait_until(
+        "the pool view with its scale control filled in",
+        "return !document.getElementById('view-pool').hidden && document.getElementById('scale-input').value === '0'",
+    )
+    .await?;
+
+    // Scale to 5 with the control, and watch the cells appear.
+    s.clear("#scale-input").await?;
+    s.type_into("#scale-input", "5").await?;
+    s.click("#scale-submit").await?;
+    s.wait_until("5 machine cells", "return document.querySelectorAll('[data-testid=machine-cell]').length === 5")
+        .await?;
+    // For the screenshot: let them settle (ready and counted by the rollout).
+    let settled = s
+        .wait_until(
+            "5 ready machines",
+            "return document.querySelectorAll('[data-testid=machine-cell][data-state=ready]').length === 5 \
+             && document.getElementById('rollout-text').textContent.includes('5 of 5')",
+        )
+        .await;
+    if let Err(e) = settled {
+        eprintln!("machines did not all become ready for the screenshot: {e:#}");
+    }
+    let legend = s.script("return document.getElementById('image-legend').textContent").await?;
+    ensure!(legend.as_str().is_some_and(|t| t.contains("sim/app:1")), "image legend: {legend}");
+    Ok(())
+}
+
+// ------------------------------------------------------------ WebDriver --
+
+/// Chromium and chromedriver, or `None` with a printed reason (a panic when
+/// `CI` is set: CI must never pass without running the browser).
+fn browser_or_skip(test: &str) -> Option<(PathBuf, PathBuf)> {
+    let chromium = ["chromium", "chromium-browser", "google-chrome"].iter().find_map(|n| in_path(n));
+    let driver = in_path("chromedriver");
+    match (chromium, driver) {
+        (Some(c), Some(d)) => Some((c, d)),
+        _ if std::env::var_os("CI").is_some() => {
+            panic!("{test} needs chromium and chromedriver (Debian: chromium chromium-driver) and CI is set")
+        }
+        _ => {
+            eprintln!("skipping {test}: chromium or chromedriver is not installed (Debian: chromium chromium-driver)");
+            None
+        }
+    }
+}
+
+fn in_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|dir| dir.join(name)).find(|p| p.is_file())
+}
+
+/// A headless browser for one test: chromedriver and one session.
+struct Browser {
+    driver: Driver,
+    session: Session,
+}
+
+impl Browser {
+    /// `None` (after printing why) when the browser is not installed and
+    /// `CI` is not set.
+    async fn start_or_skip(test: &str) -> Option<Self> {
+        let (chromium, chromedriver) = browser_or_skip(test)?;
+        let driver = Driver::start(&chromedriver).await.expect("starting chromedriver");
+        let session = Session::new(&driver, &chromium).await.expect("starting a headless Chromium session");
+        Some(Browser { driver, session })
+    }
+
+    /// Saves a screenshot as `target/<file>`, ends the browser, then fails
+    /// the test if the scenario did; so no Chromium outlives a failure.
+    async fn finish(self, outcome: Result<anyhow::Result<()>, tokio::time::error::Elapsed>, file: &str) {
+        let shot = self.session.screenshot().await;
+        self.session.delete().await;
+        drop(self.driver);
+        match shot {
+            Ok(png) => {
+                let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("target").join(file);
+                std::fs::write(&path, png).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+                eprintln!("dashboard screenshot: {}", path.display());
+            }
+            Err(e) => eprintln!("no screenshot: {e:#}"),
+        }
+        match outcome {
+            Err(_) => panic!("the browser scenario took over {SCENARIO_LIMIT:?}: the page never reached a state"),
+            Ok(Err(e)) => panic!("browser scenario failed: {e:#}"),
+            Ok(Ok(())) => {}
+        }
+    }
+}
+
+/// A chromedriver on a free loopback port; dropping it ends it and the
+/// browsers it started.
+struct Driver {
+    child: Child,
+    url: String,
+    http: reqwest::Client,
+}
+
+impl Driver {
+    async fn start(binary: &Path) -> anyhow::Result<Self> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let log = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/chromedriver.log");
+        let mut cmd = Command::new(binary);
+        cmd.arg(format!("--port={port}"))
+            .arg(format!("--log-path={}", log.display()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let child = cmd.spawn().with_context(|| format!("spawning {}", binary.display()))?;
+        let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build()?;
+        let driver = Driver { child, url: format!("http://127.0.0.1:{port}"), http };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for _ in 0..200 {
+            let ready = driver.http.get(format!("{}/status", driver.url)).send().await;
+            if let Ok(res) = ready {
+                let body: Value = res.json().await.unwrap_or(Value::Null);
+                if body["value"]["ready"] == true {
+                    return Ok(driver);
+                }
+            }
+            if Instant::now() > deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        bail!("chromedriver did not report ready on port {port} within 20 s (log: {})", log.display())
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        // chromedriver's own shutdown closes the browsers it started; then
+        // end chromedriver itself by its pid (never a process group or a
+        // name: only what this test started).
+        let _ = self.shutdown();
+        for _ in 0..30 {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Driver {
+    /// `GET /shutdown`, synchronously (this runs in `drop`).
+    fn shutdown(&self) -> std::io::Result<()> {
+        use std::io::{Read as _, Write as _};
+        let addr = self.url.trim_start_matches("http://");
+        let addr: std::net::SocketAddr = addr.parse().map_err(std::io::Error::other)?;
+        let mut conn = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+        conn.set_read_timeout(Some(Duration::from_secs(5)))?;
+        conn.write_all(format!("GET /shutdown HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes())?;
+        let mut sink = Vec::new();
+        let _ = conn.read_to_end(&mut sink);
+        Ok(())
+    }
+}
+
+/// One browser session.
+struct Session {
+    base: String,
+    http: reqwest::Client,
+}
+
+const ELEMENT_KEY: &str = "element-6066-11e4-a52e-4f735466cecf";
+
+impl Session {
+    async fn new(driver: &Driver, chromium: &Path) -> anyhow::Result<Self> {
+        let caps = json!({"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": chromium.display().to_string(),
+                "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                         "--window-size=1280,900"],
+            },
+        }}});
+        let res = driver.http.post(format!("{}/session", driver.url)).json(&caps).send().await?;
+        let body: Value = res.json().await?;
+        let id = body["value"]["sessionId"].as_str().ok_or_else(|| anyhow!("no session: {body}"))?;
+        Ok(Session { base: format!("{}/session/{id}", driver.url), http: driver.http.clone() })
+    }
+
+    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> anyhow::Result<Value> {
+        let mut req = self.http.request(method.clone(), format!("{}{path}", self.base));
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let res = req.send().await.with_context(|| format!("WebDriver {method} {path}"))?;
+        let status = res.status();
+        let body: Value = res.json().await.with_context(|| format!("WebDriver {method} {path}: reading JSON"))?;
+        ensure!(status.is_success(), "WebDriver {method} {path} answered {status}: {}", body["value"]);
+        Ok(body["value"].clone())
+    }
+
+    async fn post(&self, path: &str, body: Value) -> anyhow::Result<Value> {
+        self.call(reqwest::Method::POST, path, Some(body)).await
+    }
+
+    async fn navigate(&self, url: &str) -> anyhow::Result<()> {
+        self.post("/url", json!({ "url": url })).await.map(drop)
+    }
+
+    async fn find(&self, css: &str) -> anyhow::Result<String> {
+        let found = self.post("/element", json!({"using": "css selector", "value": css})).await?;
+        found[ELEMENT_KEY].as_str().map(str::to_owned).ok_or_else(|| anyhow!("no element for {css}: {found}"))
+    }
+
+    async fn click(&self, css: &str) -> anyhow::Result<()> {
+        let id = self.find(css).await?;
+        self.post(&format!("/element/{id}/click"), json!({})).await.map(drop)
+    }
+
+    async fn clear(&self, css: &str) -> anyhow::Result<()> {
+        let id = self.find(css).await?;
+        self.post(&format!("/element/{id}/clear"), json!({})).await.map(drop)
+    }
+
+    async fn type_into(&self, css: &str, text: &str) -> anyhow::Result<()> {
+        let id = self.find(css).await?;
+        self.post(&format!("/element/{id}/value"), json!({ "text": text })).await.map(drop)
+    }
+
+    async fn script(&self, source: &str) -> anyhow::Result<Value> {
+        self.post("/execute/sync", json!({"script": source, "args": []})).await
+    }
+
+    /// Polls `condition` (a script body) every 200 ms for up to 20 s until
+    /// it returns something truthy, and returns that.
+    async fn wait_until(&self, what: &str, condition: &str) -> anyhow::Result<Value> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut last = Value::Null;
+        for _ in 0..100 {
+            last = self.script(condition).await?;
+            let truthy = match &last {
+                Value::Null => false,
+                Value::Bool(b) => *b,
+                Value::String(s) => !s.is_empty(),
+                Value::Number(n) => n.as_f64() != Some(0.0),
+                _ => true,
+            };
+            if truthy {
+                return Ok(last);
+            }
+            if Instant::now() > deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let page = self.script("return document.body.innerText").await.unwrap_or_default();
+        bail!("timed out waiting for {what} (last result {last}); the page says:\n{}", page.as_str().unwrap_or(""))
+    }
+
+    async fn screenshot(&self) -> anyhow::Result<Vec<u8>> {
+        let b64 = self.call(reqwest::Method::GET, "/screenshot", None).await?;
+        let b64 = b64.as_str().ok_or_else(|| anyhow!("screenshot is not a string"))?;
+        Ok(base64::engine::general_purpose::STANDARD.decode(b64)?)
+    }
+
+    async fn delete(&self) {
+        if let Err(e) = self.call(reqwest::Method::DELETE, "", None).await {
+            eprintln!("could not end the WebDriver session: {e:#}");
+        }
+    }
+}
