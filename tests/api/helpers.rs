@@ -40,6 +40,13 @@ pub async fn spawn_app() -> TestApp {
     start(cfg, Some(tmp)).await
 }
 
+/// A server on the real Docker engine, for the reconciler's tests.
+pub async fn spawn_docker_app() -> TestApp {
+    let tmp = TempDir::new().expect("temporary directory");
+    let cfg = config(tmp.path(), RuntimeKind::Docker);
+    start(cfg, Some(tmp)).await
+}
+
 /// A server with explicit settings.
 pub async fn start(cfg: ServeConfig, tmp: Option<TempDir>) -> TestApp {
     let data_dir = cfg.data_dir.clone();

@@ -3,20 +3,13 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use drover::config::RuntimeKind;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
 use crate::docker::{self, Cleanup, PLAIN_IMAGE, Sampler, V1, V2, require_docker};
-use crate::helpers::{TestApp, config, start, unique};
+use crate::helpers::{TestApp, spawn_docker_app, unique};
 
 const CONVERGE: Duration = Duration::from_secs(90);
-
-async fn docker_app() -> TestApp {
-    let tmp = tempfile::TempDir::new().expect("temporary directory");
-    let cfg = config(tmp.path(), RuntimeKind::Docker);
-    start(cfg, Some(tmp)).await
-}
 
 fn names(v: &[Value]) -> HashSet<String> {
     v.iter().map(|m| m["name"].as_str().unwrap_or_default().to_owned()).collect()
@@ -38,7 +31,7 @@ async fn scale_0_to_5_to_2_to_0_on_docker() {
     }
     let pool = unique("scale");
     let _cleanup = Cleanup(vec![pool.clone()]);
-    let app = docker_app().await;
+    let app = spawn_docker_app().await;
     let d = docker::client().await;
     app.create_pool_ok(&pool, 0, json!({"version": V1, "failure_domains": ["fd-a", "fd-b"]})).await;
     app.wait_converged(&pool, 0, CONVERGE).await;
@@ -59,7 +52,7 @@ async fn containers_get_the_pool_labels_names_and_an_even_spread() {
     }
     let pool = unique("labels");
     let _cleanup = Cleanup(vec![pool.clone()]);
-    let app = docker_app().await;
+    let app = spawn_docker_app().await;
     let d = docker::client().await;
     app.create_pool_ok(
         &pool,
@@ -89,7 +82,7 @@ async fn a_container_removed_out_of_band_is_replaced_and_its_record_dropped() {
     }
     let pool = unique("oob");
     let _cleanup = Cleanup(vec![pool.clone()]);
-    let app = docker_app().await;
+    let app = spawn_docker_app().await;
     let d = docker::client().await;
     app.create_pool_ok(&pool, 2, json!({"version": V1})).await;
     app.wait_converged(&pool, 2, CONVERGE).await;
@@ -119,7 +112,7 @@ async fn a_container_made_by_hand_with_the_pool_label_is_adopted() {
     let _cleanup = Cleanup(vec![pool.clone()]);
     let handmade = format!("{pool}-handmade");
     docker::run_by_hand(&handmade, &format!("kindest/node:{V1}"), &[("drover.dev/pool", &pool)]);
-    let app = docker_app().await;
+    let app = spawn_docker_app().await;
     let d = docker::client().await;
     app.create_pool_ok(&pool, 2, json!({"version": V1})).await;
     app.wait_converged(&pool, 2, CONVERGE).await;
@@ -135,7 +128,7 @@ async fn a_machine_marked_for_deletion_is_the_one_removed_on_scale_down() {
     }
     let pool = unique("mark");
     let _cleanup = Cleanup(vec![pool.clone()]);
-    let app = docker_app().await;
+    let app = spawn_docker_app().await;
     let d = docker::client().await;
     app.create_pool_ok(&pool, 3, json!({"version": V1})).await;
     app.wait_converged(&pool, 3, CONVERGE).await;
@@ -175,7 +168,7 @@ async fn a_version_change_replaces_every_machine_without_a_ready_dip() {
     }
     let pool = unique("roll");
     let _cleanup = Cleanup(vec![pool.clone()]);
-    let app = docker_app().await;
+    let app = spawn_docker_app().await;
     let d = docker::client().await;
     app.create_pool_ok(&pool, 3, json!({"version": V1})).await;
     app.wait_converged(&pool, 3, CONVERGE).await;
@@ -202,7 +195,7 @@ async fn deleting_a_pool_removes_exactly_its_containers() {
     let (doomed, kept) = (unique("doomed"), unique("kept"));
     let foreign = unique("foreign");
     let _cleanup = Cleanup(vec![doomed.clone(), kept.clone()]);
-    let app = docker_app().await;
+    let app = spawn_docker_app().await;
     let d = docker::client().await;
     docker::run_by_hand(&foreign, PLAIN_IMAGE, &[("drover.test/foreign", "yes")]);
     app.create_pool_ok(&doomed, 2, json!({"version": V1})).await;

@@ -8,15 +8,9 @@ use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
 use crate::docker::{self, CRASH_IMAGE, Cleanup, PLAIN_IMAGE, Sampler, V1, V2, require_docker};
-use crate::helpers::{TestApp, config, start, unique};
-use drover::config::RuntimeKind;
+use crate::helpers::{TestApp, spawn_docker_app, unique};
 
 const LIMIT: Duration = Duration::from_secs(120);
-
-async fn docker_app() -> TestApp {
-    let tmp = tempfile::TempDir::new().expect("temporary directory");
-    start(config(tmp.path(), RuntimeKind::Docker), Some(tmp)).await
-}
 
 async fn rollout(app: &TestApp, pool: &str) -> Value {
     let res = app.get(&format!("/v1/pools/{pool}/rollout")).await;
@@ -44,7 +38,7 @@ async fn machine_names(app: &TestApp, pool: &str) -> HashSet<String> {
 async fn roll_six(strategy: Value) -> Option<(usize, usize)> {
     let pool = unique("bounds");
     let _cleanup = Cleanup(vec![pool.clone()]);
-    let app = docker_app().await;
+    let app = spawn_docker_app().await;
     let d = docker::client().await;
     app.create_pool_ok(&pool, 6, json!({"version": V1, "strategy": strategy})).await;
     app.wait_converged(&pool, 6, LIMIT).await;
@@ -86,7 +80,7 @@ async fn a_rollout_to_a_crashing_image_stalls_without_touching_healthy_machines(
     }
     let pool = unique("stall");
     let _cleanup = Cleanup(vec![pool.clone()]);
-    let app = docker_app().await;
+    let app = spawn_docker_app().await;
     let d = docker::client().await;
     // A container that exits at once still runs for an instant; min_ready_seconds
     // keeps that instant from counting as availability.
@@ -122,7 +116,7 @@ async fn auto_rollback_returns_a_stalled_rollout_to_the_old_image() {
     }
     let pool = unique("autorb");
     let _cleanup = Cleanup(vec![pool.clone()]);
-    let app = docker_app().await;
+    let app = spawn_docker_app().await;
     let d = docker::client().await;
     let spec = json!({"image": PLAIN_IMAGE, "progress_deadline_seconds": 3, "min_ready_seconds": 1, "strategy": {"auto_rollback": true}});
     app.create_pool_ok(&pool, 3, spec).await;
@@ -149,7 +143,7 @@ async fn pause_freezes_the_machine_set_and_resume_finishes() {
     }
     let pool = unique("pause");
     let _cleanup = Cleanup(vec![pool.clone()]);
-    let app = docker_app().await;
+    let app = spawn_docker_app().await;
     app.create_pool_ok(&pool, 4, json!({"version": V1, "min_ready_seconds": 1})).await;
     app.wait_converged(&pool, 4, LIMIT).await;
     app.patch_pool(&pool, json!({"version": V2}), None).await;
@@ -176,7 +170,7 @@ async fn batch_approval_stops_after_each_batch_until_continued() {
     }
     let pool = unique("batch");
     let _cleanup = Cleanup(vec![pool.clone()]);
-    let app = docker_app().await;
+    let app = spawn_docker_app().await;
     let strategy = json!({"max_surge": 2, "max_unavailable": 0, "batch_approval": true});
     app.create_pool_ok(&pool, 6, json!({"version": V1, "strategy": strategy})).await;
     app.wait_converged(&pool, 6, LIMIT).await;
@@ -204,7 +198,7 @@ async fn the_dry_run_plan_matches_what_the_reconciler_then_does() {
     }
     let pool = unique("plan");
     let _cleanup = Cleanup(vec![pool.clone()]);
-    let app = docker_app().await;
+    let app = spawn_docker_app().await;
     app.create_pool_ok(&pool, 4, json!({"version": V1, "failure_domains": ["a", "b"]})).await;
     app.wait_converged(&pool, 4, LIMIT).await;
     let marked = machine_names(&app, &pool).await.into_iter().max().unwrap_or_default();
