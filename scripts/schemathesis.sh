@@ -7,6 +7,10 @@
 #   bash scripts/schemathesis.sh            (after `cargo build`)
 #
 # SCHEMATHESIS (path to the binary) and DROVER (path to drover) may be set.
+#
+# Registering clusters and starting upgrades are left out: generated server
+# URLs would make drover connect to arbitrary hosts, and tests may only touch
+# loopback. The integration tests cover both against a local simulator.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -41,4 +45,6 @@ TOML
     --seed 1 \
     --workers 2 \
     --phases examples,fuzzing \
+    --exclude-name 'POST /v1/clusters' \
+    --exclude-name 'POST /v1/clusters/{name}/upgrades' \
     --no-color

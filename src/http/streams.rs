@@ -194,6 +194,18 @@ fn sse(watch: Watch) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
     Sse::new(messages).keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
 }
 
+/// One message of an event stream, as its fields arrive on the wire.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)] // Documents the stream; messages are written by axum's `Sse`.
+pub struct SseMessage {
+    /// `status`, `event` or `deleted`.
+    event: String,
+    /// JSON: the pool or job for `status`, an event record for `event`.
+    data: String,
+    /// The event's id, on `event` messages; send it back as `Last-Event-ID`.
+    id: Option<String>,
+}
+
 /// Follow a pool live (Server-Sent Events).
 ///
 /// `status` (the pool, as `GET` answers it) first at once and then whenever its spec or status changes;
@@ -206,7 +218,7 @@ fn sse(watch: Watch) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
         ("Last-Event-ID" = Option<i64>, Header, description = "Resume after this event id; without it only new events are sent"),
     ),
     responses(
-        (status = 200, description = "An event stream: `status` (PoolView JSON), `event` (Event JSON), `deleted`", body = String, content_type = "text/event-stream"),
+        (status = 200, description = "An event stream: `status` (PoolView JSON), `event` (Event JSON), `deleted`", body = SseMessage, content_type = "text/event-stream"),
         (status = 404, description = "No such pool", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "`Last-Event-ID` is not an event id", body = Problem, content_type = "application/problem+json"),
     ))]
@@ -233,7 +245,7 @@ async fn pool_stream(
         ("Last-Event-ID" = Option<i64>, Header, description = "Resume after this event id; without it only new events are sent"),
     ),
     responses(
-        (status = 200, description = "An event stream: `status` (UpgradeView JSON), `event` (Event JSON)", body = String, content_type = "text/event-stream"),
+        (status = 200, description = "An event stream: `status` (UpgradeView JSON), `event` (Event JSON)", body = SseMessage, content_type = "text/event-stream"),
         (status = 404, description = "No such job", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "`Last-Event-ID` is not an event id", body = Problem, content_type = "application/problem+json"),
     ))]
