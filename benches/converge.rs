@@ -114,6 +114,66 @@ async fn main() -> anyhow::Result<()> {
     }
     let _ = stop_tx.send(());
     server.await??;
+    println!();
+    println!("peak RSS of this process so far (drover in-process + the bench client): {} MiB", peak_rss_mib());
+
+    simulated_scale().await
+}
+
+/// Peak resident memory of this process, from /proc (Linux).
+fn peak_rss_mib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).map(str::to_owned))
+        .and_then(|l| l.split_whitespace().nth(1).and_then(|kb| kb.parse::<u64>().ok()))
+        .map_or(0, |kb| kb / 1024)
+}
+
+/// The reconciler and store at scale, without Docker's cost: one pool of
+/// `DROVER_BENCH_SIMULATED` (default 1000) machines on the simulated runtime.
+async fn simulated_scale() -> anyhow::Result<()> {
+    let n: usize = std::env::var("DROVER_BENCH_SIMULATED").ok().and_then(|s| s.parse().ok()).unwrap_or(1000);
+    let tmp = tempfile::TempDir::new()?;
+    let mut cfg = ServeConfig::for_data_dir(tmp.path().to_path_buf());
+    cfg.runtime = RuntimeKind::Simulated;
+    cfg.max_replicas = u32::try_from(n).unwrap_or(u32::MAX);
+    let app = Application::build(cfg).await?;
+    let base = format!("http://{}", app.local_addr()?);
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(app.run_until_stopped(async move {
+        let _ = stop_rx.await;
+    }));
+    let token = std::fs::read_to_string(tmp.path().join("admin.token"))?;
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(reqwest::header::AUTHORIZATION, format!("Bearer {}", token.trim()).parse()?);
+    let http = reqwest::Client::builder().default_headers(headers).build()?;
+    let res = http
+        .post(format!("{base}/v1/pools"))
+        .json(&json!({"name": "sim", "replicas": 0, "version": "v1.29.2", "image": "sim/node:1"}))
+        .send()
+        .await?;
+    anyhow::ensure!(res.status().is_success(), "creating the simulated pool: {}", res.text().await?);
+    let started = Instant::now();
+    scale(&http, &base, "sim", n).await?;
+    wait_ready(&http, &base, "sim", n).await?;
+    let up = started.elapsed();
+    let started = Instant::now();
+    patch(&http, &base, "sim", json!({"image": "sim/node:2", "strategy": {"max_surge": "25%"}})).await?;
+    wait_rollout(&http, &base, "sim", n).await?;
+    let rolled = started.elapsed();
+    let started = Instant::now();
+    let list = http.get(format!("{base}/v1/pools/sim/machines?limit=500")).send().await?;
+    anyhow::ensure!(list.status().is_success(), "listing machines");
+    let page = started.elapsed();
+    println!();
+    println!("| simulated runtime, {n} machines | time |");
+    println!("|---|---:|");
+    println!("| converge 0 -> {n} | {:.2} s |", up.as_secs_f64());
+    println!("| rolling update, surge 25% | {:.2} s |", rolled.as_secs_f64());
+    println!("| GET one page of 500 machines | {:.1} ms |", page.as_secs_f64() * 1000.0);
+    println!("peak RSS of this process after the simulated run: {} MiB", peak_rss_mib());
+    let _ = stop_tx.send(());
+    server.await??;
     Ok(())
 }
 
