@@ -132,7 +132,12 @@ async fn lookup(db: &Db, header: Option<&HeaderValue>) -> Result<Option<Caller>,
         return Ok(None);
     }
     let Some(role) = Role::parse(&stored.role) else { return Ok(None) };
-    if let Err(e) = db::tokens::touch(db, &stored.name, Utc::now()).await {
+    // At most about once a minute per token, so that reads do not each
+    // take SQLite's write lock.
+    let now = Utc::now();
+    if stored.last_used_at.is_none_or(|t| now - t > db::tokens::TOUCH_INTERVAL)
+        && let Err(e) = db::tokens::touch(db, &stored.name, now).await
+    {
         tracing::debug!(error = %e, "could not stamp token use");
     }
     Ok(Some(Caller { name: stored.name, role }))

@@ -31,11 +31,11 @@ pub async fn claim(
     now: DateTime<Utc>,
 ) -> sqlx::Result<Option<Entry>> {
     // Forget expired keys first, so that a key may be reused after a day.
-    sqlx::query("delete from idempotency where created_at < datetime(?, ?)")
-        .bind(now)
-        .bind(format!("-{RETENTION_HOURS} hours"))
-        .execute(&mut *tx)
-        .await?;
+    // The cutoff is bound as a timestamp in the stored encoding: SQLite's
+    // datetime() writes a space where ours has a 'T', so comparing against
+    // it as text would be off by up to a day.
+    let cutoff = now - chrono::TimeDelta::hours(RETENTION_HOURS);
+    sqlx::query("delete from idempotency where created_at < ?").bind(cutoff).execute(&mut *tx).await?;
     let existing: Option<Entry> = sqlx::query_as(
         "select method, path, body_hash, status, content_type, location, etag, body
          from idempotency where token_name = ? and key = ?",

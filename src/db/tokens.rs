@@ -20,6 +20,7 @@ pub struct Stored {
     pub name: String,
     pub role: String,
     pub hash: String,
+    pub last_used_at: Option<DateTime<Utc>>,
 }
 
 pub async fn insert(
@@ -42,20 +43,18 @@ pub async fn insert(
 }
 
 pub async fn by_hash(db: impl SqliteExecutor<'_>, hash: &str) -> sqlx::Result<Option<Stored>> {
-    sqlx::query_as("select name, role, hash from tokens where hash = ?").bind(hash).fetch_optional(db).await
+    sqlx::query_as("select name, role, hash, last_used_at from tokens where hash = ?")
+        .bind(hash)
+        .fetch_optional(db)
+        .await
 }
 
-/// Stamps the last use, at most about once a minute per token, so that
-/// reads do not turn into a write each.
+/// How stale `last_used_at` may get before a request stamps it again.
+pub const TOUCH_INTERVAL: chrono::TimeDelta = chrono::TimeDelta::seconds(60);
+
+/// Stamps the last use of a token.
 pub async fn touch(db: impl SqliteExecutor<'_>, name: &str, now: DateTime<Utc>) -> sqlx::Result<()> {
-    sqlx::query(
-        "update tokens set last_used_at = ?1 where name = ?2
-         and (last_used_at is null or last_used_at < datetime(?1, '-60 seconds'))",
-    )
-    .bind(now)
-    .bind(name)
-    .execute(db)
-    .await?;
+    sqlx::query("update tokens set last_used_at = ? where name = ?").bind(now).bind(name).execute(db).await?;
     Ok(())
 }
 

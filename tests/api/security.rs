@@ -255,3 +255,35 @@ async fn beyond_the_concurrency_limit_requests_are_shed_with_retry_after() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(app.get("/v1/pools").await.status(), StatusCode::OK, "the slot is free again");
 }
+
+#[tokio::test]
+async fn idempotency_keys_expire_after_24_hours_and_not_before() {
+    let app = spawn_app().await;
+    let post = |name: &str, key: &'static str| {
+        let body = json!({"name": name, "replicas": 0, "version": "v1.29.2", "paused": true});
+        app.client.post(app.url("/v1/pools")).header("idempotency-key", key).json(&body).send()
+    };
+    assert_eq!(post("first", "old").await.unwrap().status(), StatusCode::CREATED);
+    assert_eq!(post("second", "young").await.unwrap().status(), StatusCode::CREATED);
+    // Age the keys as if time had passed: one just past the retention, one just inside it.
+    let url = format!("sqlite://{}", app.data_dir.join("drover.db").display());
+    let mut db = <sqlx::SqliteConnection as sqlx::Connection>::connect(&url).await.unwrap();
+    for (key, hours) in [("old", 25), ("young", 23)] {
+        sqlx::query("update idempotency set created_at = ? where key = ?")
+            .bind(chrono::Utc::now() - chrono::TimeDelta::hours(hours))
+            .bind(key)
+            .execute(&mut db)
+            .await
+            .unwrap();
+    }
+    assert_eq!(post("third", "old").await.unwrap().status(), StatusCode::CREATED, "an expired key is free again");
+    assert_problem(post("fourth", "young").await.unwrap(), 422, Some("Idempotency-Key")).await;
+}
+
+#[tokio::test]
+async fn a_token_use_is_stamped() {
+    let app = spawn_app().await;
+    app.get("/v1/pools").await;
+    let tokens: Value = app.get("/v1/tokens").await.json().await.unwrap();
+    assert!(tokens["items"][0]["last_used_at"].is_string(), "{tokens:#}");
+}
