@@ -46,6 +46,12 @@ fn check_json_content_type(value: Option<&header::HeaderValue>) -> Result<(), Ap
     }
 }
 
+/// A body that may be left out: empty (or only whitespace) is `None`,
+/// anything else must be JSON of the right shape.
+pub fn optional_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<Option<T>, ApiError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) { Ok(None) } else { parse_json(bytes).map(Some) }
+}
+
 /// Deserializes `bytes`, telling apart broken JSON (400) from JSON of the
 /// wrong shape (422, with the path of the field at fault).
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {

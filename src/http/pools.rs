@@ -73,7 +73,7 @@ pub(crate) async fn load(state: &AppState, name: &str) -> ApiResult<Pool> {
 }
 
 /// RFC 7396 JSON merge patch.
-pub(crate) fn merge_patch(target: &mut Value, patch: &Value) {
+fn merge_patch(target: &mut Value, patch: &Value) {
     let Value::Object(changes) = patch else {
         *target = patch.clone();
         return;
@@ -92,9 +92,20 @@ pub(crate) fn merge_patch(target: &mut Value, patch: &Value) {
     }
 }
 
+/// The spec a JSON merge patch makes of `current`, with every rule checked.
+/// Used by PATCH and by the dry-run plan, so both read a patch alike.
+pub(crate) fn patched_spec(state: &AppState, current: &PoolSpec, patch: &Value) -> ApiResult<PoolSpec> {
+    if !patch.is_object() {
+        return Err(ApiError::invalid("body", "type", "a merge patch must be a JSON object"));
+    }
+    let mut doc = serde_json::to_value(current).map_err(|e| ApiError::Internal(e.into()))?;
+    merge_patch(&mut doc, patch);
+    spec_from_value(state, doc)
+}
+
 /// Parses a spec document (a create body without its name, or a patched
 /// spec) and checks every rule.
-pub(crate) fn spec_from_value(state: &AppState, doc: Value) -> ApiResult<PoolSpec> {
+fn spec_from_value(state: &AppState, doc: Value) -> ApiResult<PoolSpec> {
     let input: PoolSpecInput = serde_path_to_error::deserialize(doc).map_err(|e| {
         let path = e.path().to_string();
         shape_error(&path, e.into_inner())
@@ -313,12 +324,7 @@ async fn patch_pool(
         tracing::info!(field = %field, "operator tried to patch an admin-only field");
         return Err(ApiError::Forbidden { need: "admin" });
     }
-    update_spec(&state, &name, &headers, "SpecChanged", |current| {
-        let mut doc = serde_json::to_value(current).map_err(|e| ApiError::Internal(e.into()))?;
-        merge_patch(&mut doc, &patch);
-        spec_from_value(&state, doc)
-    })
-    .await
+    update_spec(&state, &name, &headers, "SpecChanged", |current| patched_spec(&state, current, &patch)).await
 }
 
 /// Set only `replicas`.

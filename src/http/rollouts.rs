@@ -16,8 +16,8 @@ use crate::db::{self, pools::Pool, revisions::Revision};
 use crate::domain::event::{EventType, NewEvent};
 use crate::domain::rollout::{self, Counts, RolloutState};
 use crate::error::{ApiError, ApiResult, Problem};
-use crate::http::extract::parse_json;
-use crate::http::pools::{load, merge_patch, pool_response, spec_from_value};
+use crate::http::extract::optional_json;
+use crate::http::pools::{load, patched_spec, pool_response};
 use crate::reconcile::{self, plan::Plan, rollback::RollbackError};
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -221,8 +221,7 @@ async fn rollback_pool(
     Path(name): Path<String>,
     body: axum::body::Bytes,
 ) -> ApiResult<Response> {
-    let req: RollbackRequest =
-        if body.iter().all(u8::is_ascii_whitespace) { RollbackRequest::default() } else { parse_json(&body)? };
+    let req: RollbackRequest = optional_json(&body)?.unwrap_or_default();
     let pool = load(&state, &name).await?;
     if pool.deleting {
         return Err(ApiError::Conflict(format!("pool {name:?} is being deleted")));
@@ -269,14 +268,8 @@ async fn plan_pool(
     body: axum::body::Bytes,
 ) -> ApiResult<Json<PlanView>> {
     let mut pool = load(&state, &name).await?;
-    if !body.iter().all(u8::is_ascii_whitespace) {
-        let patch: Value = parse_json(&body)?;
-        if !patch.is_object() {
-            return Err(ApiError::invalid("body", "type", "a merge patch must be a JSON object"));
-        }
-        let mut doc = serde_json::to_value(&pool.spec).map_err(|e| ApiError::Internal(e.into()))?;
-        merge_patch(&mut doc, &patch);
-        let proposed = spec_from_value(&state, doc)?;
+    if let Some(patch) = optional_json::<Value>(&body)? {
+        let proposed = patched_spec(&state, &pool.spec, &patch)?;
         if proposed.desired_image() != pool.spec.desired_image() {
             // A new image starts a new rollout with its first batch approved.
             pool.batches_approved = 1;
