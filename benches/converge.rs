@@ -37,20 +37,8 @@ async fn main() -> anyhow::Result<()> {
     let docker = Docker::connect_with_defaults()?.negotiate_version().await?;
     let image = format!("kindest/node:{}", images::V1);
 
-    let tmp = tempfile::TempDir::new()?;
-    let mut cfg = ServeConfig::for_data_dir(tmp.path().to_path_buf());
-    cfg.runtime = RuntimeKind::Docker;
-    cfg.log_level = "warn".into();
-    let app = Application::build(cfg).await?;
-    let base = format!("http://{}", app.local_addr()?);
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(app.run_until_stopped(async move {
-        let _ = stop_rx.await;
-    }));
-    let token = std::fs::read_to_string(tmp.path().join("admin.token"))?;
-    let mut headers = reqwest::header::HeaderMap::new();
-    headers.insert(reqwest::header::AUTHORIZATION, format!("Bearer {}", token.trim()).parse()?);
-    let http = reqwest::Client::builder().default_headers(headers).build()?;
+    let server = Server::start(RuntimeKind::Docker, 1000).await?;
+    let (base, http) = (server.base.clone(), server.http.clone());
     let pool = format!("bench-{}", std::process::id());
     let res = http
         .post(format!("{base}/v1/pools"))
@@ -112,12 +100,46 @@ async fn main() -> anyhow::Result<()> {
         anyhow::ensure!(Instant::now() < deadline, "bench pool was not removed");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let _ = stop_tx.send(());
-    server.await??;
+    server.stop().await?;
     println!();
     println!("peak RSS of this process so far (drover in-process + the bench client): {} MiB", peak_rss_mib());
 
     simulated_scale().await
+}
+
+/// drover running in this process on a fresh data directory, and a client
+/// that sends its admin token.
+struct Server {
+    base: String,
+    http: reqwest::Client,
+    stop: tokio::sync::oneshot::Sender<()>,
+    handle: tokio::task::JoinHandle<anyhow::Result<()>>,
+    _data: tempfile::TempDir,
+}
+
+impl Server {
+    async fn start(runtime: RuntimeKind, max_replicas: u32) -> anyhow::Result<Self> {
+        let data = tempfile::TempDir::new()?;
+        let mut cfg = ServeConfig::for_data_dir(data.path().to_path_buf());
+        cfg.runtime = runtime;
+        cfg.max_replicas = max_replicas;
+        let app = Application::build(cfg).await?;
+        let base = format!("http://{}", app.local_addr()?);
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let handle = tokio::spawn(app.run_until_stopped(async move {
+            let _ = stopped.await;
+        }));
+        let token = std::fs::read_to_string(data.path().join("admin.token"))?;
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert(reqwest::header::AUTHORIZATION, format!("Bearer {}", token.trim()).parse()?);
+        let http = reqwest::Client::builder().default_headers(headers).build()?;
+        Ok(Self { base, http, stop, handle, _data: data })
+    }
+
+    async fn stop(self) -> anyhow::Result<()> {
+        let _ = self.stop.send(());
+        self.handle.await?
+    }
 }
 
 /// Peak resident memory of this process, from /proc (Linux).
@@ -133,20 +155,8 @@ fn peak_rss_mib() -> u64 {
 /// `DROVER_BENCH_SIMULATED` (default 1000) machines on the simulated runtime.
 async fn simulated_scale() -> anyhow::Result<()> {
     let n: usize = std::env::var("DROVER_BENCH_SIMULATED").ok().and_then(|s| s.parse().ok()).unwrap_or(1000);
-    let tmp = tempfile::TempDir::new()?;
-    let mut cfg = ServeConfig::for_data_dir(tmp.path().to_path_buf());
-    cfg.runtime = RuntimeKind::Simulated;
-    cfg.max_replicas = u32::try_from(n).unwrap_or(u32::MAX);
-    let app = Application::build(cfg).await?;
-    let base = format!("http://{}", app.local_addr()?);
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(app.run_until_stopped(async move {
-        let _ = stop_rx.await;
-    }));
-    let token = std::fs::read_to_string(tmp.path().join("admin.token"))?;
-    let mut headers = reqwest::header::HeaderMap::new();
-    headers.insert(reqwest::header::AUTHORIZATION, format!("Bearer {}", token.trim()).parse()?);
-    let http = reqwest::Client::builder().default_headers(headers).build()?;
+    let server = Server::start(RuntimeKind::Simulated, u32::try_from(n).unwrap_or(u32::MAX)).await?;
+    let (base, http) = (server.base.clone(), server.http.clone());
     let res = http
         .post(format!("{base}/v1/pools"))
         .json(&json!({"name": "sim", "replicas": 0, "version": "v1.29.2", "image": "sim/node:1"}))
@@ -172,9 +182,7 @@ async fn simulated_scale() -> anyhow::Result<()> {
     println!("| rolling update, surge 25% | {:.2} s |", rolled.as_secs_f64());
     println!("| GET one page of 500 machines | {:.1} ms |", page.as_secs_f64() * 1000.0);
     println!("peak RSS of this process after the simulated run: {} MiB", peak_rss_mib());
-    let _ = stop_tx.send(());
-    server.await??;
-    Ok(())
+    server.stop().await
 }
 
 /// Creates and starts `n` containers at once straight through the engine;
