@@ -144,7 +144,7 @@ async fn sigkill_five_times_during_a_20_machine_rollout_still_converges_exactly(
     let spec = json!({"name": pool, "replicas": 20, "version": V1, "strategy": {"max_surge": 5}});
     let res = client.post(format!("{}/v1/pools", proc.addr)).json(&spec).send().await.unwrap();
     assert_eq!(res.status(), StatusCode::CREATED);
-    wait_for(&client, &proc.addr, &pool, |p| {
+    proc.wait_pool(&client, &pool, LIMIT, "20 machines on the first image", |p| {
         p["status"]["ready_replicas"] == 20 && p["status"]["updated_replicas"] == 20
     })
     .await;
@@ -166,52 +166,25 @@ async fn sigkill_five_times_during_a_20_machine_rollout_still_converges_exactly(
         proc = Process::spawn(tmp.path());
         proc.wait_up().await;
     }
-    let p = wait_for(&client, &proc.addr, &pool, |p| {
-        let s = &p["status"];
-        s["replicas"] == 20
-            && s["ready_replicas"] == 20
-            && s["updated_replicas"] == 20
-            && s["observed_generation"] == p["generation"]
-    })
-    .await;
+    let p = proc
+        .wait_pool(&client, &pool, LIMIT, "the rollout to converge after the kills", |p| {
+            let s = &p["status"];
+            s["replicas"] == 20
+                && s["ready_replicas"] == 20
+                && s["updated_replicas"] == 20
+                && s["observed_generation"] == p["generation"]
+        })
+        .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     let seen = docker::pool_containers(&d, &pool).await;
     assert_eq!(seen.len(), 20, "no duplicate or orphan container");
     assert!(seen.iter().all(|c| c.image == format!("kindest/node:{V2}") && c.running), "{seen:#?}");
-    let machines: Value = client
-        .get(format!("{}/v1/pools/{pool}/machines?limit=100", proc.addr))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let recorded: HashSet<String> = machines["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["name"].as_str().unwrap_or_default().to_owned())
-        .collect();
+    let recorded = proc.machine_names(&client, &pool).await;
     assert_eq!(recorded, seen.iter().map(|c| c.name.clone()).collect::<HashSet<_>>(), "records mirror the containers");
     assert_eq!(p["revision"], 2);
     let rollout: Value =
         client.get(format!("{}/v1/pools/{pool}/rollout", proc.addr)).send().await.unwrap().json().await.unwrap();
     assert_eq!(rollout["state"], "complete", "{rollout:#}");
     proc.kill();
-}
-
-async fn wait_for(client: &reqwest::Client, addr: &str, pool: &str, done: impl Fn(&Value) -> bool) -> Value {
-    let deadline = tokio::time::Instant::now() + LIMIT;
-    loop {
-        let p: Value = match client.get(format!("{addr}/v1/pools/{pool}")).send().await {
-            Ok(r) => r.json().await.unwrap_or(Value::Null),
-            Err(_) => Value::Null,
-        };
-        if done(&p) {
-            return p;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "timed out; the pool is {p:#}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }

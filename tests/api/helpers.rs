@@ -1,6 +1,7 @@
 //! `spawn_app`: a real drover server on 127.0.0.1:0 with a fresh database
 //! file, and a client with one method per endpoint.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -172,6 +173,11 @@ impl TestApp {
     }
 
     #[allow(dead_code)] // Used by the Docker-backed tests.
+    /// The names of a pool's machine records.
+    pub async fn machine_names(&self, name: &str) -> HashSet<String> {
+        names(&self.machines(name).await)
+    }
+
     pub async fn machines(&self, name: &str) -> Vec<Value> {
         let res = self.get(&format!("/v1/pools/{name}/machines?limit=500")).await;
         assert_eq!(res.status(), StatusCode::OK);
@@ -216,6 +222,11 @@ impl Drop for TestApp {
             let _ = stop.send(());
         }
     }
+}
+
+/// The `name` of each item of a list answer.
+pub fn names(items: &[Value]) -> HashSet<String> {
+    items.iter().map(|m| m["name"].as_str().unwrap_or_default().to_owned()).collect()
 }
 
 /// Asserts a problem response: status, content type, and the field named.

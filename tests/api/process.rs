@@ -1,6 +1,9 @@
 //! drover as a separate process of the real binary, for crash tests.
 
+use std::collections::HashSet;
 use std::time::Duration;
+
+use serde_json::Value;
 
 pub struct Process {
     child: std::process::Child,
@@ -28,6 +31,37 @@ impl Process {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         panic!("drover did not come up at {}", self.addr);
+    }
+
+    /// Polls the pool through `client` until `done` holds, for at most
+    /// `limit`; the panic names what was awaited and the last state seen.
+    pub async fn wait_pool(
+        &self,
+        client: &reqwest::Client,
+        pool: &str,
+        limit: Duration,
+        what: &str,
+        done: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let p: Value = match client.get(format!("{}/v1/pools/{pool}", self.addr)).send().await {
+                Ok(r) => r.json().await.unwrap_or(Value::Null),
+                Err(_) => Value::Null,
+            };
+            if done(&p) {
+                return p;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}; the pool is {p:#}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The names of the pool's machine records, as this process serves them.
+    pub async fn machine_names(&self, client: &reqwest::Client, pool: &str) -> HashSet<String> {
+        let url = format!("{}/v1/pools/{pool}/machines?limit=500", self.addr);
+        let page: Value = client.get(url).send().await.expect("listing machines").json().await.expect("machines JSON");
+        crate::helpers::names(page["items"].as_array().map_or(&[][..], Vec::as_slice))
     }
 
     /// SIGKILL: no graceful anything.

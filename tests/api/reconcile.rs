@@ -11,17 +11,13 @@ use crate::helpers::{TestApp, spawn_docker_app, unique};
 
 const CONVERGE: Duration = Duration::from_secs(90);
 
-fn names(v: &[Value]) -> HashSet<String> {
-    v.iter().map(|m| m["name"].as_str().unwrap_or_default().to_owned()).collect()
-}
-
 /// The pool's containers and machine records name the same machines.
 async fn assert_records_match(app: &TestApp, d: &bollard::Docker, pool: &str, n: usize) {
     let seen = docker::pool_containers(d, pool).await;
     assert_eq!(seen.len(), n, "containers of {pool}: {seen:#?}");
     let machines = app.machines(pool).await;
     let container_names: HashSet<String> = seen.iter().map(|c| c.name.clone()).collect();
-    assert_eq!(names(&machines), container_names, "machine records mirror the containers");
+    assert_eq!(crate::helpers::names(&machines), container_names, "machine records mirror the containers");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -92,7 +88,7 @@ async fn a_container_removed_out_of_band_is_replaced_and_its_record_dropped() {
     loop {
         let machines = app.machines(&pool).await;
         let running = docker::pool_containers(&d, &pool).await.iter().filter(|c| c.running).count();
-        if !names(&machines).contains(&victim) && running == 2 && machines.len() == 2 {
+        if !crate::helpers::names(&machines).contains(&victim) && running == 2 && machines.len() == 2 {
             break;
         }
         assert!(tokio::time::Instant::now() < deadline, "the removed machine was not replaced: {machines:#?}");
@@ -117,7 +113,7 @@ async fn a_container_made_by_hand_with_the_pool_label_is_adopted() {
     app.create_pool_ok(&pool, 2, json!({"version": V1})).await;
     app.wait_converged(&pool, 2, CONVERGE).await;
     assert_records_match(&app, &d, &pool, 2).await;
-    assert!(names(&app.machines(&pool).await).contains(&handmade), "the hand-made container became a machine");
+    assert!(app.machine_names(&pool).await.contains(&handmade), "the hand-made container became a machine");
     assert!(app.events(&pool).await.iter().any(|e| e["reason"] == "MachineAdopted"));
 }
 
@@ -132,7 +128,7 @@ async fn a_machine_marked_for_deletion_is_the_one_removed_on_scale_down() {
     let d = docker::client().await;
     app.create_pool_ok(&pool, 3, json!({"version": V1})).await;
     app.wait_converged(&pool, 3, CONVERGE).await;
-    let all = names(&app.machines(&pool).await);
+    let all = app.machine_names(&pool).await;
     let chosen = all.iter().min().unwrap().clone();
     let res = app.request(Method::POST, &format!("/v1/pools/{pool}/machines/{chosen}/delete-request"), None).await;
     assert_eq!(res.status(), StatusCode::OK);
@@ -144,7 +140,7 @@ async fn a_machine_marked_for_deletion_is_the_one_removed_on_scale_down() {
 
     app.scale(&pool, 2).await;
     app.wait_converged(&pool, 2, CONVERGE).await;
-    let left = names(&app.machines(&pool).await);
+    let left = app.machine_names(&pool).await;
     assert!(!left.contains(&chosen), "the marked machine should have gone first");
     assert_eq!(left.len(), 2);
 
@@ -157,7 +153,7 @@ async fn a_machine_marked_for_deletion_is_the_one_removed_on_scale_down() {
     assert!(again.status() == StatusCode::ACCEPTED || again.status() == StatusCode::NOT_FOUND);
     app.wait_converged(&pool, 1, CONVERGE).await;
     assert_eq!(app.pool(&pool).await["replicas"], 1, "a repeated DELETE does not lower replicas twice");
-    assert!(!names(&app.machines(&pool).await).contains(&second));
+    assert!(!app.machine_names(&pool).await.contains(&second));
     assert_records_match(&app, &d, &pool, 1).await;
 }
 
@@ -172,7 +168,7 @@ async fn a_version_change_replaces_every_machine_without_a_ready_dip() {
     let d = docker::client().await;
     app.create_pool_ok(&pool, 3, json!({"version": V1})).await;
     app.wait_converged(&pool, 3, CONVERGE).await;
-    let before = names(&app.machines(&pool).await);
+    let before = app.machine_names(&pool).await;
 
     let sampler = Sampler::start(d.clone(), pool.clone());
     assert_eq!(app.patch_pool(&pool, json!({"version": V2}), None).await.status(), StatusCode::OK);
@@ -181,7 +177,7 @@ async fn a_version_change_replaces_every_machine_without_a_ready_dip() {
 
     let after = docker::pool_containers(&d, &pool).await;
     assert!(after.iter().all(|c| c.image == format!("kindest/node:{V2}")), "{after:#?}");
-    assert!(names(&app.machines(&pool).await).is_disjoint(&before), "every machine was replaced");
+    assert!(app.machine_names(&pool).await.is_disjoint(&before), "every machine was replaced");
     assert!(samples >= 5, "the sampler ran ({samples} samples)");
     assert!(min_running >= 3, "ready machines dipped to {min_running} during the rollout");
     assert!(max_total <= 4, "the default surge of 1 allows 4 machines, saw {max_total}");
@@ -247,32 +243,17 @@ async fn a_crash_in_the_middle_of_a_scale_to_10_converges_with_no_duplicates_or_
 
     let second = crate::process::Process::spawn(tmp.path());
     second.wait_up().await;
-    let deadline = tokio::time::Instant::now() + CONVERGE;
-    loop {
-        let pool_json: Value =
-            client.get(format!("{}/v1/pools/{pool}", second.addr)).send().await.unwrap().json().await.unwrap();
-        if pool_json["status"]["ready_replicas"] == 10 && pool_json["status"]["replicas"] == 10 {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never converged after the crash ({at_crash} existed): {pool_json:#}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let what = format!("convergence after the crash ({at_crash} containers existed)");
+    second
+        .wait_pool(&client, &pool, CONVERGE, &what, |p| {
+            p["status"]["ready_replicas"] == 10 && p["status"]["replicas"] == 10
+        })
+        .await;
     // Give a duplicate-creating bug the chance to show itself.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let seen = docker::pool_containers(&d, &pool).await;
     assert_eq!(seen.len(), 10, "exactly 10 containers after the crash (had {at_crash} at the crash)");
-    let machines: Value = client
-        .get(format!("{}/v1/pools/{pool}/machines?limit=100", second.addr))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let recorded = names(machines["items"].as_array().unwrap());
+    let recorded = second.machine_names(&client, &pool).await;
     assert_eq!(
         recorded,
         seen.iter().map(|c| c.name.clone()).collect::<HashSet<_>>(),

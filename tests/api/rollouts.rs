@@ -30,10 +30,6 @@ async fn wait_rollout(app: &TestApp, pool: &str, what: &str, done: impl Fn(&Valu
     }
 }
 
-async fn machine_names(app: &TestApp, pool: &str) -> HashSet<String> {
-    app.machines(pool).await.iter().map(|m| m["name"].as_str().unwrap_or_default().to_owned()).collect()
-}
-
 /// Rolls 6 machines from V1 to V2 and returns (fewest running, most existing).
 async fn roll_six(strategy: Value) -> Option<(usize, usize)> {
     let pool = unique("bounds");
@@ -87,7 +83,7 @@ async fn a_rollout_to_a_crashing_image_stalls_without_touching_healthy_machines(
     let spec = json!({"image": PLAIN_IMAGE, "progress_deadline_seconds": 4, "min_ready_seconds": 1});
     app.create_pool_ok(&pool, 3, spec).await;
     app.wait_converged(&pool, 3, LIMIT).await;
-    let healthy = machine_names(&app, &pool).await;
+    let healthy = app.machine_names(&pool).await;
     assert_eq!(app.patch_pool(&pool, json!({"image": CRASH_IMAGE}), None).await.status(), StatusCode::OK);
     let r = wait_rollout(&app, &pool, "a stalled rollout", |r| r["state"] == "stalled").await;
     assert!(r["reason"].as_str().unwrap_or_default().contains("ProgressDeadlineExceeded"), "{r:#}");
@@ -121,7 +117,7 @@ async fn auto_rollback_returns_a_stalled_rollout_to_the_old_image() {
     let spec = json!({"image": PLAIN_IMAGE, "progress_deadline_seconds": 3, "min_ready_seconds": 1, "strategy": {"auto_rollback": true}});
     app.create_pool_ok(&pool, 3, spec).await;
     app.wait_converged(&pool, 3, LIMIT).await;
-    let healthy = machine_names(&app, &pool).await;
+    let healthy = app.machine_names(&pool).await;
     app.patch_pool(&pool, json!({"image": CRASH_IMAGE}), None).await;
     let p = app.wait_pool(&pool, LIMIT, "the automatic rollback", |p| p["image"] == PLAIN_IMAGE).await;
     assert_eq!(p["revision"], 3, "revision 1 was the old image, 2 the crash, 3 the way back");
@@ -130,7 +126,7 @@ async fn auto_rollback_returns_a_stalled_rollout_to_the_old_image() {
     assert_eq!(r["revision"], 3, "rollback is a new revision: {r:#}");
     let seen = docker::pool_containers(&d, &pool).await;
     assert!(seen.iter().all(|c| c.image == PLAIN_IMAGE && c.running), "{seen:#?}");
-    assert_eq!(machine_names(&app, &pool).await, healthy, "the healthy machines were never replaced");
+    assert_eq!(app.machine_names(&pool).await, healthy, "the healthy machines were never replaced");
     let revisions: Value = app.get(&format!("/v1/pools/{pool}/revisions")).await.json().await.unwrap();
     assert_eq!(revisions["current"], 3);
     assert!(app.events(&pool).await.iter().any(|e| e["reason"] == "RolledBack"));
@@ -150,10 +146,10 @@ async fn pause_freezes_the_machine_set_and_resume_finishes() {
     app.wait_pool(&pool, LIMIT, "the rollout to start", |p| p["status"]["updated_replicas"].as_u64() >= Some(1)).await;
     assert_eq!(app.patch_pool(&pool, json!({"paused": true}), None).await.status(), StatusCode::OK);
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let frozen = machine_names(&app, &pool).await;
+    let frozen = app.machine_names(&pool).await;
     for _ in 0..8 {
         tokio::time::sleep(Duration::from_millis(500)).await;
-        assert_eq!(machine_names(&app, &pool).await, frozen, "a paused pool changed its machines");
+        assert_eq!(app.machine_names(&pool).await, frozen, "a paused pool changed its machines");
     }
     let r = rollout(&app, &pool).await;
     assert_eq!(r["state"], "paused", "{r:#}");
@@ -201,7 +197,7 @@ async fn the_dry_run_plan_matches_what_the_reconciler_then_does() {
     let app = spawn_docker_app().await;
     app.create_pool_ok(&pool, 4, json!({"version": V1, "failure_domains": ["a", "b"]})).await;
     app.wait_converged(&pool, 4, LIMIT).await;
-    let marked = machine_names(&app, &pool).await.into_iter().max().unwrap_or_default();
+    let marked = app.machine_names(&pool).await.into_iter().max().unwrap_or_default();
     app.request(Method::POST, &format!("/v1/pools/{pool}/machines/{marked}/delete-request"), None).await;
 
     let planned: Value = app
@@ -226,10 +222,10 @@ async fn the_dry_run_plan_matches_what_the_reconciler_then_does() {
     assert_eq!(planned["plan"]["create"], json!([]));
     assert_eq!(app.pool(&pool).await["replicas"], 4, "a dry run changes nothing");
 
-    let before = machine_names(&app, &pool).await;
+    let before = app.machine_names(&pool).await;
     app.scale(&pool, 2).await;
     app.wait_converged(&pool, 2, LIMIT).await;
-    let removed: HashSet<String> = before.difference(&machine_names(&app, &pool).await).cloned().collect();
+    let removed: HashSet<String> = before.difference(&app.machine_names(&pool).await).cloned().collect();
     assert_eq!(removed, to_delete, "the reconciler removed exactly the planned machines");
 
     // A proposed scale-up names the failure domains the new machines get.
