@@ -49,6 +49,15 @@ pub async fn connect(path: &Path) -> anyhow::Result<Db> {
     Ok(pool)
 }
 
+/// A transaction that will write. It takes SQLite's write lock at once
+/// (`BEGIN IMMEDIATE`), waiting up to the busy timeout: a deferred
+/// transaction that reads first and writes later fails at once with
+/// `SQLITE_BUSY` if another connection committed in between, and the
+/// busy timeout does not help there.
+pub async fn begin_write(db: &Db) -> sqlx::Result<sqlx::Transaction<'static, sqlx::Sqlite>> {
+    db.begin_with("BEGIN IMMEDIATE").await
+}
+
 /// Opaque page cursors: base64url of the last key a page returned.
 pub mod cursor {
     use base64::Engine as _;

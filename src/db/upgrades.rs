@@ -214,7 +214,7 @@ pub async fn set_position(
 /// otherwise the job as it is now (a pending job is cancelled at once,
 /// since nothing has touched the cluster).
 pub async fn request_cancel(db: &crate::db::Db, id: i64, now: DateTime<Utc>) -> sqlx::Result<Option<Job>> {
-    let mut tx = db.begin().await?;
+    let mut tx = super::begin_write(db).await?;
     sqlx::query(
         "update upgrade_jobs set
             cancel_requested = 1,

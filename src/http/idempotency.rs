@@ -66,7 +66,7 @@ async fn run(
     let method = parts.method.as_str().to_owned();
 
     let claimed = async {
-        let mut tx = state.db.begin().await?;
+        let mut tx = crate::db::begin_write(&state.db).await?;
         let found = db::idempotency::claim(&mut tx, &caller.name, &key, &method, &path, &body_hash, Utc::now()).await?;
         tx.commit().await?;
         Ok::<_, sqlx::Error>(found)

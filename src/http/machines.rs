@@ -152,7 +152,7 @@ async fn request_machine_deletion(
 ) -> ApiResult<Json<MachineView>> {
     let image = desired_image(&state, &name).await?;
     let now = Utc::now();
-    let mut tx = state.db.begin().await?;
+    let mut tx = crate::db::begin_write(&state.db).await?;
     let m = db::machines::request_delete(&mut *tx, &name, &machine, now)
         .await?
         .ok_or_else(|| ApiError::not_found("machine", &machine))?;
@@ -185,7 +185,7 @@ async fn delete_machine(
     Path((name, machine)): Path<(String, String)>,
 ) -> ApiResult<Response> {
     let now = Utc::now();
-    let mut tx = state.db.begin().await?;
+    let mut tx = crate::db::begin_write(&state.db).await?;
     let (m, pool) = match db::machines::mark_if_unmarked(&mut *tx, &name, &machine, now).await? {
         Some(m) => {
             let Some(pool) = db::pools::decrement_replicas(&mut *tx, &name, now).await? else {

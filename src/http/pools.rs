@@ -197,7 +197,7 @@ async fn update_spec(
             return Ok(pool_response(StatusCode::OK, pool, false));
         }
         let now = Utc::now();
-        let mut tx = state.db.begin().await?;
+        let mut tx = crate::db::begin_write(&state.db).await?;
         // A pool that named a cluster before checks existed can still be scaled.
         if spec.cluster != pool.spec.cluster {
             check_cluster(&mut *tx, &spec).await?;
@@ -246,7 +246,7 @@ async fn update_spec(
 async fn create_pool(State(state): State<AppState>, ApiJson(body): ApiJson<Value>) -> ApiResult<Response> {
     let (name, spec) = parse_create(&state, body)?;
     let now = Utc::now();
-    let mut tx = state.db.begin().await?;
+    let mut tx = crate::db::begin_write(&state.db).await?;
     check_cluster(&mut *tx, &spec).await?;
     let pool = match db::pools::insert(&mut *tx, name.as_str(), &spec, now).await {
         Ok(pool) => pool,
@@ -366,7 +366,7 @@ async fn scale_pool(
 #[tracing::instrument(skip_all, fields(pool = %name))]
 async fn delete_pool(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
     let now = Utc::now();
-    let mut tx = state.db.begin().await?;
+    let mut tx = crate::db::begin_write(&state.db).await?;
     let pool = match db::pools::mark_deleting(&mut *tx, &name, now).await? {
         Some(pool) => {
             let ev = NewEvent::pool(

@@ -293,7 +293,7 @@ async fn create_upgrade(
         from_version: current.map(|v| v.to_string()),
     };
     let now = Utc::now();
-    let mut tx = state.db.begin().await?;
+    let mut tx = crate::db::begin_write(&state.db).await?;
     let job = match db::upgrades::insert(&mut tx, &new, now).await {
         Ok(job) => job,
         Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {

@@ -57,7 +57,7 @@ async fn create_machine(ctx: &Context, pool: &Pool, c: &Creation) -> Result<(), 
     let ev =
         NewEvent::pool(&pool.name, EventType::Normal, "MachineCreated", format!("created {name} ({}){fd}", spec.image));
     let stored = async {
-        let mut tx = ctx.db.begin().await?;
+        let mut tx = crate::db::begin_write(&ctx.db).await?;
         db::machines::upsert_from_container(&mut *tx, &pool.name, &container, now).await?;
         db::events::record(&mut *tx, &ev, now).await?;
         tx.commit().await
@@ -102,7 +102,7 @@ async fn delete_machine(ctx: &Context, pool: &Pool, d: &Deletion) -> Result<(), 
     };
     let ev = NewEvent::pool(&pool.name, EventType::Normal, "MachineDeleted", format!("deleted {}: {why}", d.machine));
     let stored = async {
-        let mut tx = ctx.db.begin().await?;
+        let mut tx = crate::db::begin_write(&ctx.db).await?;
         db::machines::delete(&mut *tx, &pool.name, &d.machine).await?;
         db::events::record(&mut *tx, &ev, now).await?;
         tx.commit().await

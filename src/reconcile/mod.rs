@@ -217,7 +217,7 @@ pub async fn reconcile_once(ctx: &Context, name: &str) -> Result<Outcome, Reconc
 async fn sync_records(ctx: &Context, pool: &Pool, containers: &[Container]) -> Result<(), ReconcileError> {
     let now = Utc::now();
     let records = db::machines::list_for_pool(&ctx.db, &pool.name).await?;
-    let mut tx = ctx.db.begin().await?;
+    let mut tx = crate::db::begin_write(&ctx.db).await?;
     for c in containers {
         if !records.iter().any(|r| r.name == c.name) {
             let how = if c.labels.get(labels::MANAGED_BY).map(String::as_str) == Some(labels::MANAGED_BY_VALUE) {
@@ -257,7 +257,7 @@ async fn sync_records(ctx: &Context, pool: &Pool, containers: &[Container]) -> R
 
 /// The deleting pool has no containers left: drop its rows.
 async fn purge(ctx: &Context, name: &str) -> Result<Outcome, ReconcileError> {
-    let mut tx = ctx.db.begin().await?;
+    let mut tx = crate::db::begin_write(&ctx.db).await?;
     db::events::purge(&mut *tx, SubjectKind::Pool, name).await?;
     db::pools::remove(&mut *tx, name).await?;
     tx.commit().await?;

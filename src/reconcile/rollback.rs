@@ -54,7 +54,7 @@ pub async fn rollback(db: &Db, pool: &Pool, target: Option<i64>, why: &str) -> R
         return Err(RollbackError::SameImage(rev.revision));
     }
     let now = Utc::now();
-    let mut tx = db.begin().await?;
+    let mut tx = crate::db::begin_write(db).await?;
     let Some(updated) = db::pools::update_spec(&mut *tx, &pool.name, pool.generation, &spec, now).await? else {
         return Err(RollbackError::Conflict(pool.name.clone()));
     };

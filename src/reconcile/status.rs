@@ -136,7 +136,7 @@ pub async fn record_failure(ctx: &Context, name: &str, err: &ReconcileError) {
         status.set_condition("Reconciled", ConditionStatus::False, reason, message.clone(), now);
         let repeated = status.last_error.as_deref() == Some(message.as_str());
         status.last_error = Some(message.clone());
-        let mut tx = ctx.db.begin().await?;
+        let mut tx = crate::db::begin_write(&ctx.db).await?;
         db::pools::write_status(&mut *tx, name, &status).await?;
         // A failure that repeats word for word is one story, told once.
         if !repeated {

@@ -240,7 +240,7 @@ impl Driver<'_> {
             _ => Some(format!("{msg}; upgraded: {}", upgraded.join(", "))),
         };
         let now = Utc::now();
-        let mut tx = self.ctx.db.begin().await?;
+        let mut tx = crate::db::begin_write(&self.ctx.db).await?;
         db::upgrades::finish(&mut *tx, self.job.id, state, error.as_deref(), now).await?;
         let (type_, reason) = match state {
             JobState::Succeeded => (EventType::Normal, "Succeeded"),
