@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The test command of the README: sets up what a fresh machine lacks, then
+# runs every test.
+#
+#   bash scripts/test.sh [cargo test arguments...]
+#
+# - Docker tests: need a running engine (this script starts it when it can);
+#   their images are built by the tests themselves from a static program the
+#   harness compiles, so nothing is pulled and nothing else is installed.
+# - Browser tests: need chromium and chromedriver, installed here from
+#   Debian's packages when missing.
+# A test whose tool is missing fails with the reason. To opt out on purpose:
+# DROVER_SKIP_DOCKER_TESTS=1 and/or DROVER_SKIP_BROWSER_TESTS=1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+as_root() {
+    if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
+        echo "scripts/test.sh: need root (or sudo) to run: $*" >&2
+        return 1
+    fi
+}
+
+if [ -z "${DROVER_SKIP_BROWSER_TESTS:-}" ]; then
+    missing=()
+    command -v chromium >/dev/null || missing+=(chromium)
+    command -v chromedriver >/dev/null || missing+=(chromium-driver)
+    if [ ${#missing[@]} -gt 0 ]; then
+        echo "==> installing ${missing[*]} (Debian packages) for the dashboard's browser tests"
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+    fi
+fi
+
+if [ -z "${DROVER_SKIP_DOCKER_TESTS:-}" ] && ! docker info >/dev/null 2>&1; then
+    echo "==> the Docker engine does not answer; trying to start it"
+    as_root service docker start >/dev/null 2>&1 || true
+    for _ in $(seq 1 30); do docker info >/dev/null 2>&1 && break; sleep 1; done
+fi
+
+exec cargo test "$@"
