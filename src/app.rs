@@ -20,15 +20,21 @@ use crate::db::{self, Db};
 use crate::domain::pool::SpecLimits;
 use crate::reconcile::{
     self,
+    observe::Timing,
+    terminate::Terminator,
     worker::{PoolQueue, WorkerSettings},
 };
-use crate::runtime::{Runtime, Wake, docker::DockerRuntime, simulated::SimulatedRuntime};
+use crate::runtime::docker::{DockerBackend, Endpoint};
+use crate::runtime::engine::Backend;
+use crate::runtime::engines::LOCAL_ENGINE;
+use crate::runtime::{Engines, Wake};
 
 /// Shared by every handler; cheap to clone.
 #[derive(Clone)]
 pub struct AppState {
     pub db: Db,
-    pub runtime: Runtime,
+    /// The container engines and what they hold.
+    pub engines: Engines,
     /// Wakes the reconcile worker for a pool.
     pub queue: PoolQueue,
     pub config: Arc<ServeConfig>,
@@ -54,6 +60,8 @@ pub struct Application {
     listener: TcpListener,
     state: AppState,
     wakes: mpsc::UnboundedReceiver<Wake>,
+    /// Every background task, so that shutdown can wait for them all.
+    tasks: TaskTracker,
 }
 
 /// How long background tasks get to finish after the cancellation signal.
@@ -70,41 +78,54 @@ impl Application {
         let db = db::connect(&db_path).await?;
         restrict_database_files(&db_path)?;
         crate::auth::bootstrap(&db, &config.data_dir).await?;
-        let runtime = match config.runtime {
-            RuntimeKind::Docker => Runtime::Docker(DockerRuntime::new(config.docker_host.clone())),
-            RuntimeKind::Simulated => Runtime::Simulated(SimulatedRuntime::default()),
+        let (queue, wakes) = PoolQueue::channel();
+        let engines = Engines::new(queue.sender(), config.max_parallel as usize);
+        let local = match config.runtime {
+            RuntimeKind::Docker => {
+                let endpoint = config.docker_host.clone().map_or(Endpoint::Default, Endpoint::Plain);
+                Backend::Docker(DockerBackend::new(endpoint))
+            }
+            RuntimeKind::Simulated => Backend::Simulated(Default::default()),
         };
+        let local = engines.add(LOCAL_ENGINE, local);
         let listener = TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
         let addr = listener.local_addr().context("reading the bound address")?;
         tracing::info!(%addr, "drover listening on http://{addr} (API docs at http://{addr}/docs)");
         tracing::info!(database = %db_path.display(), "data stored in {}", db_path.display());
-        match &runtime {
-            Runtime::Docker(d) => tracing::info!(endpoint = %d.endpoint(), "container runtime: docker"),
-            Runtime::Simulated(_) => tracing::warn!("container runtime: simulated (machines are not real containers)"),
+        match local.kind() {
+            "docker" => tracing::info!(endpoint = %local.address(), "local engine: docker"),
+            _ => tracing::warn!("local engine: simulated (machines are not real containers)"),
         }
-        let (queue, wakes) = PoolQueue::channel();
         let metrics = Arc::new(crate::metrics::Metrics::default());
+        let shutdown = CancellationToken::new();
+        let tasks = TaskTracker::new();
         let reconcile = reconcile::Context {
             metrics: metrics.clone(),
             db: db.clone(),
-            runtime: runtime.clone(),
-            parallel: Arc::new(Semaphore::new(config.max_parallel as usize)),
+            engines: engines.clone(),
+            timing: Timing {
+                settle: config.machine_settle_time,
+                lost_after: config.engine_lost_after,
+                ..Timing::default()
+            },
             stop_timeout_secs: i64::try_from(config.stop_timeout.as_secs()).unwrap_or(i64::MAX),
             nodes: reconcile::NodeSettings::from_config(&config),
+            terminator: Arc::new(Terminator::new(tasks.clone(), shutdown.clone())),
+            wakes: queue.sender(),
         };
         let inflight = Arc::new(Semaphore::new(config.max_concurrent_requests as usize));
         let state = AppState {
             db,
-            runtime,
+            engines,
             queue,
             config: Arc::new(config),
             reconcile,
             upgrades: Default::default(),
             inflight,
             metrics,
-            shutdown: CancellationToken::new(),
+            shutdown,
         };
-        Ok(Self { listener, state, wakes })
+        Ok(Self { listener, state, wakes, tasks })
     }
 
     pub fn local_addr(&self) -> anyhow::Result<SocketAddr> {
@@ -117,24 +138,18 @@ impl Application {
 
     /// Serves until `shutdown` resolves, then drains everything.
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
-        let Self { listener, state, wakes } = self;
+        let Self { listener, state, wakes, tasks } = self;
         let cancel = state.shutdown.clone();
-        let tasks = TaskTracker::new();
         let config = Arc::clone(&state.config);
 
         let ctx = state.reconcile.clone();
         let settings = WorkerSettings {
             resync: config.resync_interval,
             max_backoff: config.max_backoff,
-            recheck: Duration::from_secs(2),
+            max_concurrent: config.max_concurrent_reconciles as usize,
         };
         tasks.spawn(reconcile::worker::run(ctx, settings, wakes, cancel.clone()));
-        let runtime = state.runtime.clone();
-        let events = state.queue.sender();
-        tasks.spawn({
-            let cancel = cancel.clone();
-            async move { runtime.watch(events, cancel).await }
-        });
+        state.engines.start(&cancel, &tasks);
 
         let upgrades = crate::upgrade::Context {
             db: state.db.clone(),

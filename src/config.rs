@@ -90,9 +90,26 @@ pub struct ServeConfig {
     #[arg(long, env = "DROVER_RESYNC_INTERVAL", value_parser = parse_duration, default_value = "30s")]
     pub resync_interval: Duration,
 
-    /// Container operations one reconcile pass runs at once.
+    /// Container operations (create, start) in flight at once on each
+    /// engine; stops run outside this limit.
     #[arg(long, env = "DROVER_MAX_PARALLEL", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub max_parallel: u32,
+
+    /// Reconcile passes running at once, across all pools.
+    #[arg(long, env = "DROVER_MAX_CONCURRENT_RECONCILES", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub max_concurrent_reconciles: u32,
+
+    /// How long a machine without a health check must have run before it
+    /// counts as ready (with a HEALTHCHECK, the check decides). A process
+    /// that dies as it starts never counts, so it can never pay for the
+    /// removal of a healthy machine.
+    #[arg(long, env = "DROVER_MACHINE_SETTLE_TIME", value_parser = parse_settle, default_value = "1s")]
+    pub machine_settle_time: Duration,
+
+    /// How long an engine may be unreachable before its machines are given
+    /// up for lost and replaced on the other engines.
+    #[arg(long, env = "DROVER_ENGINE_LOST_AFTER", value_parser = parse_duration, default_value = "30s")]
+    pub engine_lost_after: Duration,
 
     /// Grace period Docker gives a machine's processes before killing them.
     #[arg(long, env = "DROVER_STOP_TIMEOUT", value_parser = parse_duration, default_value = "10s")]
@@ -152,6 +169,16 @@ impl ServeConfig {
     pub fn database_path(&self) -> PathBuf {
         self.data_dir.join("drover.db")
     }
+}
+
+/// A settle time: at least 100 ms (less could not tell a process that runs
+/// from one that is dying), at most 5 minutes.
+fn parse_settle(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if !(Duration::from_millis(100)..=Duration::from_secs(300)).contains(&d) {
+        return Err(format!("{s:?} must be between 100ms and 5m"));
+    }
+    Ok(d)
 }
 
 /// Parses `500ms`, `30s`, `5m`, `1h`, or a bare number of seconds.

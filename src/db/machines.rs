@@ -1,38 +1,72 @@
-//! The `machines` table: the store's mirror of each pool's containers.
+//! The `machines` table: the store's mirror of each pool's containers, and
+//! the few things about a machine only drover knows (a delete request, a
+//! deletion under way, restarts in place).
 
 use chrono::{DateTime, Utc};
 use sqlx::{AssertSqlSafe, SqliteExecutor};
 
-use crate::runtime::{Container, ContainerState, HealthState};
+use crate::domain::machine::MachinePhase;
+use crate::runtime::{ContainerState, HealthState};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Machine {
     pub name: String,
     pub pool: String,
+    pub engine: String,
     pub container_id: String,
     pub image: String,
     pub failure_domain: Option<String>,
+    pub phase: MachinePhase,
     pub state: ContainerState,
     pub health: HealthState,
+    pub exit_code: Option<i64>,
+    pub oom_killed: bool,
     pub ready: bool,
     pub delete_requested: bool,
+    /// When the machine became ready; `None` while it is not.
     pub ready_since: Option<DateTime<Utc>>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub restarts: u32,
+    pub failed_restarts: u32,
+    pub last_restart_at: Option<DateTime<Utc>>,
+    /// Set before the container is stopped: the deletion is under way.
+    pub terminating_since: Option<DateTime<Utc>>,
+    pub terminating_reason: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+}
+
+impl Machine {
+    /// Same observation, whenever it was written.
+    pub fn same_as(&self, other: &Machine) -> bool {
+        Machine { updated_at: other.updated_at, ..self.clone() } == *other
+    }
 }
 
 #[derive(sqlx::FromRow)]
 struct MachineRow {
     name: String,
     pool: String,
+    engine: String,
     container_id: String,
     image: String,
     failure_domain: Option<String>,
+    phase: String,
     state: String,
     health: String,
+    exit_code: Option<i64>,
+    oom_killed: bool,
     ready: bool,
     delete_requested: bool,
     ready_since: Option<DateTime<Utc>>,
+    started_at: Option<DateTime<Utc>>,
+    finished_at: Option<DateTime<Utc>>,
+    restarts: i64,
+    failed_restarts: i64,
+    last_restart_at: Option<DateTime<Utc>>,
+    terminating_since: Option<DateTime<Utc>>,
+    terminating_reason: Option<String>,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
 }
@@ -48,23 +82,36 @@ fn text_enum<T: serde::de::DeserializeOwned>(s: &str, fallback: T) -> T {
 impl From<MachineRow> for Machine {
     fn from(r: MachineRow) -> Self {
         Machine {
+            phase: MachinePhase::parse(&r.phase).unwrap_or(MachinePhase::Unknown),
             state: text_enum(&r.state, ContainerState::Unknown),
             health: text_enum(&r.health, HealthState::None),
+            restarts: u32::try_from(r.restarts).unwrap_or(0),
+            failed_restarts: u32::try_from(r.failed_restarts).unwrap_or(0),
             name: r.name,
             pool: r.pool,
+            engine: r.engine,
             container_id: r.container_id,
             image: r.image,
             failure_domain: r.failure_domain,
+            exit_code: r.exit_code,
+            oom_killed: r.oom_killed,
             ready: r.ready,
             delete_requested: r.delete_requested,
             ready_since: r.ready_since,
+            started_at: r.started_at,
+            finished_at: r.finished_at,
+            last_restart_at: r.last_restart_at,
+            terminating_since: r.terminating_since,
+            terminating_reason: r.terminating_reason,
             created_at: r.created_at,
             updated_at: r.updated_at,
         }
     }
 }
 
-const COLUMNS: &str = "name, pool, container_id, image, failure_domain, state, health, ready, delete_requested, ready_since, created_at, updated_at";
+const COLUMNS: &str = "name, pool, engine, container_id, image, failure_domain, phase, state, health, exit_code, \
+    oom_killed, ready, delete_requested, ready_since, started_at, finished_at, restarts, failed_restarts, \
+    last_restart_at, terminating_since, terminating_reason, created_at, updated_at";
 
 pub async fn list_for_pool(db: impl SqliteExecutor<'_>, pool: &str) -> sqlx::Result<Vec<Machine>> {
     let rows: Vec<MachineRow> =
@@ -103,45 +150,90 @@ pub async fn get(db: impl SqliteExecutor<'_>, pool: &str, name: &str) -> sqlx::R
     Ok(row.map(Machine::from))
 }
 
-/// Creates or refreshes the record of a container, keeping what only the
-/// store knows (the delete request, creation time) and stamping the first
-/// time the machine was seen ready.
-pub async fn upsert_from_container(
+/// Writes what a pass observed of a machine. What the API and the executor
+/// own (the delete request, the deletion under way, the restart counts) is
+/// left as stored, except `failed_restarts`, which the observation resets
+/// once the machine is ready again.
+pub async fn write_observed(db: impl SqliteExecutor<'_>, m: &Machine) -> sqlx::Result<()> {
+    sqlx::query(
+        "insert into machines (name, pool, engine, container_id, image, failure_domain, phase, state, health,
+                               exit_code, oom_killed, ready, delete_requested, ready_since, started_at, finished_at,
+                               restarts, failed_restarts, last_restart_at, terminating_since, terminating_reason,
+                               created_at, updated_at)
+         values (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, 0, ?13, ?14, ?15, 0, ?16, null, null, null, ?17, ?18)
+         on conflict (name) do update set
+            pool = excluded.pool, engine = excluded.engine, container_id = excluded.container_id,
+            image = excluded.image, failure_domain = excluded.failure_domain, phase = excluded.phase,
+            state = excluded.state, health = excluded.health, exit_code = excluded.exit_code,
+            oom_killed = excluded.oom_killed, ready = excluded.ready, ready_since = excluded.ready_since,
+            started_at = excluded.started_at, finished_at = excluded.finished_at,
+            failed_restarts = excluded.failed_restarts, updated_at = excluded.updated_at",
+    )
+    .bind(&m.name)
+    .bind(&m.pool)
+    .bind(&m.engine)
+    .bind(&m.container_id)
+    .bind(&m.image)
+    .bind(&m.failure_domain)
+    .bind(m.phase.as_str())
+    .bind(enum_text(&m.state))
+    .bind(enum_text(&m.health))
+    .bind(m.exit_code)
+    .bind(m.oom_killed)
+    .bind(m.ready)
+    .bind(m.ready_since)
+    .bind(m.started_at)
+    .bind(m.finished_at)
+    .bind(i64::from(m.failed_restarts))
+    .bind(m.created_at)
+    .bind(m.updated_at)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Records that the machine's deletion begins, before the engine is asked
+/// to stop it; keeps the first time and reason when it was recorded already.
+pub async fn begin_termination(
     db: impl SqliteExecutor<'_>,
     pool: &str,
-    c: &Container,
+    name: &str,
+    reason: &str,
     now: DateTime<Utc>,
 ) -> sqlx::Result<()> {
-    let ready = c.ready();
     sqlx::query(
-        "insert into machines (name, pool, container_id, image, failure_domain, state, health, ready,
-                               delete_requested, ready_since, created_at, updated_at)
-         values (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 0, case when ?8 then ?9 end, ?10, ?9)
-         on conflict (name) do update set
-            pool = excluded.pool,
-            container_id = excluded.container_id,
-            image = excluded.image,
-            failure_domain = excluded.failure_domain,
-            state = excluded.state,
-            health = excluded.health,
-            ready = excluded.ready,
-            ready_since = case when excluded.ready then coalesce(machines.ready_since, ?9) end,
-            updated_at = ?9
-         where machines.container_id != excluded.container_id or machines.image != excluded.image
-            or machines.state != excluded.state or machines.health != excluded.health
-            or machines.ready != excluded.ready or machines.pool != excluded.pool
-            or coalesce(machines.failure_domain, '') != coalesce(excluded.failure_domain, '')",
+        "update machines set terminating_since = coalesce(terminating_since, ?1),
+                             terminating_reason = coalesce(terminating_reason, ?2),
+                             phase = 'terminating', ready = 0, updated_at = ?1
+         where pool = ?3 and name = ?4",
     )
-    .bind(&c.name)
-    .bind(pool)
-    .bind(&c.id)
-    .bind(&c.image)
-    .bind(c.failure_domain())
-    .bind(enum_text(&c.state))
-    .bind(enum_text(&c.health))
-    .bind(ready)
     .bind(now)
-    .bind(c.created_at)
+    .bind(reason)
+    .bind(pool)
+    .bind(name)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Counts a restart in place (or an unpause); a restart of an exited
+/// machine also counts as failed until the machine is ready again.
+pub async fn record_restart(
+    db: impl SqliteExecutor<'_>,
+    pool: &str,
+    name: &str,
+    counts_as_failed: bool,
+    now: DateTime<Utc>,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "update machines set restarts = restarts + 1, failed_restarts = failed_restarts + ?1,
+                             last_restart_at = ?2, updated_at = ?2
+         where pool = ?3 and name = ?4",
+    )
+    .bind(i64::from(counts_as_failed))
+    .bind(now)
+    .bind(pool)
+    .bind(name)
     .execute(db)
     .await?;
     Ok(())

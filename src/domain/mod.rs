@@ -3,6 +3,7 @@
 
 pub mod event;
 pub mod image;
+pub mod machine;
 pub mod names;
 pub mod pool;
 pub mod rollout;

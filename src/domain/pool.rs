@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::ValidationErrors;
 use super::image::check_image_reference;
 use super::names::check_dns_label;
-use super::strategy::{IntOrPercent, RolloutStrategy};
+use super::strategy::{IntOrPercent, ReplacementPolicy, RolloutStrategy};
 use super::version::{KubeVersion, node_image};
 
 /// Label prefix reserved for drover's own labels on containers.
@@ -58,11 +58,17 @@ pub struct PoolSpec {
     /// A rollout that makes no progress for this long is reported stalled.
     #[serde(default = "default_progress_deadline")]
     pub progress_deadline_seconds: u32,
-    /// An up-to-date machine still unready after this long is replaced.
-    /// Unset: never.
+    /// An up-to-date machine still running but unready after this long is
+    /// replaced. Stored specs from before the default existed hold `null`,
+    /// which means the default too.
     #[serde(default)]
     pub machine_ready_timeout_seconds: Option<u32>,
 }
+
+/// Five minutes: long enough for a slow node image to boot and pass its
+/// health check (kind nodes take 10-60 s), short enough that a machine hung
+/// in start-up is replaced well within a rollout's progress deadline (600 s).
+pub const DEFAULT_MACHINE_READY_TIMEOUT_SECONDS: u32 = 300;
 
 pub const DEFAULT_PROGRESS_DEADLINE_SECONDS: u32 = 600;
 
@@ -75,6 +81,10 @@ impl PoolSpec {
     /// otherwise the version's node image.
     pub fn desired_image(&self) -> String {
         self.image.clone().unwrap_or_else(|| node_image(self.version))
+    }
+
+    pub fn machine_ready_timeout(&self) -> u32 {
+        self.machine_ready_timeout_seconds.unwrap_or(DEFAULT_MACHINE_READY_TIMEOUT_SECONDS)
     }
 }
 
@@ -104,6 +114,7 @@ pub struct RawSpec {
     pub max_unavailable: Option<IntOrPercent>,
     pub batch_approval: bool,
     pub auto_rollback: bool,
+    pub replacement: Option<ReplacementPolicy>,
     pub paused: bool,
     pub cluster: Option<String>,
     pub min_ready_seconds: Option<i64>,
@@ -145,6 +156,7 @@ pub fn validate(raw: RawSpec, limits: SpecLimits) -> Result<PoolSpec, Validation
         max_unavailable: raw.max_unavailable.unwrap_or(defaults.max_unavailable),
         batch_approval: raw.batch_approval,
         auto_rollback: raw.auto_rollback,
+        replacement: raw.replacement.unwrap_or_default(),
     };
     let mut seconds = |field: &str, v: Option<i64>, min: i64| -> Option<u32> {
         let v = v?;
@@ -158,7 +170,8 @@ pub fn validate(raw: RawSpec, limits: SpecLimits) -> Result<PoolSpec, Validation
     let min_ready_seconds = seconds("min_ready_seconds", raw.min_ready_seconds, 0).unwrap_or(0);
     let progress_deadline_seconds = seconds("progress_deadline_seconds", raw.progress_deadline_seconds, 1)
         .unwrap_or(DEFAULT_PROGRESS_DEADLINE_SECONDS);
-    let machine_ready_timeout_seconds = seconds("machine_ready_timeout_seconds", raw.machine_ready_timeout_seconds, 1);
+    let machine_ready_timeout_seconds = seconds("machine_ready_timeout_seconds", raw.machine_ready_timeout_seconds, 1)
+        .or(Some(DEFAULT_MACHINE_READY_TIMEOUT_SECONDS));
     if progress_deadline_seconds <= min_ready_seconds {
         errs.push(
             "progress_deadline_seconds",
@@ -409,7 +422,10 @@ mod tests {
             (5, 6, Some(1))
         );
         let d = validate(raw(), SpecLimits::default()).unwrap();
-        assert_eq!((d.min_ready_seconds, d.progress_deadline_seconds, d.machine_ready_timeout_seconds), (0, 600, None));
+        assert_eq!(
+            (d.min_ready_seconds, d.progress_deadline_seconds, d.machine_ready_timeout_seconds),
+            (0, 600, Some(300))
+        );
         let r = |s: RawSpec| fields(validate(s, SpecLimits::default()));
         assert_eq!(r(RawSpec { min_ready_seconds: Some(-1), ..raw() }), [("min_ready_seconds".into(), "range")]);
         assert_eq!(

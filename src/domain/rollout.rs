@@ -20,6 +20,8 @@ pub struct Counts {
     pub updated_available: u32,
     /// Machines that run another image.
     pub outdated: u32,
+    /// Machines being deleted; not counted in `total`.
+    pub terminating: u32,
 }
 
 /// What the reconciler remembers of the current rollout, in the pool status.
@@ -139,6 +141,7 @@ mod tests {
             available: updated_available + outdated,
             updated_available,
             outdated,
+            terminating: 0,
         }
     }
 

@@ -42,10 +42,14 @@ pub struct PoolStatus {
     pub updated_replicas: u32,
     /// Machines ready for at least `min_ready_seconds`.
     pub available_replicas: u32,
+    /// Machines being deleted (stopping within their grace period, or
+    /// waiting for their engine); not counted in `replicas`.
+    pub terminating_replicas: u32,
     pub conditions: Vec<Condition>,
     /// The error of the last failed pass, cleared by a good one.
     pub last_error: Option<String>,
-    /// When the last pass finished.
+    /// When a pass last changed this status (passes that change nothing
+    /// write nothing).
     pub last_reconciled_at: Option<DateTime<Utc>>,
     /// Progress of the current (or last) rollout.
     pub rollout: Option<RolloutProgress>,

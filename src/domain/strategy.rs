@@ -98,6 +98,26 @@ pub struct RolloutStrategy {
     /// Return to the previous revision when the progress deadline passes.
     #[serde(default)]
     pub auto_rollback: bool,
+    /// Whether a machine being deleted still counts toward
+    /// `replicas + max_surge`.
+    #[serde(default)]
+    pub replacement: ReplacementPolicy,
+}
+
+/// When a replacement may be created for a machine being deleted, as the
+/// pod replacement policy of Kubernetes Deployments (KEP-3973).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ReplacementPolicy {
+    /// As soon as its deletion starts: a machine shutting down (grace
+    /// period, drain) does not count toward `replicas + max_surge`, so a
+    /// slow stop never holds up the rollout. Swarm and Deployments do this.
+    #[default]
+    TerminationStarted,
+    /// Only once its container is gone: the number of containers never
+    /// exceeds `replicas + max_surge`, at the price of waiting out every
+    /// grace period.
+    TerminationComplete,
 }
 
 impl Default for RolloutStrategy {
@@ -107,6 +127,7 @@ impl Default for RolloutStrategy {
             max_unavailable: IntOrPercent::Count(0),
             batch_approval: false,
             auto_rollback: false,
+            replacement: ReplacementPolicy::TerminationStarted,
         }
     }
 }

@@ -41,7 +41,7 @@ async fn healthz() -> Json<Health> {
     Json(Health { status: "ok" })
 }
 
-/// The database answers and the container runtime is reachable.
+/// The database answers and the local container engine is reachable.
 #[utoipa::path(get, path = "/readyz", tag = "health", security(()),
     responses(
         (status = 200, description = "Ready to serve", body = Readiness),
@@ -53,7 +53,11 @@ async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Readiness>) 
         Ok(_) => Check { name: "database", ok: true, detail: None },
         Err(e) => Check { name: "database", ok: false, detail: Some(e.to_string()) },
     };
-    let runtime = match state.runtime.ping().await {
+    let ping = match state.engines.local() {
+        Some(local) => local.ping().await,
+        None => Err(crate::runtime::RuntimeError::Unavailable("no local engine".into())),
+    };
+    let runtime = match ping {
         Ok(()) => Check { name: "runtime", ok: true, detail: None },
         Err(e) => Check { name: "runtime", ok: false, detail: Some(crate::error::error_chain(&e)) },
     };

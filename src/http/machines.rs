@@ -13,6 +13,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use crate::app::AppState;
 use crate::db::{self, machines::Machine};
 use crate::domain::event::{EventType, NewEvent};
+use crate::domain::machine::MachinePhase;
 use crate::error::{ApiError, ApiResult, Problem};
 use crate::http::extract::ApiQuery;
 use crate::http::pagination::{PageParams, finish_page};
@@ -25,64 +26,73 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(request_machine_deletion))
 }
 
-#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum MachinePhase {
-    /// Created or starting; not ready yet.
-    Provisioning,
-    /// Ready: running and, where the image has a health check, healthy.
-    Running,
-    /// Exited, dead or unhealthy.
-    Failed,
-    /// Being removed.
-    Deleting,
-}
-
 #[derive(Debug, Serialize, ToSchema)]
 pub struct MachineView {
     /// Also the container's name.
     pub name: String,
     pub pool: String,
+    /// The engine the container runs on.
+    pub engine: String,
     pub container_id: String,
     pub image: String,
     /// Runs the pool's desired image.
     pub up_to_date: bool,
     pub failure_domain: Option<String>,
-    pub ready: bool,
+    /// What the machine is doing, from its container's observed state.
     pub phase: MachinePhase,
+    /// Running, settled, and healthy where the image has a health check.
+    pub ready: bool,
+    /// The container's state as its engine last reported it.
     pub state: ContainerState,
     pub health: HealthState,
+    /// Exit code of the last run, once it has ended.
+    pub exit_code: Option<i64>,
+    /// The last run was killed for lack of memory.
+    pub oom_killed: bool,
+    /// Restarts in place (and unpauses) so far.
+    pub restarts: u32,
+    /// Restarts since the machine was last ready; after a few it is replaced.
+    pub failed_restarts: u32,
+    pub last_restart_at: Option<DateTime<Utc>>,
     /// Goes first on the next scale-down.
     pub delete_requested: bool,
-    /// When the machine was first seen ready.
+    /// When drover began to delete it (phase `terminating`).
+    pub terminating_since: Option<DateTime<Utc>>,
+    /// Why it is being deleted: `outdated`, `excess`, `broken`, ...
+    pub terminating_reason: Option<String>,
+    /// When it last became ready.
     pub ready_since: Option<DateTime<Utc>>,
+    /// Start and end of the current (or last) run, as the engine reports them.
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
-}
-
-fn phase(m: &Machine) -> MachinePhase {
-    match (m.state, m.health) {
-        _ if m.ready => MachinePhase::Running,
-        (ContainerState::Removing, _) => MachinePhase::Deleting,
-        (ContainerState::Exited | ContainerState::Dead, _) | (_, HealthState::Unhealthy) => MachinePhase::Failed,
-        _ => MachinePhase::Provisioning,
-    }
 }
 
 fn view(m: Machine, desired_image: &str) -> MachineView {
     MachineView {
         up_to_date: m.image == desired_image,
-        phase: phase(&m),
         name: m.name,
         pool: m.pool,
+        engine: m.engine,
         container_id: m.container_id,
         image: m.image,
         failure_domain: m.failure_domain,
+        phase: m.phase,
         ready: m.ready,
         state: m.state,
         health: m.health,
+        exit_code: m.exit_code,
+        oom_killed: m.oom_killed,
+        restarts: m.restarts,
+        failed_restarts: m.failed_restarts,
+        last_restart_at: m.last_restart_at,
         delete_requested: m.delete_requested,
+        terminating_since: m.terminating_since,
+        terminating_reason: m.terminating_reason,
         ready_since: m.ready_since,
+        started_at: m.started_at,
+        finished_at: m.finished_at,
         created_at: m.created_at,
         updated_at: m.updated_at,
     }

@@ -70,19 +70,13 @@ pub struct RolloutView {
     pub estimated_seconds_remaining: Option<f64>,
 }
 
-fn rollout_view(pool: &Pool) -> RolloutView {
+/// The rollout as it stands: counts observed now (so that they agree with
+/// each other and with the spec just changed), progress from the last pass.
+fn rollout_view(pool: &Pool, counts: Counts) -> RolloutView {
     let spec = &pool.spec;
     let s = &pool.status;
     let bounds = spec.strategy.resolve(spec.replicas);
     let progress = s.rollout.clone().filter(|p| p.revision == pool.revision);
-    let counts = Counts {
-        total: s.replicas,
-        updated: s.updated_replicas,
-        ready: s.ready_replicas,
-        available: s.available_replicas,
-        updated_available: progress.as_ref().map_or(0, |p| p.updated_available),
-        outdated: s.replicas.saturating_sub(s.updated_replicas),
-    };
     // Derived from the approvals (fresh) rather than the last pass's
     // condition, so that a continue shows at once.
     let allowed = u32::try_from(pool.batches_approved.max(1)).unwrap_or(u32::MAX).saturating_mul(bounds.batch_size());
@@ -102,7 +96,12 @@ fn rollout_view(pool: &Pool) -> RolloutView {
             Some("batch done; waiting for POST /v1/pools/{name}/rollout/continue".replace("{name}", &pool.name))
         }
         RolloutState::Stalled => {
-            Some(format!("no progress for {} s (ProgressDeadlineExceeded)", spec.progress_deadline_seconds))
+            let why = s
+                .condition("MachinesHealthy")
+                .filter(|c| c.status == crate::domain::status::ConditionStatus::False)
+                .map(|c| format!("; {}: {}", c.reason, c.message))
+                .unwrap_or_default();
+            Some(format!("no progress for {} s (ProgressDeadlineExceeded){why}", spec.progress_deadline_seconds))
         }
         _ => None,
     };
@@ -146,7 +145,15 @@ fn rollout_view(pool: &Pool) -> RolloutView {
         (status = 404, description = "No such pool", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn get_rollout(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Json<RolloutView>> {
-    Ok(Json(rollout_view(&load(&state, &name).await?)))
+    let pool = load(&state, &name).await?;
+    Ok(Json(view_now(&state, &pool).await?))
+}
+
+async fn view_now(state: &AppState, pool: &Pool) -> ApiResult<RolloutView> {
+    let counts = crate::reconcile::live_counts(&state.reconcile, pool)
+        .await
+        .map_err(|e| ApiError::Internal(anyhow::Error::new(e).context("observing the pool")))?;
+    Ok(rollout_view(pool, counts))
 }
 
 /// Approve the next batch of a rollout with `strategy.batch_approval`.
@@ -173,7 +180,7 @@ async fn continue_rollout(State(state): State<AppState>, Path(name): Path<String
     db::events::record(&mut *tx, &NewEvent::pool(&name, EventType::Normal, "BatchApproved", message), now).await?;
     tx.commit().await?;
     state.queue.enqueue(&name);
-    Ok(Json(rollout_view(&pool)))
+    Ok(Json(view_now(&state, &pool).await?))
 }
 
 #[derive(Debug, Serialize, ToSchema)]

@@ -1,41 +1,139 @@
-//! Applying a plan through the container runtime: deletions (after cordon
-//! and drain, for pools of a cluster), then starts of interrupted creations,
-//! then creations, each with bounded parallelism, each with its record and
-//! event.
+//! Applying a plan. Deletions are recorded first (intent and event, one
+//! transaction) and handed to the background terminator; repairs and
+//! creations run inline, each engine within its own parallelism limit, and
+//! are recorded with their events in one transaction at the end.
 
 use std::collections::HashMap;
 
 use chrono::Utc;
 use futures_util::future::join_all;
 
-use super::plan::{self, Creation, Deletion, Plan};
-use super::{Context, ReconcileError, node};
-use crate::db::{self, pools::Pool};
+use super::plan::{Creation, Plan, Repair, RepairAction};
+use super::terminate::deleting_event;
+use super::{Context, ReconcileError, result_label};
+use crate::db::{self, machines::Machine, pools::Pool};
 use crate::domain::event::{EventType, NewEvent};
-use crate::runtime::{CreateContainer, RuntimeError, labels};
+use crate::domain::machine::MachinePhase;
+use crate::runtime::{Container, CreateContainer, RuntimeError, labels};
 
-/// Applies a plan: deletions first, then (only if they all worked)
-/// creations, each side with bounded parallelism.
-pub(super) async fn execute(ctx: &Context, pool: &Pool, plan: &Plan) -> Result<(), ReconcileError> {
-    let total = plan.delete.len() + plan.start.len() + plan.create.len();
-    let deletes = join_all(plan.delete.iter().map(|d| delete_machine(ctx, pool, d))).await;
-    let mut errors: Vec<ReconcileError> = deletes.into_iter().filter_map(Result::err).collect();
-    if errors.is_empty() {
-        let starts = join_all(plan.start.iter().map(|s| start_machine(ctx, pool, s))).await;
-        errors.extend(starts.into_iter().filter_map(|r| r.err().map(ReconcileError::from)));
-        let creates = join_all(plan.create.iter().map(|c| create_machine(ctx, pool, c))).await;
-        errors.extend(creates.into_iter().filter_map(|r| r.err().map(ReconcileError::from)));
+/// Applies a plan; answers the first error of the container operations.
+pub(super) async fn execute(
+    ctx: &Context,
+    pool: &Pool,
+    plan: &Plan,
+    records: &[Machine],
+) -> Result<(), ReconcileError> {
+    let now = Utc::now();
+    if !plan.delete.is_empty() {
+        let mut tx = db::begin_write(&ctx.db).await?;
+        for d in &plan.delete {
+            db::machines::begin_termination(&mut *tx, &pool.name, &d.machine, reason_text(d.reason), now).await?;
+            db::events::record(&mut *tx, &deleting_event(&pool.name, d), now).await?;
+        }
+        tx.commit().await?;
     }
+    for d in plan.finish.iter().chain(&plan.delete) {
+        ctx.terminator.hand_over(ctx, pool, d);
+    }
+
+    let by_name: HashMap<&str, &Machine> = records.iter().map(|r| (r.name.as_str(), r)).collect();
+    let repairs = join_all(plan.repair.iter().map(|r| repair(ctx, r))).await;
+    let creations = join_all(plan.create.iter().map(|c| create(ctx, pool, c))).await;
+
+    let mut errors = Vec::new();
+    let mut tx = None;
+    for (r, outcome) in plan.repair.iter().zip(repairs) {
+        let Err(e) = outcome else {
+            let tx = match &mut tx {
+                Some(tx) => tx,
+                None => tx.insert(db::begin_write(&ctx.db).await?),
+            };
+            let failed = r.action == RepairAction::Restart;
+            db::machines::record_restart(&mut **tx, &pool.name, &r.machine, failed, now).await?;
+            let next = ctx.timing.restart.delay(r.failed_restarts + 1);
+            let ev = repair_event(&pool.name, r, by_name.get(r.machine.as_str()).copied(), next);
+            db::events::record(&mut **tx, &ev, now).await?;
+            continue;
+        };
+        errors.push(ReconcileError::from(e));
+    }
+    for outcome in creations {
+        match outcome {
+            Ok((container, engine, ev)) => {
+                let tx = match &mut tx {
+                    Some(tx) => tx,
+                    None => tx.insert(db::begin_write(&ctx.db).await?),
+                };
+                db::machines::write_observed(&mut **tx, &created_record(&pool.name, &engine, &container, now)).await?;
+                db::events::record(&mut **tx, &ev, now).await?;
+            }
+            Err(e) => errors.push(ReconcileError::from(e)),
+        }
+    }
+    if let Some(tx) = tx {
+        tx.commit().await?;
+    }
+    let total = plan.repair.len() + plan.create.len();
     let failed = errors.len();
     match errors.into_iter().next() {
         None => Ok(()),
-        Some(first) if failed == 1 && total == 1 => Err(first),
+        Some(first) if total == 1 => Err(first),
         Some(first) => Err(ReconcileError::Partial { failed, total, first: Box::new(first) }),
     }
 }
 
-async fn create_machine(ctx: &Context, pool: &Pool, c: &Creation) -> Result<(), RuntimeError> {
-    let _permit = ctx.parallel.acquire().await.map_err(|_| RuntimeError::Unavailable("shutting down".into()))?;
+fn reason_text(reason: super::plan::DeleteReason) -> &'static str {
+    match reason {
+        super::plan::DeleteReason::Outdated => "outdated",
+        super::plan::DeleteReason::DeleteRequested => "delete_requested",
+        super::plan::DeleteReason::Excess => "excess",
+        super::plan::DeleteReason::PoolDeleting => "pool_deleting",
+        super::plan::DeleteReason::Unready => "unready",
+        super::plan::DeleteReason::Broken => "broken",
+    }
+}
+
+fn repair_event(pool: &str, r: &Repair, record: Option<&Machine>, next_wait: std::time::Duration) -> NewEvent {
+    let what = match (r.action, record) {
+        (RepairAction::Start, _) => format!("started {}, whose creation was interrupted", r.machine),
+        (RepairAction::Unpause, _) => format!("unpaused {}, which was paused", r.machine),
+        (RepairAction::Restart, Some(m)) if m.phase == MachinePhase::Exited => format!(
+            "restarted {} in place: it {} (failed restarts so far: {}, next wait {} s)",
+            r.machine,
+            super::records::exit_story(m),
+            r.failed_restarts,
+            next_wait.as_secs()
+        ),
+        (RepairAction::Restart, _) => format!("restarted {} in place", r.machine),
+    };
+    let reason = match r.action {
+        RepairAction::Start => "MachineStarted",
+        RepairAction::Unpause => "MachineUnpaused",
+        RepairAction::Restart => "MachineRestarted",
+    };
+    NewEvent::pool(pool, EventType::Normal, reason, what)
+}
+
+async fn repair(ctx: &Context, r: &Repair) -> Result<(), RuntimeError> {
+    let engine = ctx
+        .engines
+        .get(&r.engine)
+        .ok_or_else(|| RuntimeError::Unavailable(format!("engine {:?} is not registered", r.engine)))?;
+    let (op, result) = match r.action {
+        RepairAction::Start | RepairAction::Restart => ("start", engine.start(&r.container_id).await),
+        RepairAction::Unpause => ("unpause", engine.unpause(&r.container_id).await),
+    };
+    ctx.metrics.inc("drover_runtime_calls_total", &[("op", op), ("result", result_label(&result))]);
+    result?;
+    tracing::info!(machine = %r.machine, engine = %r.engine, action = ?r.action, "machine repaired");
+    Ok(())
+}
+
+async fn create(ctx: &Context, pool: &Pool, c: &Creation) -> Result<(Container, String, NewEvent), RuntimeError> {
+    let engine = ctx
+        .engines
+        .get(&c.engine)
+        .ok_or_else(|| RuntimeError::Unavailable(format!("engine {:?} is not registered", c.engine)))?;
     let name = crate::domain::names::new_machine_name();
     let mut container_labels: HashMap<String, String> = pool.spec.labels.clone().into_iter().collect();
     container_labels.insert(labels::POOL.into(), pool.name.clone());
@@ -50,73 +148,50 @@ async fn create_machine(ctx: &Context, pool: &Pool, c: &Creation) -> Result<(), 
         mounts: pool.spec.extra_mounts.clone(),
         stop_timeout_secs: ctx.stop_timeout_secs,
     };
-    let created = ctx.runtime.create(&spec).await;
-    let container = ctx.counted("create", created)?;
-    let now = Utc::now();
-    let fd = c.failure_domain.as_deref().map(|f| format!(" in {f}")).unwrap_or_default();
-    let ev =
-        NewEvent::pool(&pool.name, EventType::Normal, "MachineCreated", format!("created {name} ({}){fd}", spec.image));
-    let stored = async {
-        let mut tx = crate::db::begin_write(&ctx.db).await?;
-        db::machines::upsert_from_container(&mut *tx, &pool.name, &container, now).await?;
-        db::events::record(&mut *tx, &ev, now).await?;
-        tx.commit().await
-    };
-    warn_unrecorded(stored.await);
-    tracing::info!(machine = %name, "machine created");
-    Ok(())
-}
-
-async fn start_machine(ctx: &Context, pool: &Pool, s: &plan::Start) -> Result<(), RuntimeError> {
-    let _permit = ctx.parallel.acquire().await.map_err(|_| RuntimeError::Unavailable("shutting down".into()))?;
-    let started = ctx.runtime.start(&s.container_id, ctx.stop_timeout_secs).await;
-    ctx.counted("start", started)?;
+    let created = engine.create(&spec).await;
+    ctx.metrics.inc("drover_runtime_calls_total", &[("op", "create"), ("result", result_label(&created))]);
+    let container = created?;
+    let fd = c.failure_domain.as_deref().map(|f| format!(", failure domain {f}")).unwrap_or_default();
     let ev = NewEvent::pool(
         &pool.name,
         EventType::Normal,
-        "MachineStarted",
-        format!("started {}, whose creation was interrupted", s.machine),
+        "MachineCreated",
+        format!("created {name} ({}) on engine {}{fd}", spec.image, c.engine),
     );
-    warn_unrecorded(db::events::record(&ctx.db, &ev, Utc::now()).await);
-    tracing::info!(machine = %s.machine, "interrupted machine started");
-    Ok(())
+    tracing::info!(machine = %name, engine = %c.engine, "machine created");
+    Ok((container, c.engine.clone(), ev))
 }
 
-async fn delete_machine(ctx: &Context, pool: &Pool, d: &Deletion) -> Result<(), ReconcileError> {
-    // Draining waits on the cluster, not on Docker: it holds no container-operation permit.
-    let cluster = node::leave_cluster(ctx, pool, &d.machine).await?;
-    let permit = ctx.parallel.acquire().await.map_err(|_| RuntimeError::Unavailable("shutting down".into()))?;
-    let removed = ctx.runtime.remove(&d.container_id, ctx.stop_timeout_secs).await;
-    ctx.counted("remove", removed)?;
-    drop(permit);
-    if let Some(api) = &cluster {
-        node::forget_node(ctx, pool, api, &d.machine).await;
-    }
-    let now = Utc::now();
-    let why = match d.reason {
-        plan::DeleteReason::Outdated => "it runs an outdated image",
-        plan::DeleteReason::DeleteRequested => "deletion was requested",
-        plan::DeleteReason::Excess => "the pool has more ready machines than replicas",
-        plan::DeleteReason::PoolDeleting => "the pool is being deleted",
-        plan::DeleteReason::Unready => "it stayed unready past machine_ready_timeout_seconds",
-    };
-    let ev = NewEvent::pool(&pool.name, EventType::Normal, "MachineDeleted", format!("deleted {}: {why}", d.machine));
-    let stored = async {
-        let mut tx = crate::db::begin_write(&ctx.db).await?;
-        db::machines::delete(&mut *tx, &pool.name, &d.machine).await?;
-        db::events::record(&mut *tx, &ev, now).await?;
-        tx.commit().await
-    };
-    warn_unrecorded(stored.await);
-    tracing::info!(machine = %d.machine, reason = ?d.reason, "machine deleted");
-    Ok(())
-}
-
-/// The container is already created or gone when its record is written,
-/// and the next pass re-derives records from Docker, so a failed write is
-/// logged rather than failing the operation.
-pub(super) fn warn_unrecorded(result: sqlx::Result<()>) {
-    if let Err(e) = result {
-        tracing::warn!(error = %e, "recording a machine change failed; the next pass will repair it");
+/// The record of a machine this pass created: starting, until a later
+/// pass sees it settle.
+fn created_record(pool: &str, engine: &str, c: &Container, now: chrono::DateTime<Utc>) -> Machine {
+    Machine {
+        name: c.name.clone(),
+        pool: pool.to_owned(),
+        engine: engine.to_owned(),
+        container_id: c.id.clone(),
+        image: c.image.clone(),
+        failure_domain: c.failure_domain().map(str::to_owned),
+        phase: if c.state == crate::runtime::ContainerState::Running {
+            MachinePhase::Starting
+        } else {
+            MachinePhase::Exited
+        },
+        state: c.state,
+        health: c.health,
+        exit_code: c.exit_code,
+        oom_killed: c.oom_killed,
+        ready: false,
+        delete_requested: false,
+        ready_since: None,
+        started_at: c.started_at,
+        finished_at: c.finished_at,
+        restarts: 0,
+        failed_restarts: 0,
+        last_restart_at: None,
+        terminating_since: None,
+        terminating_reason: None,
+        created_at: c.created_at,
+        updated_at: now,
     }
 }

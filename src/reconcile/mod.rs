@@ -1,62 +1,56 @@
-//! The pool reconciler: observe the containers, plan (pure), execute the
-//! plan through the runtime, record status. Level-triggered: a pass never
-//! asks why it was woken, so running it twice is harmless.
+//! The pool reconciler: observe what the engines report, plan (pure),
+//! execute the plan, record status. Level-triggered: a pass never asks why
+//! it was woken, so running it twice is harmless; and it decides from what
+//! the engines report, never from what drover last did.
+//!
+//! - [`observe`]: containers + records + clock -> what the planner sees.
+//! - [`plan`]: the pure planner.
+//! - `execute`: deletions recorded then handed to `terminate` (background),
+//!   repairs and creations inline.
+//! - `records`, `status`: what a pass writes back, only when it changed.
+//! - [`worker`]: which pool gets a pass when.
 
 mod execute;
 mod node;
+pub mod observe;
 pub mod plan;
+mod records;
 pub mod rollback;
 mod status;
+pub mod terminate;
 pub mod worker;
 
-use execute::{execute, warn_unrecorded};
-pub use status::record_failure;
-use status::status_after_pass;
-
 pub use node::NodeSettings;
+pub use status::{counts, record_failure};
 
-use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use tokio::sync::Semaphore;
+use tokio::sync::mpsc;
 
-use crate::db::{self, Db, machines::Machine, pools::Pool};
-use crate::domain::event::{EventType, NewEvent, SubjectKind};
-use crate::domain::pool::PoolSpec;
+use crate::db::{self, Db, pools::Pool};
+use crate::domain::event::SubjectKind;
 use crate::domain::rollout::Counts;
-use crate::runtime::{Container, ContainerState, Runtime, RuntimeError, labels};
+use crate::runtime::{Engines, RuntimeError, Wake};
+use observe::{EngineView, Observation, Timing};
 use plan::{Desired, Observed, Plan};
+use terminate::Terminator;
 
 /// What every pass needs, shared by the worker and the API's dry runs.
 #[derive(Clone)]
 pub struct Context {
     pub db: Db,
-    pub runtime: Runtime,
-    /// Container operations in flight at once, across all pools.
-    pub parallel: Arc<Semaphore>,
+    pub engines: Engines,
+    pub timing: Timing,
     pub stop_timeout_secs: i64,
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Cordon and drain of a machine's node, for pools that belong to a cluster.
     pub nodes: NodeSettings,
-}
-
-impl Context {
-    /// Counts one container runtime call and passes its result on.
-    fn counted<T>(&self, op: &str, r: Result<T, RuntimeError>) -> Result<T, RuntimeError> {
-        let result = match &r {
-            Ok(_) => "ok",
-            Err(RuntimeError::Unavailable(_)) => "unavailable",
-            Err(_) => "error",
-        };
-        self.metrics.inc("drover_runtime_calls_total", &[("op", op), ("result", result)]);
-        r
-    }
-
-    async fn list(&self, pool: &str) -> Result<Vec<Container>, RuntimeError> {
-        let r = self.runtime.list_pool(pool).await;
-        self.counted("list", r)
-    }
+    /// Deletions in flight, in the background.
+    pub terminator: Arc<Terminator>,
+    /// Wakes a pool (a deletion finished); the engines' events use it too.
+    pub wakes: mpsc::UnboundedSender<Wake>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -88,92 +82,112 @@ impl ReconcileError {
     }
 }
 
-/// How a pass ended.
+/// How a pass ended, and when the pool wants its next one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
-    /// The pool matches its spec, or waits for a person: wait for the next
-    /// change or resync.
-    Converged,
-    /// Work remains (machines starting, old ones to replace): look again soon.
-    Progressing,
+    /// Nothing changes by the clock alone: wait for an event, a change or
+    /// the resync.
+    Idle,
+    /// Look again after this long (work in flight, a machine settling, a
+    /// restart due), or sooner if woken.
+    Requeue(Duration),
     /// The pool no longer exists.
     Gone,
 }
 
-fn seconds_since(t: DateTime<Utc>, now: DateTime<Utc>) -> i64 {
-    now.signed_duration_since(t).num_seconds()
+/// How soon a pass that acted looks again, events aside.
+const RECHECK: Duration = Duration::from_secs(2);
+
+pub(crate) fn result_label<T>(r: &Result<T, RuntimeError>) -> &'static str {
+    match r {
+        Ok(_) => "ok",
+        Err(RuntimeError::Unavailable(_)) => "unavailable",
+        Err(_) => "error",
+    }
 }
 
-/// The machines the planner sees, joined from containers and records.
-pub fn observe(containers: &[Container], records: &[Machine], spec: &PoolSpec, now: DateTime<Utc>) -> Vec<Observed> {
-    let desired_image = spec.desired_image();
-    let by_name: HashMap<&str, &Machine> = records.iter().map(|m| (m.name.as_str(), m)).collect();
-    containers
+/// What the pass knows of every engine, now.
+fn engine_views(ctx: &Context, now: DateTime<Utc>) -> Vec<EngineView> {
+    ctx.engines
+        .all()
         .iter()
-        .map(|c| {
-            let record = by_name.get(c.name.as_str());
-            let ready = c.ready();
-            let up_to_date = c.image == desired_image;
-            let ready_long_enough = spec.min_ready_seconds == 0
-                || record
-                    .and_then(|r| r.ready_since)
-                    .is_some_and(|since| seconds_since(since, now) >= i64::from(spec.min_ready_seconds));
-            let stuck = up_to_date
-                && !ready
-                && spec.machine_ready_timeout_seconds.is_some_and(|t| seconds_since(c.created_at, now) > i64::from(t));
-            Observed {
-                name: c.name.clone(),
-                container_id: c.id.clone(),
-                up_to_date,
-                ready,
-                available: ready && ready_long_enough,
-                stuck,
-                delete_requested: record.is_some_and(|r| r.delete_requested),
-                never_started: c.state == ContainerState::Created,
-                failure_domain: c.failure_domain().map(str::to_owned),
-                created_at: c.created_at.timestamp(),
+        .map(|e| {
+            let health = e.health();
+            let reachable = health.reachability == crate::runtime::Reachability::Reachable;
+            let lost_after = chrono::Duration::from_std(ctx.timing.lost_after).unwrap_or(chrono::Duration::MAX);
+            EngineView {
+                name: e.name.clone(),
+                reachable,
+                listed: health.reachability != crate::runtime::Reachability::Syncing,
+                lost: e.lost(now, ctx.timing.lost_after),
+                lost_at: (!reachable).then(|| health.since + lost_after),
+                // An engine being listed for the first time is not failing;
+                // only one that has not answered is.
+                error: health
+                    .last_error
+                    .as_ref()
+                    .filter(|_| !reachable)
+                    .map(|why| format!("engine {} ({}) does not answer: {why}", e.name, e.address())),
             }
         })
         .collect()
 }
 
-pub fn counts(observed: &[Observed]) -> Counts {
-    let n = |f: &dyn Fn(&Observed) -> bool| u32::try_from(observed.iter().filter(|m| f(m)).count()).unwrap_or(u32::MAX);
-    Counts {
-        total: n(&|_| true),
-        updated: n(&|m| m.up_to_date),
-        ready: n(&|m| m.ready),
-        available: n(&|m| m.available),
-        updated_available: n(&|m| m.up_to_date && m.available),
-        outdated: n(&|m| !m.up_to_date),
-    }
-}
-
 /// The planner's view of the pool, given what the pass observed.
-pub fn desired_of(pool: &Pool, observed: &[Observed]) -> Desired {
+pub fn desired_of(pool: &Pool, observed: &[Observed], engines: &[EngineView], timing: &Timing) -> Desired {
     let bounds = pool.spec.strategy.resolve(pool.spec.replicas);
-    let rolling = observed.iter().any(|m| !m.up_to_date);
+    let rolling = observed.iter().any(|m| !m.up_to_date && !m.lost);
     let max_updated = (pool.spec.strategy.batch_approval && rolling).then(|| {
         let approved = u32::try_from(pool.batches_approved.max(1)).unwrap_or(u32::MAX);
         approved.saturating_mul(bounds.batch_size()).min(pool.spec.replicas)
     });
+    // While an engine has not been listed yet, what it holds is unknown:
+    // creating machines now could double them.
+    let unlisted = engines.iter().any(|e| !e.listed && !e.lost);
+    let usable =
+        if unlisted { Vec::new() } else { engines.iter().filter(|e| e.reachable).map(|e| e.name.clone()).collect() };
     Desired {
         replicas: pool.spec.replicas,
         failure_domains: pool.spec.failure_domains.clone(),
+        engines: usable,
         max_surge: bounds.max_surge,
         max_unavailable: bounds.max_unavailable,
+        replacement: pool.spec.strategy.replacement,
         paused: pool.spec.paused,
         deleting: pool.deleting,
         max_updated,
+        max_failed_restarts: timing.restart.max_failed.max(1),
     }
+}
+
+/// Everything one look at a pool yields, before anything is done.
+struct Look {
+    obs: Observation,
+    engines: Vec<EngineView>,
+    records: Vec<db::machines::Machine>,
+}
+
+async fn look(ctx: &Context, pool: &Pool, now: DateTime<Utc>) -> Result<Look, ReconcileError> {
+    let engines = engine_views(ctx, now);
+    let containers: Vec<(String, crate::runtime::Container)> =
+        ctx.engines.containers_of(&pool.name).into_iter().map(|(e, c)| (e.name.clone(), c)).collect();
+    let records = db::machines::list_for_pool(&ctx.db, &pool.name).await?;
+    let obs = observe::observe(&pool.name, &containers, &records, &engines, &pool.spec, &ctx.timing, now);
+    Ok(Look { obs, engines, records })
 }
 
 /// Observes a pool and plans a pass without changing anything: the dry run.
 pub async fn dry_run(ctx: &Context, pool: &Pool) -> Result<(Plan, Counts), ReconcileError> {
-    let containers = ctx.list(&pool.name).await?;
-    let records = db::machines::list_for_pool(&ctx.db, &pool.name).await?;
-    let observed = observe(&containers, &records, &pool.spec, Utc::now());
-    Ok((plan::plan(&observed, &desired_of(pool, &observed)), counts(&observed)))
+    let look = look(ctx, pool, Utc::now()).await?;
+    let observed = look.obs.observed();
+    Ok((plan::plan(&observed, &desired_of(pool, &observed, &look.engines, &ctx.timing)), counts(&observed)))
+}
+
+/// The pool's counts as its engines report them now, for views that must
+/// not lag behind a pass (the rollout view right after a change).
+pub async fn live_counts(ctx: &Context, pool: &Pool) -> Result<Counts, ReconcileError> {
+    let look = look(ctx, pool, Utc::now()).await?;
+    Ok(counts(&look.obs.observed()))
 }
 
 /// One pass over one pool. The worker guarantees no two passes of the same
@@ -183,79 +197,46 @@ pub async fn reconcile_once(ctx: &Context, name: &str) -> Result<Outcome, Reconc
     let Some(pool) = db::pools::get(&ctx.db, name).await? else {
         return Ok(Outcome::Gone);
     };
-    let mut containers = ctx.list(name).await?;
-    sync_records(ctx, &pool, &containers).await?;
-    if pool.deleting && containers.is_empty() {
+    let now = Utc::now();
+    let mut seen = look(ctx, &pool, now).await?;
+    records::sync(ctx, name, &seen.obs, &seen.records, now).await?;
+    if pool.deleting && seen.obs.machines.is_empty() {
         return purge(ctx, name).await;
     }
-    let mut records = db::machines::list_for_pool(&ctx.db, name).await?;
-    let mut observed = observe(&containers, &records, &pool.spec, Utc::now());
-    let desired = desired_of(&pool, &observed);
+    let observed = seen.obs.observed();
+    let desired = desired_of(&pool, &observed, &seen.engines, &ctx.timing);
     let plan = plan::plan(&observed, &desired);
-    execute(ctx, &pool, &plan).await?;
+    let acted = !(plan.delete.is_empty() && plan.repair.is_empty() && plan.create.is_empty());
+    // Records as the executor will find them: synced just now.
+    let synced: Vec<db::machines::Machine> = seen.obs.machines.iter().map(|s| s.record.clone()).collect();
+    let executed = execute::execute(ctx, &pool, &plan, &synced).await;
 
-    if !plan.is_empty() {
-        containers = ctx.list(name).await?;
-        sync_records(ctx, &pool, &containers).await?;
-        records = db::machines::list_for_pool(&ctx.db, name).await?;
-        observed = observe(&containers, &records, &pool.spec, Utc::now());
+    if acted {
+        let now = Utc::now();
+        let fresh = look(ctx, &pool, now).await?;
+        records::sync(ctx, name, &fresh.obs, &fresh.records, now).await?;
+        seen = fresh;
     }
+    executed?;
+    let observed = seen.obs.observed();
     let counts = counts(&observed);
     let awaiting_approval = plan.is_empty() && desired.max_updated.is_some_and(|allowed| counts.updated >= allowed);
-    let status = status_after_pass(ctx, &pool, &counts, awaiting_approval).await?;
-    db::pools::write_status(&ctx.db, name, &status).await?;
-    let settled = counts.complete(pool.spec.replicas) && plan.is_empty();
-    Ok(if settled || pool.spec.paused || awaiting_approval || pool.deleting && plan.is_empty() {
-        Outcome::Converged
-    } else {
-        Outcome::Progressing
+    let status = status::status_after_pass(ctx, &pool, &observed, &seen.engines, awaiting_approval, now).await?;
+    let held = pool.spec.paused || awaiting_approval;
+    status::write_if_changed(ctx, &pool, status, held, Utc::now()).await?;
+
+    let until_change = seen.obs.next_change.map(|t| (t - Utc::now()).to_std().unwrap_or(Duration::ZERO));
+    Ok(match (plan.is_empty(), until_change) {
+        (false, Some(d)) => Outcome::Requeue(d.min(RECHECK)),
+        (false, None) => Outcome::Requeue(RECHECK),
+        // The clock will change what the pass sees (a small margin so that
+        // the next pass is past the moment, not just before it).
+        (true, Some(d)) => Outcome::Requeue(d + Duration::from_millis(20)),
+        (true, None) => Outcome::Idle,
     })
 }
 
-/// Rules 2 and 3 of the seed: every container has a record; records whose
-/// container is gone are dropped so that the next plan replaces them.
-async fn sync_records(ctx: &Context, pool: &Pool, containers: &[Container]) -> Result<(), ReconcileError> {
-    let now = Utc::now();
-    let records = db::machines::list_for_pool(&ctx.db, &pool.name).await?;
-    let mut tx = crate::db::begin_write(&ctx.db).await?;
-    for c in containers {
-        if !records.iter().any(|r| r.name == c.name) {
-            let how = if c.labels.get(labels::MANAGED_BY).map(String::as_str) == Some(labels::MANAGED_BY_VALUE) {
-                "found"
-            } else {
-                "adopted"
-            };
-            let ev = NewEvent::pool(
-                &pool.name,
-                EventType::Normal,
-                "MachineAdopted",
-                format!("{how} container {} ({})", c.name, c.image),
-            );
-            // Machines this process creates are recorded by the executor;
-            // only announce those that appeared some other way.
-            if how == "adopted" {
-                db::events::record(&mut *tx, &ev, now).await?;
-            }
-        }
-        db::machines::upsert_from_container(&mut *tx, &pool.name, c, now).await?;
-    }
-    for r in &records {
-        if !containers.iter().any(|c| c.name == r.name) {
-            db::machines::delete(&mut *tx, &pool.name, &r.name).await?;
-            let ev = NewEvent::pool(
-                &pool.name,
-                EventType::Warning,
-                "MachineVanished",
-                format!("container of {} is gone; it will be replaced", r.name),
-            );
-            db::events::record(&mut *tx, &ev, now).await?;
-        }
-    }
-    tx.commit().await?;
-    Ok(())
-}
-
-/// The deleting pool has no containers left: drop its rows.
+/// The deleting pool has no machines left: drop its rows.
 async fn purge(ctx: &Context, name: &str) -> Result<Outcome, ReconcileError> {
     let mut tx = crate::db::begin_write(&ctx.db).await?;
     db::events::purge(&mut *tx, SubjectKind::Pool, name).await?;
@@ -263,4 +244,13 @@ async fn purge(ctx: &Context, name: &str) -> Result<Outcome, ReconcileError> {
     tx.commit().await?;
     tracing::info!(pool = name, "pool deleted");
     Ok(Outcome::Gone)
+}
+
+/// The container is already created or gone when its record is written,
+/// and the next pass re-derives records from the engines, so a failed
+/// write is logged rather than failing the operation.
+pub(crate) fn warn_unrecorded(result: sqlx::Result<()>) {
+    if let Err(e) = result {
+        tracing::warn!(error = %e, "recording a machine change failed; the next pass will repair it");
+    }
 }

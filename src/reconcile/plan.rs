@@ -8,44 +8,84 @@
 //! 1. Create `replicas - up-to-date` machines, never more than fit under
 //!    `replicas + max_surge` in all. Creation never deletes.
 //! 2. Delete outdated machines first (those with a delete request first),
-//!    then up-to-date ready ones with a delete request, then other
-//!    up-to-date ready ones; newest first among those.
+//!    then up-to-date ones beyond `replicas`: not-ready ones first (they
+//!    cost no availability), then ready ones with a delete request, then
+//!    ready ones on the fullest engine and failure domain, newest first.
 //! 3. Never let a deletion leave fewer ready machines than
 //!    `replicas - max_unavailable`, and never delete an up-to-date machine
-//!    unless there are more ready machines than `replicas`.
-//! 4. Up-to-date machines that are not ready are never scale-down
-//!    candidates. Outdated ones that are not ready go first: removing them
-//!    costs no availability.
+//!    while up-to-date machines do not exceed `replicas`.
 //!
-//! Beyond the seed: a machine counts as *available* only once it has been
-//! ready for `min_ready_seconds`; machines stuck unready past a deadline are
-//! replaced, a few at a time; and with batch approval a rollout converts at
-//! most `max_updated` machines before it waits for a person.
+//! Beyond the seed:
+//! - *Broken* machines (exited, paused, dead) are repaired: restarted in
+//!   place or unpaused once their backoff has passed; replaced after too
+//!   many failed restarts, or at once when dead. A never-started container
+//!   (a creation interrupted) is started.
+//! - *Terminating* machines (a deletion was recorded) are always finished
+//!   off and count toward nothing but, under `termination_complete`, the
+//!   surge bound.
+//! - Machines on an engine that cannot be reached are *unknown*: nothing is
+//!   done to them, and they still count, until the engine is given up for
+//!   *lost*; then they count toward nothing and are replaced elsewhere. If
+//!   the engine comes back, the surplus goes by rule 2, fullest engine first.
+//! - A machine counts as *available* only once it has been ready for
+//!   `min_ready_seconds`; machines running but unready past the ready
+//!   timeout are replaced a few at a time; with batch approval a rollout
+//!   converts at most `max_updated` machines before it waits for a person.
 
 use std::cmp::Reverse;
+use std::collections::HashMap;
 
 use serde::Serialize;
 use utoipa::ToSchema;
+
+use crate::domain::machine::MachinePhase;
+use crate::domain::strategy::ReplacementPolicy;
 
 /// One machine as the pass observed it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Observed {
     pub name: String,
     pub container_id: String,
+    /// The engine it runs on.
+    pub engine: String,
+    pub phase: MachinePhase,
     /// Its container runs the pool's desired image.
     pub up_to_date: bool,
+    /// Running, settled, and healthy where the image has a health check.
     pub ready: bool,
     /// Ready for at least `min_ready_seconds`; implies `ready`.
     pub available: bool,
-    /// Up to date, not ready, and older than the machine ready timeout.
+    /// Running and up to date, but not ready past the machine ready timeout.
     pub stuck: bool,
     pub delete_requested: bool,
-    /// Created but never started: a create that was interrupted (drover
-    /// stopped between the engine's create and start calls).
-    pub never_started: bool,
+    /// drover recorded its deletion (it is terminating by drover's hand, as
+    /// opposed to being removed by someone else): the deletion is finished.
+    pub deleting: bool,
+    /// Its engine has been unreachable past the lost timeout.
+    pub lost: bool,
+    /// Broken, and its restart backoff has passed.
+    pub repair_due: bool,
+    /// Restarts in place that did not bring it back to ready.
+    pub failed_restarts: u32,
     pub failure_domain: Option<String>,
     /// Creation time in seconds; orders candidates of equal rank.
     pub created_at: i64,
+}
+
+impl Observed {
+    fn terminating(&self) -> bool {
+        self.phase == MachinePhase::Terminating
+    }
+
+    /// On an unreachable engine: nothing can be done to it.
+    fn unknown(&self) -> bool {
+        self.phase == MachinePhase::Unknown
+    }
+
+    /// Counts toward the pool: neither being deleted nor given up for lost.
+    fn active(&self) -> bool {
+        !self.terminating() && !self.lost
+    }
 }
 
 /// What the pool asks for, with the strategy resolved against `replicas`.
@@ -53,13 +93,18 @@ pub struct Observed {
 pub struct Desired {
     pub replicas: u32,
     pub failure_domains: Vec<String>,
+    /// Engines new machines may go to: the pool's engines that answer.
+    pub engines: Vec<String>,
     pub max_surge: u32,
     pub max_unavailable: u32,
+    pub replacement: ReplacementPolicy,
     pub paused: bool,
     pub deleting: bool,
     /// While a rollout waits for batch approval: the most up-to-date
     /// machines allowed now. `None`: no limit.
     pub max_updated: Option<u32>,
+    /// Failed restarts after which a broken machine is replaced.
+    pub max_failed_restarts: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
@@ -69,12 +114,14 @@ pub enum DeleteReason {
     Outdated,
     /// Marked for deletion by a user or an autoscaler.
     DeleteRequested,
-    /// More ready machines than `replicas`.
+    /// More machines than `replicas`.
     Excess,
     /// The pool itself is being deleted.
     PoolDeleting,
-    /// Stayed unready past the machine ready timeout; it is replaced.
+    /// Ran but stayed unready past the machine ready timeout; it is replaced.
     Unready,
+    /// Kept failing after restarts in place, or dead; it is replaced.
+    Broken,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
@@ -82,169 +129,314 @@ pub struct Deletion {
     pub machine: String,
     #[serde(skip)]
     pub container_id: String,
+    pub engine: String,
     pub reason: DeleteReason,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RepairAction {
+    /// Start a container whose creation was interrupted before its start.
+    Start,
+    /// Start an exited container again: a restart in place.
+    Restart,
+    Unpause,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct Repair {
+    pub machine: String,
+    #[serde(skip)]
+    pub container_id: String,
+    pub engine: String,
+    pub action: RepairAction,
+    /// Restarts in place that did not help so far.
+    pub failed_restarts: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 pub struct Creation {
+    /// Engine the new machine goes to.
+    pub engine: String,
     /// Failure domain the new machine goes to, when the pool has any.
     pub failure_domain: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
-pub struct Start {
-    pub machine: String,
-    #[serde(skip)]
-    pub container_id: String,
-}
-
-/// Deletions run before creations, so that the machine count never
-/// overshoots the surge bound while a pass is half applied.
+/// What one pass does. Deletions are recorded before creations run, so that
+/// the machine count never overshoots the surge bound while a pass is half
+/// applied; the stops themselves run in the background.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, ToSchema)]
 pub struct Plan {
+    /// Machines already terminating: their deletion is (re)started if it is
+    /// not in flight.
+    pub finish: Vec<Deletion>,
     pub delete: Vec<Deletion>,
-    /// Up-to-date containers whose creation was interrupted before start.
-    pub start: Vec<Start>,
+    pub repair: Vec<Repair>,
     pub create: Vec<Creation>,
 }
 
 impl Plan {
     pub fn is_empty(&self) -> bool {
-        self.delete.is_empty() && self.create.is_empty() && self.start.is_empty()
+        self.finish.is_empty() && self.delete.is_empty() && self.create.is_empty() && self.repair.is_empty()
     }
+}
+
+fn deletion(m: &Observed, reason: DeleteReason) -> Deletion {
+    Deletion { machine: m.name.clone(), container_id: m.container_id.clone(), engine: m.engine.clone(), reason }
 }
 
 /// Decides one pass. Running it on a converged world yields an empty plan.
 pub fn plan(machines: &[Observed], desired: &Desired) -> Plan {
+    let mut p = Plan {
+        finish: machines.iter().filter(|m| m.deleting).map(|m| deletion(m, DeleteReason::Excess)).collect(),
+        ..Plan::default()
+    };
     if desired.deleting {
-        let delete = machines
+        p.delete = machines
             .iter()
-            .map(|m| Deletion {
-                machine: m.name.clone(),
-                container_id: m.container_id.clone(),
-                reason: DeleteReason::PoolDeleting,
-            })
+            .filter(|m| !m.terminating() && !m.unknown())
+            .map(|m| deletion(m, DeleteReason::PoolDeleting))
             .collect();
-        return Plan { delete, ..Plan::default() };
+        return p;
     }
     if desired.paused {
-        return Plan::default();
+        return p;
     }
-
-    let replicas = desired.replicas as usize;
-    let floor = desired.replicas.saturating_sub(desired.max_unavailable) as usize;
-    let mut ready = machines.iter().filter(|m| m.ready).count();
-    let mut available = machines.iter().filter(|m| m.available).count();
-    let mut delete = Vec::new();
-    let mut deleted = vec![false; machines.len()];
-    let mut remove = |i: usize, reason: DeleteReason, deleted: &mut Vec<bool>| {
-        let m = &machines[i];
-        deleted[i] = true;
-        delete.push(Deletion { machine: m.name.clone(), container_id: m.container_id.clone(), reason });
-    };
-    // Removing a ready `m` must keep both floors: ready machines, and
-    // available ones. A ready machine that is not yet available still goes
-    // only when enough others have proven themselves (Deployments count new
-    // unavailable pods against the scale-down budget the same way).
-    let affordable = |m: &Observed, ready: usize, available: usize| {
-        !m.ready || (ready > floor && available - usize::from(m.available) >= floor)
-    };
-
-    // Outdated: not-ready first (free), then delete-requested, then oldest.
-    // Under batch approval, enough of them stay to fill the pool beside the
-    // up-to-date machines the approved batches allow.
-    let mut outdated: Vec<usize> = (0..machines.len()).filter(|&i| !machines[i].up_to_date).collect();
-    outdated.sort_by_key(|&i| {
-        let m = &machines[i];
-        (m.ready, !m.delete_requested, m.created_at, m.name.clone())
-    });
-    let keep_outdated = desired.max_updated.map_or(0, |allowed| replicas.saturating_sub(allowed as usize));
-    let mut outdated_left = outdated.len();
-    for i in outdated {
-        let m = &machines[i];
-        if outdated_left <= keep_outdated && m.ready {
-            break;
-        }
-        if !affordable(m, ready, available) {
-            continue;
-        }
-        ready -= usize::from(m.ready);
-        available -= usize::from(m.available);
-        outdated_left -= 1;
-        remove(
-            i,
-            if m.delete_requested { DeleteReason::DeleteRequested } else { DeleteReason::Outdated },
-            &mut deleted,
-        );
-    }
-
-    // Remediation: stuck machines are replaced, never more at once than
-    // unavailability allows (one at a time when it is zero), counting
-    // replacements still starting.
-    let starting =
-        (0..machines.len()).filter(|&i| machines[i].up_to_date && !machines[i].ready && !machines[i].stuck).count();
-    let mut budget = (desired.max_unavailable.max(1) as usize).saturating_sub(starting);
-    let mut stuck: Vec<usize> = (0..machines.len()).filter(|&i| machines[i].stuck && !deleted[i]).collect();
-    stuck.sort_by_key(|&i| (machines[i].created_at, machines[i].name.clone()));
-    for i in stuck {
-        if budget == 0 {
-            break;
-        }
-        budget -= 1;
-        remove(i, DeleteReason::Unready, &mut deleted);
-    }
-
-    // Up-to-date and ready: only true excess, delete requests first, then
-    // newest; and only once no ready outdated machine is left, since those
-    // go first (they may have stayed for availability).
-    let outdated_ready_left = (0..machines.len()).any(|i| !deleted[i] && !machines[i].up_to_date && machines[i].ready);
-    let mut current: Vec<usize> =
-        (0..machines.len()).filter(|&i| machines[i].up_to_date && machines[i].ready).collect();
-    current.sort_by_key(|&i| {
-        let m = &machines[i];
-        (!m.delete_requested, Reverse(m.created_at), m.name.clone())
-    });
-    for i in current {
-        if ready <= replicas || outdated_ready_left {
-            break;
-        }
-        let m = &machines[i];
-        if !affordable(m, ready, available) {
-            // Wait for availability rather than pass over a machine someone
-            // asked to remove first.
-            break;
-        }
-        ready -= 1;
-        available -= usize::from(m.available);
-        remove(i, if m.delete_requested { DeleteReason::DeleteRequested } else { DeleteReason::Excess }, &mut deleted);
-    }
-
-    let remaining = || machines.iter().zip(&deleted).filter(|(_, d)| !**d).map(|(m, _)| m);
-    let total_after = remaining().count();
-    let up_to_date_after = remaining().filter(|m| m.up_to_date).count();
-    let want = replicas.saturating_sub(up_to_date_after);
-    let room = (replicas + desired.max_surge as usize).saturating_sub(total_after);
-    let approved = desired.max_updated.map_or(usize::MAX, |a| (a as usize).saturating_sub(up_to_date_after));
-    let count = want.min(room).min(approved);
-
-    let start = remaining()
-        .filter(|m| m.up_to_date && m.never_started)
-        .map(|m| Start { machine: m.name.clone(), container_id: m.container_id.clone() })
-        .collect();
-    let domains = spread(&desired.failure_domains, remaining().filter(|m| m.up_to_date), count);
-    let create = domains.into_iter().map(|failure_domain| Creation { failure_domain }).collect();
-    Plan { delete, start, create }
+    let mut s = Selection::new(machines, desired);
+    s.outdated();
+    s.excess();
+    s.broken();
+    s.stuck();
+    p.create = s.creations();
+    p.delete = s.delete;
+    p.repair = s.repair;
+    p
 }
 
-/// Picks a failure domain for each of `count` new machines: always the
-/// domain with the fewest machines so far, ties broken by list order.
-fn spread<'a>(domains: &[String], existing: impl Iterator<Item = &'a Observed>, count: usize) -> Vec<Option<String>> {
-    if domains.is_empty() {
-        return vec![None; count];
+/// The working state of one plan: what is chosen so far, and the ready and
+/// available counts that every ready deletion must keep above the floor.
+struct Selection<'a> {
+    machines: &'a [Observed],
+    desired: &'a Desired,
+    floor: usize,
+    ready: usize,
+    available: usize,
+    deleted: Vec<bool>,
+    delete: Vec<Deletion>,
+    repair: Vec<Repair>,
+}
+
+impl<'a> Selection<'a> {
+    fn new(machines: &'a [Observed], desired: &'a Desired) -> Self {
+        let active = || machines.iter().filter(|m| m.active());
+        Self {
+            machines,
+            desired,
+            floor: desired.replicas.saturating_sub(desired.max_unavailable) as usize,
+            ready: active().filter(|m| m.ready).count(),
+            available: active().filter(|m| m.available).count(),
+            deleted: vec![false; machines.len()],
+            delete: Vec::new(),
+            repair: Vec::new(),
+        }
     }
-    let mut load = vec![0usize; domains.len()];
-    for m in existing {
-        if let Some(i) = m.failure_domain.as_ref().and_then(|fd| domains.iter().position(|d| d == fd)) {
+
+    /// Indices of machines still in play: active, known, not chosen yet.
+    fn open(&self, keep: impl Fn(&Observed) -> bool) -> Vec<usize> {
+        (0..self.machines.len())
+            .filter(|&i| !self.deleted[i] && self.machines[i].active() && !self.machines[i].unknown())
+            .filter(|&i| keep(&self.machines[i]))
+            .collect()
+    }
+
+    /// Removing a ready machine must keep both floors: ready machines, and
+    /// available ones. A ready machine that is not yet available still goes
+    /// only when enough others have proven themselves (Deployments count
+    /// new unavailable pods against the scale-down budget the same way).
+    fn affordable(&self, m: &Observed) -> bool {
+        !m.ready || (self.ready > self.floor && self.available - usize::from(m.available) >= self.floor)
+    }
+
+    fn remove(&mut self, i: usize, reason: DeleteReason) {
+        let m = &self.machines[i];
+        self.deleted[i] = true;
+        self.ready -= usize::from(m.ready);
+        self.available -= usize::from(m.available);
+        self.delete.push(deletion(m, reason));
+    }
+
+    fn requested_or(m: &Observed, reason: DeleteReason) -> DeleteReason {
+        if m.delete_requested { DeleteReason::DeleteRequested } else { reason }
+    }
+
+    /// Outdated: not-ready first (free), then delete-requested, then oldest.
+    /// Under batch approval, enough of them stay to fill the pool beside the
+    /// up-to-date machines the approved batches allow.
+    fn outdated(&mut self) {
+        let mut outdated = self.open(|m| !m.up_to_date);
+        outdated.sort_by_key(|&i| {
+            let m = &self.machines[i];
+            (m.ready, !m.delete_requested, m.created_at, m.name.clone())
+        });
+        let replicas = self.desired.replicas as usize;
+        let keep = self.desired.max_updated.map_or(0, |allowed| replicas.saturating_sub(allowed as usize));
+        let mut left = outdated.len();
+        for i in outdated {
+            let m = &self.machines[i];
+            if left <= keep && m.ready {
+                break;
+            }
+            if !self.affordable(m) {
+                continue;
+            }
+            left -= 1;
+            self.remove(i, Self::requested_or(m, DeleteReason::Outdated));
+        }
+    }
+
+    /// Up-to-date machines beyond `replicas`. Not-ready ones go first, at no
+    /// cost: delete-requested, broken, then those still starting. Ready ones
+    /// go only as true excess, once no ready outdated machine is left (those
+    /// go first; they may have stayed for availability): delete-requested
+    /// first, then from the fullest engine and failure domain, newest first.
+    fn excess(&mut self) {
+        let replicas = self.desired.replicas as usize;
+        // Machines on an unreachable engine still count: they may be fine.
+        let up_to_date = (0..self.machines.len())
+            .filter(|&i| !self.deleted[i] && self.machines[i].active() && self.machines[i].up_to_date)
+            .count();
+        let mut excess = up_to_date.saturating_sub(replicas);
+        let mut unready = self.open(|m| m.up_to_date && !m.ready);
+        unready.sort_by_key(|&i| {
+            let m = &self.machines[i];
+            (!m.delete_requested, !m.phase.is_broken(), Reverse(m.created_at), m.name.clone())
+        });
+        for i in unready {
+            if excess == 0 {
+                return;
+            }
+            excess -= 1;
+            self.remove(i, Self::requested_or(&self.machines[i], DeleteReason::Excess));
+        }
+        let outdated_ready_left = !self.open(|m| !m.up_to_date && m.ready).is_empty();
+        while excess > 0 && !outdated_ready_left {
+            let Some(i) = self.fullest_ready() else { return };
+            if !self.affordable(&self.machines[i]) {
+                // Wait for availability rather than pass over a machine
+                // someone asked to remove first.
+                return;
+            }
+            excess -= 1;
+            self.remove(i, Self::requested_or(&self.machines[i], DeleteReason::Excess));
+        }
+    }
+
+    /// The next ready up-to-date machine to remove as excess.
+    fn fullest_ready(&self) -> Option<usize> {
+        let mut per_engine: HashMap<&str, usize> = HashMap::new();
+        let mut per_domain: HashMap<Option<&str>, usize> = HashMap::new();
+        for i in self.open(|_| true) {
+            let m = &self.machines[i];
+            *per_engine.entry(m.engine.as_str()).or_default() += 1;
+            *per_domain.entry(m.failure_domain.as_deref()).or_default() += 1;
+        }
+        self.open(|m| m.up_to_date && m.ready).into_iter().min_by_key(|&i| {
+            let m = &self.machines[i];
+            (
+                !m.delete_requested,
+                Reverse(per_engine.get(m.engine.as_str()).copied().unwrap_or(0)),
+                Reverse(per_domain.get(&m.failure_domain.as_deref()).copied().unwrap_or(0)),
+                Reverse(m.created_at),
+                m.name.clone(),
+            )
+        })
+    }
+
+    /// Broken up-to-date machines: repaired in place when their backoff has
+    /// passed, replaced when dead or after too many failed restarts.
+    fn broken(&mut self) {
+        for i in self.open(|m| m.up_to_date && (m.phase.is_broken() || m.phase == MachinePhase::Creating)) {
+            let m = &self.machines[i];
+            let action = match m.phase {
+                MachinePhase::Dead => None,
+                _ if m.failed_restarts >= self.desired.max_failed_restarts => None,
+                MachinePhase::Creating => Some(RepairAction::Start),
+                MachinePhase::Paused => Some(RepairAction::Unpause),
+                _ => Some(RepairAction::Restart),
+            };
+            match action {
+                None => self.remove(i, DeleteReason::Broken),
+                Some(action) if m.repair_due || action == RepairAction::Start => self.repair.push(Repair {
+                    machine: m.name.clone(),
+                    container_id: m.container_id.clone(),
+                    engine: m.engine.clone(),
+                    action,
+                    failed_restarts: m.failed_restarts,
+                }),
+                Some(_) => {}
+            }
+        }
+    }
+
+    /// Remediation: machines running but stuck unready are replaced, never
+    /// more at once than unavailability allows (one at a time when it is
+    /// zero), counting replacements still starting.
+    fn stuck(&mut self) {
+        let starting = self.open(|m| m.up_to_date && !m.ready && !m.stuck && !m.phase.is_broken()).len();
+        let mut budget = (self.desired.max_unavailable.max(1) as usize).saturating_sub(starting);
+        let mut stuck = self.open(|m| m.stuck);
+        stuck.sort_by_key(|&i| (self.machines[i].created_at, self.machines[i].name.clone()));
+        for i in stuck {
+            if budget == 0 {
+                break;
+            }
+            budget -= 1;
+            self.remove(i, DeleteReason::Unready);
+        }
+    }
+
+    /// Rule 1: enough new machines to reach `replicas` up to date, within
+    /// the surge bound and the approved batches, spread over engines and
+    /// failure domains.
+    fn creations(&self) -> Vec<Creation> {
+        let d = self.desired;
+        let remaining =
+            || self.machines.iter().zip(&self.deleted).filter(|(m, gone)| !**gone && m.active()).map(|(m, _)| m);
+        let up_to_date = remaining().filter(|m| m.up_to_date).count();
+        let strict = d.replacement == ReplacementPolicy::TerminationComplete;
+        let terminating = if strict {
+            self.machines.iter().filter(|m| m.terminating() && !m.lost).count() + self.delete.len()
+        } else {
+            0
+        };
+        let counted = remaining().count() + terminating;
+        let replicas = d.replicas as usize;
+        let want = replicas.saturating_sub(up_to_date);
+        let room = (replicas + d.max_surge as usize).saturating_sub(counted);
+        let approved = d.max_updated.map_or(usize::MAX, |a| (a as usize).saturating_sub(up_to_date));
+        let count = want.min(room).min(approved);
+        if d.engines.is_empty() {
+            return Vec::new();
+        }
+        let engines = spread(&d.engines, remaining().map(|m| m.engine.as_str()), count);
+        let domains = spread(&d.failure_domains, remaining().filter_map(|m| m.failure_domain.as_deref()), count);
+        engines
+            .into_iter()
+            .zip(domains.into_iter().map(Some).chain(std::iter::repeat(None)))
+            .map(|(engine, failure_domain)| Creation { engine, failure_domain })
+            .collect()
+    }
+}
+
+/// Picks a slot for each of `count` new machines: always the one with the
+/// fewest machines so far, ties broken by list order. No slots, no picks.
+fn spread<'a>(slots: &[String], existing: impl Iterator<Item = &'a str>, count: usize) -> Vec<String> {
+    if slots.is_empty() {
+        return Vec::new();
+    }
+    let mut load = vec![0usize; slots.len()];
+    for name in existing {
+        if let Some(i) = slots.iter().position(|s| s == name) {
             load[i] += 1;
         }
     }
@@ -252,7 +444,7 @@ fn spread<'a>(domains: &[String], existing: impl Iterator<Item = &'a Observed>, 
         .map(|_| {
             let (i, _) = load.iter().enumerate().min_by_key(|(i, n)| (**n, *i)).unwrap_or((0, &0));
             load[i] += 1;
-            Some(domains[i].clone())
+            slots[i].clone()
         })
         .collect()
 }

@@ -1,25 +1,90 @@
 //! What a pass writes back: counts, conditions and rollout progress after a
 //! good pass (which may start an automatic rollback), and the failure, as a
 //! condition and an event told once, after a bad one.
+//!
+//! Conditions:
+//! - `Ready`: all `replicas` machines ready, available and up to date.
+//! - `Progressing`: the rollout moves (or completed), or is stalled.
+//! - `MachinesHealthy`: no machine is broken, stuck, unknown or failing to
+//!   be deleted; otherwise the reason names the worst and the machines.
+//! - `Reconciled`: the last pass applied its plan and the pool is not short
+//!   of ready machines.
+//! - `RuntimeAvailable`: the pool's engines answer.
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 
+use super::observe::EngineView;
+use super::plan::Observed;
 use super::{Context, ReconcileError, rollback};
 use crate::db::{self, pools::Pool};
 use crate::domain::event::{EventType, NewEvent};
+use crate::domain::machine::MachinePhase;
 use crate::domain::rollout::{self as rollout, Counts};
 use crate::domain::status::{ConditionStatus, PoolStatus};
 use crate::runtime::RuntimeError;
+
+pub fn counts(observed: &[Observed]) -> Counts {
+    let active: Vec<&Observed> = observed.iter().filter(|m| m.phase != MachinePhase::Terminating && !m.lost).collect();
+    let n = |f: &dyn Fn(&Observed) -> bool| u32::try_from(active.iter().filter(|m| f(m)).count()).unwrap_or(u32::MAX);
+    Counts {
+        total: n(&|_| true),
+        updated: n(&|m| m.up_to_date),
+        ready: n(&|m| m.ready),
+        available: n(&|m| m.available),
+        updated_available: n(&|m| m.up_to_date && m.available),
+        outdated: n(&|m| !m.up_to_date),
+        terminating: u32::try_from(observed.iter().filter(|m| m.phase == MachinePhase::Terminating).count())
+            .unwrap_or(u32::MAX),
+    }
+}
+
+/// What is wrong with the pool's machines, worst first: a reason and a
+/// message naming (a few of) them.
+pub(super) fn machine_health(ctx: &Context, observed: &[Observed]) -> Option<(&'static str, String)> {
+    let names = |f: &dyn Fn(&Observed) -> bool| -> Vec<&str> {
+        observed.iter().filter(|m| f(m)).map(|m| m.name.as_str()).collect()
+    };
+    let list = |v: &[&str]| {
+        let shown: Vec<&str> = v.iter().take(5).copied().collect();
+        let more = if v.len() > 5 { format!(" and {} more", v.len() - 5) } else { String::new() };
+        format!("{}{more}", shown.join(", "))
+    };
+    let failing = names(&|m| m.phase == MachinePhase::Terminating && ctx.terminator.failure(&m.name).is_some());
+    if let Some(first) = failing.first().and_then(|n| ctx.terminator.failure(n)) {
+        let reason = if first.drain { "DrainFailed" } else { "MachineDeleteFailed" };
+        return Some((reason, format!("deleting {} keeps failing: {}", list(&failing), first.message)));
+    }
+    type Check<'a> = (&'static str, &'a dyn Fn(&Observed) -> bool, &'a str);
+    let checks: [Check; 7] = [
+        ("EngineLost", &|m| m.lost, "on an engine given up for lost; replaced elsewhere"),
+        ("EngineUnreachable", &|m| m.phase == MachinePhase::Unknown && !m.lost, "on an engine that does not answer"),
+        ("CrashLoopBackOff", &|m| !m.ready && m.failed_restarts >= 2, "keep failing after restarts in place"),
+        ("MachineRestarting", &|m| !m.ready && m.failed_restarts == 1, "restarted in place, not ready yet"),
+        (
+            "MachineExited",
+            &|m| m.phase == MachinePhase::Exited || m.phase == MachinePhase::Dead,
+            "exited; restarting in place",
+        ),
+        ("MachinePaused", &|m| m.phase == MachinePhase::Paused, "paused; unpausing"),
+        ("MachineUnready", &|m| m.stuck, "stayed unready past machine_ready_timeout_seconds; replacing"),
+    ];
+    checks.into_iter().find_map(|(reason, f, what)| {
+        let hit = names(f);
+        (!hit.is_empty()).then(|| (reason, format!("{}: {what}", list(&hit))))
+    })
+}
 
 /// Counts, conditions and rollout progress after a successful pass; may
 /// start an automatic rollback when the progress deadline has just passed.
 pub(super) async fn status_after_pass(
     ctx: &Context,
     pool: &Pool,
-    counts: &Counts,
+    observed: &[Observed],
+    engines: &[EngineView],
     awaiting_approval: bool,
+    now: DateTime<Utc>,
 ) -> Result<PoolStatus, ReconcileError> {
-    let now = Utc::now();
+    let counts = counts(observed);
     let spec = &pool.spec;
     let image = spec.desired_image();
     let mut status = PoolStatus {
@@ -28,29 +93,71 @@ pub(super) async fn status_after_pass(
         ready_replicas: counts.ready,
         updated_replicas: counts.updated,
         available_replicas: counts.available,
+        terminating_replicas: counts.terminating,
         conditions: pool.status.conditions.clone(),
         last_error: None,
-        last_reconciled_at: Some(now),
+        last_reconciled_at: pool.status.last_reconciled_at,
         rollout: None,
     };
-    status.set_condition(
-        "RuntimeAvailable",
-        ConditionStatus::True,
-        "RuntimeReachable",
-        "the container runtime answers",
-        now,
-    );
-    status.set_condition("Reconciled", ConditionStatus::True, "PassSucceeded", "the last pass applied its plan", now);
+    let unhealthy = machine_health(ctx, observed);
+    let silent: Vec<&str> = engines.iter().filter_map(|e| e.error.as_deref()).collect();
+    let was_available = pool.status.condition("RuntimeAvailable").is_none_or(|c| c.status == ConditionStatus::True);
+    if silent.is_empty() {
+        status.set_condition("RuntimeAvailable", ConditionStatus::True, "RuntimeReachable", "the engines answer", now);
+    } else {
+        let message = silent.join("; ");
+        status.set_condition("RuntimeAvailable", ConditionStatus::False, "RuntimeUnavailable", message.clone(), now);
+        status.last_error = Some(message.clone());
+        // Told once when it starts, not on every pass while it lasts.
+        if was_available {
+            let ev = NewEvent::pool(&pool.name, EventType::Warning, "RuntimeUnavailable", message);
+            db::events::record(&ctx.db, &ev, now).await?;
+        }
+    }
+    match &unhealthy {
+        Some((reason, message)) => {
+            status.set_condition("MachinesHealthy", ConditionStatus::False, reason, message.clone(), now)
+        }
+        None => {
+            status.set_condition("MachinesHealthy", ConditionStatus::True, "AllHealthy", "no machine is broken", now)
+        }
+    }
+    let short = counts.ready < spec.replicas && !pool.deleting;
+    let deletions_failing =
+        unhealthy.as_ref().is_some_and(|(r, _)| matches!(*r, "DrainFailed" | "MachineDeleteFailed"));
+    match &unhealthy {
+        Some((reason, message)) if short || deletions_failing => {
+            status.set_condition("Reconciled", ConditionStatus::False, reason, message.clone(), now);
+            if deletions_failing {
+                status.last_error = Some(message.clone());
+            }
+        }
+        _ if short => status.set_condition(
+            "Reconciled",
+            ConditionStatus::False,
+            "WaitingForMachines",
+            format!("{} of {} machines ready", counts.ready, spec.replicas),
+            now,
+        ),
+        _ => status.set_condition(
+            "Reconciled",
+            ConditionStatus::True,
+            "PassSucceeded",
+            "the last pass applied its plan",
+            now,
+        ),
+    }
 
     let prev = pool.status.rollout.as_ref();
     let hold = spec.paused || awaiting_approval;
     let mut progress =
-        rollout::track(prev, pool.revision, counts, spec.replicas, spec.progress_deadline_seconds, hold, now);
+        rollout::track(prev, pool.revision, &counts, spec.replicas, spec.progress_deadline_seconds, hold, now);
     let newly_stalled =
         progress.deadline_exceeded && !prev.is_some_and(|p| p.revision == pool.revision && p.deadline_exceeded);
     if newly_stalled {
+        let why = unhealthy.as_ref().map(|(r, m)| format!("; {r}: {m}")).unwrap_or_default();
         let message = format!(
-            "no progress for {} s: {} of {} machines updated and available, {} outdated",
+            "no progress for {} s: {} of {} machines updated and available, {} outdated{why}",
             spec.progress_deadline_seconds, counts.updated_available, spec.replicas, counts.outdated
         );
         let ev = NewEvent::pool(&pool.name, EventType::Warning, "ProgressDeadlineExceeded", message);
@@ -61,7 +168,7 @@ pub(super) async fn status_after_pass(
                     progress = rollout::track(
                         None,
                         rolled.revision,
-                        counts,
+                        &counts,
                         spec.replicas,
                         spec.progress_deadline_seconds,
                         false,
@@ -74,10 +181,11 @@ pub(super) async fn status_after_pass(
         }
     }
     let (progressing, reason, message) = if progress.deadline_exceeded {
+        let why = unhealthy.as_ref().map(|(r, m)| format!(" ({r}: {m})")).unwrap_or_default();
         (
             ConditionStatus::False,
             "ProgressDeadlineExceeded",
-            format!("no progress for {} s", spec.progress_deadline_seconds),
+            format!("no progress for {} s{why}", spec.progress_deadline_seconds),
         )
     } else if counts.complete(spec.replicas) {
         (ConditionStatus::True, "RolloutComplete", format!("revision {} runs on all machines", pool.revision))
@@ -89,7 +197,7 @@ pub(super) async fn status_after_pass(
 
     let want = spec.replicas;
     let (ready, reason, message) = if pool.deleting {
-        (ConditionStatus::False, "Deleting", format!("removing {} machines", counts.total))
+        (ConditionStatus::False, "Deleting", format!("removing {} machines", counts.total + counts.terminating))
     } else if counts.complete(want) {
         (ConditionStatus::True, "AllReady", format!("{want} of {want} machines ready and up to date"))
     } else if spec.paused {
@@ -109,6 +217,38 @@ pub(super) async fn status_after_pass(
     };
     status.set_condition("Ready", ready, reason, message, now);
     Ok(status)
+}
+
+/// Writes the status unless only its timestamps would change: a pass that
+/// changes nothing writes nothing.
+/// While the rollout is held (paused, awaiting approval) its progress clock
+/// is restarted on every pass, so those passes do write.
+pub(super) async fn write_if_changed(
+    ctx: &Context,
+    pool: &Pool,
+    mut status: PoolStatus,
+    held: bool,
+    now: DateTime<Utc>,
+) -> Result<(), ReconcileError> {
+    let mut before = pool.status.clone();
+    before.last_reconciled_at = None;
+    let mut after = status.clone();
+    after.last_reconciled_at = None;
+    if let (false, Some(a), Some(b)) = (held, before.rollout.as_mut(), after.rollout.as_mut()) {
+        // Progress bookkeeping that only moves with the clock.
+        if a.updated_available == b.updated_available
+            && a.outdated == b.outdated
+            && a.deadline_exceeded == b.deadline_exceeded
+        {
+            b.last_progress_at = a.last_progress_at;
+        }
+    }
+    if before == after {
+        return Ok(());
+    }
+    status.last_reconciled_at = Some(now);
+    db::pools::write_status(&ctx.db, &pool.name, &status).await?;
+    Ok(())
 }
 
 /// Records a failed pass on the pool: conditions, last error, an event.
@@ -136,6 +276,7 @@ pub async fn record_failure(ctx: &Context, name: &str, err: &ReconcileError) {
         status.set_condition("Reconciled", ConditionStatus::False, reason, message.clone(), now);
         let repeated = status.last_error.as_deref() == Some(message.as_str());
         status.last_error = Some(message.clone());
+        status.last_reconciled_at = Some(now);
         let mut tx = crate::db::begin_write(&ctx.db).await?;
         db::pools::write_status(&mut *tx, name, &status).await?;
         // A failure that repeats word for word is one story, told once.

@@ -1,12 +1,19 @@
 //! The reconcile worker: decides when each pool gets a pass.
 //!
-//! Wake-ups come from the API (a pool changed), from the runtime's event
-//! stream (a container started, died or vanished), and from a periodic
-//! resync. A pool never has two passes at once: a wake-up during a pass is
-//! remembered and served right after it. Failed passes back off
-//! exponentially, with jitter, up to a cap.
+//! Wake-ups come from the API (a pool changed), from the engines' events (a
+//! container started, died or vanished), from a pass that asked to be
+//! requeued (a machine settling, a restart due), and from a periodic resync.
+//! The queue is fair and bounded:
+//! - a pool is never queued twice, and never has two passes at once (a
+//!   wake-up during a pass is served right after it);
+//! - at most `max_concurrent` passes run at once;
+//! - wake-ups go before resyncs, so a change is acted on at once even while
+//!   thousands of pools are due their resync;
+//! - each pool's resync is its own timer, jittered, so resyncs spread over
+//!   the interval instead of waking every pool in the same instant;
+//! - failed passes back off exponentially, with jitter, up to a cap.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -43,13 +50,12 @@ impl PoolQueue {
 
 #[derive(Debug, Clone, Copy)]
 pub struct WorkerSettings {
-    /// Every pool gets a pass at least this often.
+    /// Every pool gets a pass about this often (give or take a tenth).
     pub resync: Duration,
     /// Longest wait before retrying a failed pass.
     pub max_backoff: Duration,
-    /// When a pass left work in flight (machines starting), look again
-    /// after this long even if no event arrives.
-    pub recheck: Duration,
+    /// Passes running at once, across all pools.
+    pub max_concurrent: usize,
 }
 
 const BASE_BACKOFF: Duration = Duration::from_millis(500);
@@ -63,28 +69,147 @@ pub fn backoff(failures: u32, cap: Duration) -> Duration {
     half + half.mul_f64(rand::rng().random::<f64>())
 }
 
+/// `d` give or take a tenth.
+fn jittered(d: Duration) -> Duration {
+    d.mul_f64(rand::rng().random_range(0.9..=1.1))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Priority {
+    /// Something changed: a wake-up or a requeue.
+    Wake,
+    /// Nothing is known to have changed: the periodic look.
+    Resync,
+}
+
+/// Pools waiting for a pass, by priority, each at most once.
+#[derive(Default)]
+struct ReadyQueue {
+    wakes: VecDeque<String>,
+    resyncs: VecDeque<String>,
+    queued: HashMap<String, Priority>,
+}
+
+impl ReadyQueue {
+    fn push(&mut self, pool: String, priority: Priority) {
+        match (self.queued.get(&pool), priority) {
+            (Some(Priority::Wake), _) | (Some(Priority::Resync), Priority::Resync) => {}
+            // Raised to a wake: the stale resync entry is skipped on pop.
+            (_, Priority::Wake) => {
+                self.queued.insert(pool.clone(), Priority::Wake);
+                self.wakes.push_back(pool);
+            }
+            (None, Priority::Resync) => {
+                self.queued.insert(pool.clone(), Priority::Resync);
+                self.resyncs.push_back(pool);
+            }
+        }
+    }
+
+    fn pop(&mut self) -> Option<String> {
+        if let Some(p) = self.wakes.pop_front() {
+            self.queued.remove(&p);
+            return Some(p);
+        }
+        while let Some(p) = self.resyncs.pop_front() {
+            if self.queued.get(&p) == Some(&Priority::Resync) {
+                self.queued.remove(&p);
+                return Some(p);
+            }
+        }
+        None
+    }
+
+    fn len(&self) -> usize {
+        self.queued.len()
+    }
+}
+
+/// Per-pool timers of one kind: at most one pending per pool.
+struct Timers {
+    queue: DelayQueue<String>,
+    keys: HashMap<String, delay_queue::Key>,
+}
+
+impl Timers {
+    fn new() -> Self {
+        Self { queue: DelayQueue::new(), keys: HashMap::new() }
+    }
+
+    fn set(&mut self, pool: &str, after: Duration) {
+        match self.keys.get(pool) {
+            Some(key) => self.queue.reset(key, after),
+            None => {
+                let key = self.queue.insert(pool.to_owned(), after);
+                self.keys.insert(pool.to_owned(), key);
+            }
+        }
+    }
+
+    fn cancel(&mut self, pool: &str) {
+        if let Some(key) = self.keys.remove(pool) {
+            self.queue.remove(&key);
+        }
+    }
+
+    async fn next(&mut self) -> Option<String> {
+        let expired = self.queue.next().await?;
+        let pool = expired.into_inner();
+        self.keys.remove(&pool);
+        Some(pool)
+    }
+}
+
 struct Scheduler {
     ctx: Context,
     settings: WorkerSettings,
+    ready: ReadyQueue,
     running: HashSet<String>,
     /// Pools woken while their pass ran: they get another right after.
     again: HashSet<String>,
     failures: HashMap<String, u32>,
-    delayed: DelayQueue<String>,
-    delay_keys: HashMap<String, delay_queue::Key>,
+    /// Requeues and backoffs: a wake-up when they fire.
+    soon: Timers,
+    /// Resyncs: a low-priority look when they fire.
+    resyncs: Timers,
     tasks: JoinSet<(String, Result<Outcome, ReconcileError>)>,
     task_pools: HashMap<tokio::task::Id, String>,
 }
 
 impl Scheduler {
-    fn start(&mut self, pool: String) {
+    fn wake(&mut self, pool: String, priority: Priority) {
         if self.running.contains(&pool) {
-            self.again.insert(pool);
+            if priority == Priority::Wake {
+                self.again.insert(pool);
+            }
             return;
         }
-        if let Some(key) = self.delay_keys.remove(&pool) {
-            self.delayed.remove(&key);
+        if priority == Priority::Wake {
+            // A pool in backoff waits it out: a wake-up does not skip it.
+            if self.failures.contains_key(&pool) && self.soon.keys.contains_key(&pool) {
+                return;
+            }
+            self.soon.cancel(&pool);
         }
+        self.ready.push(pool, priority);
+    }
+
+    async fn wake_all(&mut self, priority: Priority) {
+        match crate::db::pools::names(&self.ctx.db).await {
+            Ok(names) => names.into_iter().for_each(|n| self.wake(n, priority)),
+            Err(e) => tracing::warn!(error = %e, "listing pools for a resync failed"),
+        }
+    }
+
+    /// Starts queued passes up to the concurrency cap.
+    fn dispatch(&mut self) {
+        while self.running.len() < self.settings.max_concurrent {
+            let Some(pool) = self.ready.pop() else { return };
+            self.start(pool);
+        }
+    }
+
+    fn start(&mut self, pool: String) {
         let ctx = self.ctx.clone();
         self.running.insert(pool.clone());
         let task_pool = pool.clone();
@@ -92,8 +217,8 @@ impl Scheduler {
             let started = std::time::Instant::now();
             let result = reconcile_once(&ctx, &task_pool).await;
             let outcome = match &result {
-                Ok(Outcome::Converged) => "converged",
-                Ok(Outcome::Progressing) => "progressing",
+                Ok(Outcome::Idle) => "converged",
+                Ok(Outcome::Requeue(_)) => "progressing",
                 Ok(Outcome::Gone) => "gone",
                 Err(_) => "error",
             };
@@ -104,31 +229,22 @@ impl Scheduler {
         self.task_pools.insert(handle.id(), pool);
     }
 
-    fn later(&mut self, pool: String, after: Duration) {
-        if let Some(key) = self.delay_keys.get(&pool) {
-            self.delayed.reset(key, after);
-        } else {
-            let key = self.delayed.insert(pool.clone(), after);
-            self.delay_keys.insert(pool, key);
-        }
-    }
-
-    async fn start_all(&mut self) {
-        match crate::db::pools::names(&self.ctx.db).await {
-            Ok(names) => names.into_iter().for_each(|n| self.start(n)),
-            Err(e) => tracing::warn!(error = %e, "listing pools for a resync failed"),
-        }
-    }
-
     async fn finished(&mut self, pool: String, result: Result<Outcome, ReconcileError>) {
         self.running.remove(&pool);
         match result {
-            Ok(Outcome::Gone) | Ok(Outcome::Converged) => {
+            Ok(Outcome::Gone) => {
+                self.failures.remove(&pool);
+                self.soon.cancel(&pool);
+                self.resyncs.cancel(&pool);
+                self.again.remove(&pool);
+                return;
+            }
+            Ok(Outcome::Idle) => {
                 self.failures.remove(&pool);
             }
-            Ok(Outcome::Progressing) => {
+            Ok(Outcome::Requeue(after)) => {
                 self.failures.remove(&pool);
-                self.later(pool.clone(), self.settings.recheck);
+                self.soon.set(&pool, after);
             }
             Err(e) => {
                 let n = self.failures.entry(pool.clone()).or_default();
@@ -136,14 +252,14 @@ impl Scheduler {
                 let wait = backoff(*n, self.settings.max_backoff);
                 tracing::warn!(pool = %pool, error = %crate::error::error_chain(&e), retry_in = ?wait, "reconcile failed");
                 record_failure(&self.ctx, &pool, &e).await;
-                self.later(pool.clone(), wait);
+                self.soon.set(&pool, wait);
                 // A wake-up during a failing pass does not skip the backoff.
                 self.again.remove(&pool);
-                return;
             }
         }
+        self.resyncs.set(&pool, jittered(self.settings.resync));
         if self.again.remove(&pool) {
-            self.start(pool);
+            self.wake(pool, Priority::Wake);
         }
     }
 }
@@ -158,25 +274,22 @@ pub async fn run(
     let mut s = Scheduler {
         ctx,
         settings,
+        ready: ReadyQueue::default(),
         running: HashSet::new(),
         again: HashSet::new(),
         failures: HashMap::new(),
-        delayed: DelayQueue::new(),
-        delay_keys: HashMap::new(),
+        soon: Timers::new(),
+        resyncs: Timers::new(),
         tasks: JoinSet::new(),
         task_pools: HashMap::new(),
     };
-    let mut resync = tokio::time::interval(settings.resync);
-    resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Every pool gets a first look; the engines' first lists wake them again.
+    s.wake_all(Priority::Resync).await;
     loop {
+        s.dispatch();
         tokio::select! {
+            biased;
             _ = cancel.cancelled() => break,
-            wake = wakes.recv() => match wake {
-                Some(Wake::Pool(pool)) => s.start(pool),
-                Some(Wake::All) => s.start_all().await,
-                None => break,
-            },
-            _ = resync.tick() => s.start_all().await,
             Some(joined) = s.tasks.join_next_with_id() => match joined {
                 Ok((id, (pool, result))) => {
                     s.task_pools.remove(&id);
@@ -187,17 +300,23 @@ pub async fn run(
                     let pool = s.task_pools.remove(&e.id()).unwrap_or_default();
                     tracing::error!(pool = %pool, error = %e, "reconcile pass panicked");
                     s.running.remove(&pool);
-                    s.later(pool, settings.max_backoff);
+                    s.soon.set(&pool, settings.max_backoff);
                 }
             },
-            Some(expired) = s.delayed.next(), if !s.delayed.is_empty() => {
-                let pool = expired.into_inner();
-                s.delay_keys.remove(&pool);
-                s.start(pool);
-            }
+            wake = wakes.recv() => match wake {
+                Some(Wake::Pool(pool)) => s.wake(pool, Priority::Wake),
+                Some(Wake::All) => s.wake_all(Priority::Wake).await,
+                None => break,
+            },
+            Some(pool) = s.soon.next(), if !s.soon.queue.is_empty() => s.wake(pool, Priority::Wake),
+            Some(pool) = s.resyncs.next(), if !s.resyncs.queue.is_empty() => s.wake(pool, Priority::Resync),
         }
     }
-    tracing::info!(in_flight = s.running.len(), "reconcile worker stopping; waiting for passes in flight");
+    tracing::info!(
+        in_flight = s.running.len(),
+        queued = s.ready.len(),
+        "reconcile worker stopping; waiting for passes in flight"
+    );
     while s.tasks.join_next().await.is_some() {}
 }
 
@@ -216,5 +335,33 @@ mod tests {
             let many = backoff(40, cap);
             assert!(many >= Duration::from_secs(30) && many <= cap, "{many:?}");
         }
+    }
+
+    #[test]
+    fn the_ready_queue_holds_a_pool_once_and_serves_wakes_before_resyncs() {
+        let mut q = ReadyQueue::default();
+        q.push("a".into(), Priority::Resync);
+        q.push("b".into(), Priority::Resync);
+        q.push("a".into(), Priority::Resync);
+        q.push("c".into(), Priority::Wake);
+        q.push("b".into(), Priority::Wake);
+        q.push("c".into(), Priority::Wake);
+        assert_eq!(q.len(), 3);
+        let order: Vec<String> = std::iter::from_fn(|| q.pop()).collect();
+        assert_eq!(order, ["c", "b", "a"], "wakes first, in order; b raised, served once");
+        assert_eq!(q.len(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn timers_fire_once_per_pool_and_reset_moves_them() {
+        let mut t = Timers::new();
+        t.set("a", Duration::from_secs(5));
+        t.set("b", Duration::from_secs(1));
+        t.set("a", Duration::from_secs(2));
+        assert_eq!(t.next().await.as_deref(), Some("b"));
+        let before = tokio::time::Instant::now();
+        assert_eq!(t.next().await.as_deref(), Some("a"));
+        assert_eq!(tokio::time::Instant::now() - before, Duration::from_secs(1), "a fired at 2 s, not 5 s");
+        assert!(t.queue.is_empty() && t.keys.is_empty());
     }
 }

@@ -1,21 +1,31 @@
-//! The container runtime drover drives: the Docker Engine in production, an
-//! in-memory simulation for trying drover out and for scale tests.
+//! The container engines drover drives: Docker Engines (through bollard) in
+//! production, in-memory simulated engines for trying drover out and for
+//! scale tests.
 //!
-//! Dispatch is an enum rather than a trait object: there are exactly two
-//! runtimes and both are known at compile time.
+//! Each engine keeps a [`cache::ContainerCache`] of the pool-labelled
+//! containers it holds, filled by one list and then kept current by the
+//! engine's event stream (an informer, as kube-runtime's reflector is for
+//! Kubernetes). Reconcile passes read the cache, never the engine, so a pass
+//! costs no engine call unless it acts; and they decide from what the engine
+//! reported, not from what drover last did.
 
+pub mod cache;
 pub mod docker;
+pub mod engine;
+pub mod engines;
 pub mod simulated;
 
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use tokio::sync::mpsc;
 
 use crate::domain::pool::Mount;
 
+pub use engine::{Engine, EngineHealth, Reachability};
+pub use engines::Engines;
+
 /// Labels drover puts on every container it creates. The pool label makes
-/// Docker, not SQLite, the source of truth for which machines exist.
+/// the engines, not SQLite, the source of truth for which machines exist.
 pub mod labels {
     /// Name of the pool a container belongs to.
     pub const POOL: &str = "drover.dev/pool";
@@ -26,6 +36,7 @@ pub mod labels {
     pub const MANAGED_BY_VALUE: &str = "drover";
 }
 
+/// A container's state as the engine reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ContainerState {
@@ -49,7 +60,7 @@ pub enum HealthState {
     Unhealthy,
 }
 
-/// A container as the runtime reports it.
+/// A container as its engine last reported it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Container {
     pub id: String,
@@ -58,21 +69,28 @@ pub struct Container {
     pub labels: HashMap<String, String>,
     pub state: ContainerState,
     pub health: HealthState,
+    /// Exit code of the last run, once it has exited.
+    pub exit_code: Option<i64>,
+    /// The kernel killed the last run for lack of memory.
+    pub oom_killed: bool,
     pub created_at: DateTime<Utc>,
+    /// When the current (or last) run started; `None` if it never did.
+    pub started_at: Option<DateTime<Utc>>,
+    /// When the last run ended; `None` while the first run goes on.
+    pub finished_at: Option<DateTime<Utc>>,
 }
 
 impl Container {
-    /// Running and, where the image has a health check, healthy.
-    pub fn ready(&self) -> bool {
-        self.state == ContainerState::Running && matches!(self.health, HealthState::None | HealthState::Healthy)
-    }
-
     pub fn pool(&self) -> Option<&str> {
         self.labels.get(labels::POOL).map(String::as_str)
     }
 
     pub fn failure_domain(&self) -> Option<&str> {
         self.labels.get(labels::FAILURE_DOMAIN).map(String::as_str)
+    }
+
+    pub fn managed_by_drover(&self) -> bool {
+        self.labels.get(labels::MANAGED_BY).map(String::as_str) == Some(labels::MANAGED_BY_VALUE)
     }
 }
 
@@ -86,91 +104,45 @@ pub struct CreateContainer {
     pub stop_timeout_secs: i64,
 }
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum RuntimeError {
-    /// The runtime cannot be reached at all; retry later.
-    #[error("container runtime unavailable: {0}")]
+    /// The engine cannot be reached at all; retry later.
+    #[error("container engine unavailable: {0}")]
     Unavailable(String),
     #[error("image {0:?} is not available to the engine (no registry can be reached to pull it)")]
     ImageMissing(String),
     /// A container of that name exists already.
     #[error("container name {0:?} is already in use")]
     NameInUse(String),
-    #[error("container runtime error: {0}")]
+    #[error("container engine error: {0}")]
     Api(String),
 }
 
-/// What a runtime event asks the reconciler to look at.
+/// What an engine's events ask the reconciler to look at.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Wake {
     Pool(String),
-    /// Events may have been missed: look at every pool.
+    /// An engine was lost or came back: look at every pool.
     All,
 }
 
-#[derive(Clone)]
-pub enum Runtime {
-    Docker(docker::DockerRuntime),
-    Simulated(simulated::SimulatedRuntime),
+/// Parses the engine's RFC 3339 timestamps; Docker writes the zero time
+/// (`0001-01-01T00:00:00Z`) for "never", which reads as `None`.
+pub(crate) fn parse_engine_time(s: Option<&str>) -> Option<DateTime<Utc>> {
+    let t = DateTime::parse_from_rfc3339(s?).ok()?.with_timezone(&Utc);
+    (t.timestamp() > 0).then_some(t)
 }
 
-impl Runtime {
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Self::Docker(_) => "docker",
-            Self::Simulated(_) => "simulated",
-        }
-    }
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-    /// Is the runtime reachable?
-    pub async fn ping(&self) -> Result<(), RuntimeError> {
-        match self {
-            Self::Docker(d) => d.ping().await,
-            Self::Simulated(s) => s.ping(),
-        }
-    }
-
-    /// Every container, running or not, that carries `pool`'s label.
-    pub async fn list_pool(&self, pool: &str) -> Result<Vec<Container>, RuntimeError> {
-        match self {
-            Self::Docker(d) => d.list_pool(pool).await,
-            Self::Simulated(s) => s.list_pool(pool),
-        }
-    }
-
-    /// Creates and starts a container.
-    pub async fn create(&self, spec: &CreateContainer) -> Result<Container, RuntimeError> {
-        match self {
-            Self::Docker(d) => d.create(spec).await,
-            Self::Simulated(s) => s.create(spec),
-        }
-    }
-
-    /// Starts a created container; when it cannot start, removes it so that
-    /// it is replaced rather than left half-made.
-    pub async fn start(&self, id: &str, stop_timeout_secs: i64) -> Result<(), RuntimeError> {
-        match self {
-            Self::Docker(d) => d.start(id, stop_timeout_secs).await,
-            Self::Simulated(s) => s.start(id),
-        }
-    }
-
-    /// Stops and removes a container; one already gone counts as removed.
-    pub async fn remove(&self, id: &str, stop_timeout_secs: i64) -> Result<(), RuntimeError> {
-        match self {
-            Self::Docker(d) => d.remove(id, stop_timeout_secs).await,
-            Self::Simulated(s) => s.remove(id),
-        }
-    }
-
-    /// Reports every container event of a labelled container (start, die,
-    /// destroy, health change) to `tx` as the pool to look at, until `cancel`.
-    /// Reconnects by itself when the runtime goes away and comes back, and
-    /// then asks for every pool to be looked at, since events were missed.
-    pub async fn watch(&self, tx: mpsc::UnboundedSender<Wake>, cancel: tokio_util::sync::CancellationToken) {
-        match self {
-            Self::Docker(d) => d.watch(tx, cancel).await,
-            Self::Simulated(s) => s.watch(tx, cancel).await,
-        }
+    #[test]
+    fn engine_times_parse_and_the_zero_time_means_never() {
+        let t = parse_engine_time(Some("2026-12-03T09:23:00.123456789Z")).unwrap();
+        assert_eq!(t.timestamp(), 1796289780);
+        assert_eq!(parse_engine_time(Some("0001-01-01T00:00:00Z")), None);
+        assert_eq!(parse_engine_time(Some("garbage")), None);
+        assert_eq!(parse_engine_time(None), None);
     }
 }

@@ -1,6 +1,6 @@
-//! Test support for the real Docker engine: a check that fails loudly in
-//! CI, images built locally from the static busybox binary (no registry is
-//! reachable), and a sampler of a pool's containers.
+//! Test support for the real Docker engine: a check that fails loudly when
+//! the engine is missing, images built locally (see `images.rs`: no
+//! registry is reachable), and a sampler of a pool's containers.
 
 use std::collections::HashMap;
 use std::process::Command;
@@ -13,10 +13,14 @@ use bollard::models::ContainerSummaryStateEnum;
 use bollard::query_parameters::ListContainersOptionsBuilder;
 
 use crate::images::{self, docker};
-pub use crate::images::{BUSYBOX, CRASH_IMAGE, PLAIN_IMAGE, V1, V2};
+pub use crate::images::{CRASH_IMAGE, HEALTHY_IMAGE, PLAIN_IMAGE, STUBBORN_V1, STUBBORN_V2, V1, V2};
 
-/// True when Docker is usable. Without it: in CI a panic, elsewhere a
-/// printed reason and `false`, so the caller can skip.
+/// Opting out of the tests that need a Docker engine (README: "Testing").
+pub const SKIP_DOCKER: &str = "DROVER_SKIP_DOCKER_TESTS";
+
+/// True when Docker is usable, after building the test images. Without an
+/// engine the test fails with the reason, unless the user opted out with
+/// `DROVER_SKIP_DOCKER_TESTS=1`: then it says so and the caller returns.
 pub fn require_docker(test: &str) -> bool {
     let probe = Command::new("docker").args(["version", "--format", "{{.Server.Version}}"]).output();
     let problem = match probe {
@@ -24,20 +28,16 @@ pub fn require_docker(test: &str) -> bool {
         Ok(out) => Some(String::from_utf8_lossy(&out.stderr).trim().to_owned()),
         Err(e) => Some(format!("cannot run the docker CLI: {e}")),
     };
-    let problem = problem.or_else(|| {
-        (!std::path::Path::new(BUSYBOX).exists())
-            .then(|| format!("{BUSYBOX} is missing (apt-get install busybox-static); test images are built from it"))
-    });
     match problem {
         None => {
             images::build_once();
             true
         }
-        Some(why) if std::env::var_os("CI").is_some() => panic!("{test} needs Docker and CI is set: {why}"),
-        Some(why) => {
-            eprintln!("skipping {test}: {why}");
+        Some(why) if std::env::var_os(SKIP_DOCKER).is_some() => {
+            eprintln!("{test}: not run, {SKIP_DOCKER} is set ({why})");
             false
         }
+        Some(why) => panic!("{test} needs a running Docker engine: {why} (set {SKIP_DOCKER}=1 to opt out)"),
     }
 }
 
@@ -75,6 +75,8 @@ pub struct Seen {
     pub name: String,
     pub image: String,
     pub running: bool,
+    /// The engine's state: running, exited, created, paused, ...
+    pub state: String,
     pub labels: HashMap<String, String>,
 }
 
@@ -95,6 +97,7 @@ pub async fn containers(docker: &Docker, label: &str) -> Vec<Seen> {
             name: c.names.unwrap_or_default().first().map(|n| n.trim_start_matches('/').to_owned()).unwrap_or_default(),
             image: c.image.unwrap_or_default(),
             running: matches!(c.state, Some(ContainerSummaryStateEnum::RUNNING)),
+            state: c.state.map(|s| s.to_string()).unwrap_or_default(),
             labels: c.labels.unwrap_or_default(),
         })
         .collect()

@@ -22,17 +22,17 @@ const LIMIT: Duration = Duration::from_secs(120);
 
 /// A Unix socket that forwards to the Docker socket and can be cut off and
 /// restored, as an engine restart or a socket proxy failure would.
-struct SocketProxy {
-    path: PathBuf,
+pub struct SocketProxy {
+    pub path: PathBuf,
     task: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl SocketProxy {
-    fn new(path: PathBuf) -> Arc<Self> {
+    pub fn new(path: PathBuf) -> Arc<Self> {
         Arc::new(Self { path, task: Mutex::new(None) })
     }
 
-    async fn up(&self) {
+    pub async fn up(&self) {
         let _ = std::fs::remove_file(&self.path);
         let listener = UnixListener::bind(&self.path).expect("binding the proxy socket");
         let task = tokio::spawn(async move {
@@ -49,7 +49,7 @@ impl SocketProxy {
     }
 
     /// Drops the listener and every open connection.
-    async fn down(&self) {
+    pub async fn down(&self) {
         if let Some(task) = self.task.lock().await.take() {
             task.abort();
             let _ = task.await;
@@ -89,14 +89,25 @@ async fn a_docker_outage_gives_conditions_and_events_then_recovers_without_dupli
         .await;
     assert!(p["status"]["last_error"].as_str().is_some_and(|e| !e.is_empty()));
     assert_eq!(app.get("/readyz").await.status(), StatusCode::SERVICE_UNAVAILABLE);
-    // Backoff, not a busy loop: over 3 s of outage, a handful of attempts.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Backoff, not a busy loop: over 30 s of outage, a handful of failed
+    // passes at most (a pass that cannot reach the engine waits for it
+    // rather than failing), and the outage is told once.
+    tokio::time::sleep(Duration::from_secs(30)).await;
     let warnings = app.events(&pool).await.into_iter().filter(|e| e["reason"] == "RuntimeUnavailable").count();
     assert!((1..=3).contains(&warnings), "{warnings} outage events: a repeated failure is one story");
+    let metrics = app.get("/metrics").await.text().await.unwrap_or_default();
+    let failed: f64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("drover_reconcile_passes_total") && l.contains(&pool) && l.contains("error"))
+        .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+        .sum();
+    assert!(failed <= 5.0, "{failed} failed passes in a 30 s outage");
     assert_eq!(docker::pool_containers(&d, &pool).await.len(), 2, "nothing changed while Docker was away");
 
     proxy.up().await;
+    let back = std::time::Instant::now();
     app.wait_converged(&pool, 4, LIMIT).await;
+    assert!(back.elapsed() < Duration::from_secs(15), "converged {:?} after the engine came back", back.elapsed());
     tokio::time::sleep(Duration::from_secs(1)).await;
     let seen = docker::pool_containers(&d, &pool).await;
     assert_eq!(seen.len(), 4, "exactly 4 containers after the outage: {seen:#?}");

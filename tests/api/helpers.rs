@@ -208,6 +208,7 @@ impl TestApp {
         self.wait_pool(name, timeout, &format!("{name} to converge on {replicas} ready machines"), |p| {
             let s = &p["status"];
             p["generation"] == s["observed_generation"]
+                && s["terminating_replicas"].as_u64().unwrap_or(0) == 0
                 && s["replicas"] == replicas
                 && s["ready_replicas"] == replicas
                 && s["updated_replicas"] == replicas

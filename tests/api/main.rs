@@ -2,14 +2,17 @@
 
 mod cli;
 mod clusters;
+mod crashes;
 mod docker;
 mod drain;
 mod faults;
 mod helpers;
 #[path = "../support/images.rs"]
 mod images;
+
 #[path = "../support/kube_sim.rs"]
 mod kube_sim;
+mod lifecycle;
 mod metrics;
 mod openapi;
 mod pools;

@@ -27,7 +27,13 @@ async fn create_returns_201_with_location_etag_and_the_pool() {
     assert_eq!(body["phase"], "active");
     assert_eq!(
         body["strategy"],
-        json!({"max_surge": 1, "max_unavailable": 0, "batch_approval": false, "auto_rollback": false})
+        json!({
+            "max_surge": 1,
+            "max_unavailable": 0,
+            "batch_approval": false,
+            "auto_rollback": false,
+            "replacement": "termination_started"
+        })
     );
     assert_eq!((body["min_ready_seconds"].clone(), body["progress_deadline_seconds"].clone()), (json!(0), json!(600)));
     assert_eq!(body["revision"], 1);
@@ -336,16 +342,19 @@ async fn readiness_fails_with_the_reason_when_docker_is_unreachable() {
     assert_eq!(runtime["ok"], false);
     assert!(runtime["detail"].as_str().unwrap().contains("no-such.sock"), "{runtime}");
 
-    // Pools still work, and get a RuntimeUnavailable condition.
+    // Pools still work, and get a RuntimeUnavailable condition naming the engine.
     app.create_pool_ok("offline", 2, json!({})).await;
     let pool = app
         .wait_pool("offline", Duration::from_secs(10), "a RuntimeUnavailable condition", |p| {
-            p["status"]["conditions"]
-                .as_array()
-                .is_some_and(|cs| cs.iter().any(|c| c["reason"] == "RuntimeUnavailable"))
+            p["status"]["conditions"].as_array().is_some_and(|cs| {
+                cs.iter().any(|c| {
+                    c["reason"] == "RuntimeUnavailable"
+                        && c["message"].as_str().is_some_and(|m| m.contains("no-such.sock"))
+                })
+            })
         })
         .await;
-    assert!(pool["status"]["last_error"].as_str().unwrap().contains("unavailable"));
+    assert!(pool["status"]["last_error"].as_str().unwrap().contains("engine local"), "{pool:#}");
     let events = app.events("offline").await;
     let failures = events.iter().filter(|e| e["reason"] == "RuntimeUnavailable").count();
     assert_eq!(failures, 1, "a repeating failure is told once: {events:#?}");

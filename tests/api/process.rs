@@ -12,11 +12,20 @@ pub struct Process {
 
 impl Process {
     pub fn spawn(data_dir: &std::path::Path) -> Self {
+        Self::spawn_with(data_dir, &[])
+    }
+
+    /// With more `drover serve` flags; a `--stop-timeout` among them
+    /// replaces the default of 2 s.
+    pub fn spawn_with(data_dir: &std::path::Path, flags: &[&str]) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port();
+        let stop = if flags.contains(&"--stop-timeout") { &[][..] } else { &["--stop-timeout", "2s"][..] };
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_drover"))
-            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--stop-timeout", "2s", "--log-level", "warn"])
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--log-level", "warn"])
+            .args(stop)
             .arg("--data-dir")
             .arg(data_dir)
+            .args(flags)
             .spawn()
             .expect("starting drover");
         Self { child, addr: format!("http://127.0.0.1:{port}") }

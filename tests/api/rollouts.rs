@@ -54,7 +54,8 @@ async fn surge_2_unavailable_0_stays_within_8_machines_and_6_available() {
     if !require_docker("surge_2_unavailable_0_stays_within_8_machines_and_6_available") {
         return;
     }
-    let (min_running, max_total) = roll_six(json!({"max_surge": 2, "max_unavailable": 0})).await.unwrap_or_default();
+    let strict = json!({"max_surge": 2, "max_unavailable": 0, "replacement": "termination_complete"});
+    let (min_running, max_total) = roll_six(strict).await.unwrap_or_default();
     assert!(max_total <= 8, "saw {max_total} machines with surge 2");
     assert!(min_running >= 6, "saw only {min_running} running with unavailable 0");
 }
@@ -64,7 +65,8 @@ async fn surge_0_unavailable_2_never_drops_below_4_available() {
     if !require_docker("surge_0_unavailable_2_never_drops_below_4_available") {
         return;
     }
-    let (min_running, max_total) = roll_six(json!({"max_surge": 0, "max_unavailable": 2})).await.unwrap_or_default();
+    let strict = json!({"max_surge": 0, "max_unavailable": 2, "replacement": "termination_complete"});
+    let (min_running, max_total) = roll_six(strict).await.unwrap_or_default();
     assert!(max_total <= 6, "saw {max_total} machines with surge 0");
     assert!(min_running >= 4, "saw only {min_running} running with unavailable 2");
 }
@@ -78,15 +80,17 @@ async fn a_rollout_to_a_crashing_image_stalls_without_touching_healthy_machines(
     let _cleanup = Cleanup(vec![pool.clone()]);
     let app = spawn_docker_app().await;
     let d = docker::client().await;
-    // A container that exits at once still runs for an instant; min_ready_seconds
-    // keeps that instant from counting as availability.
-    let spec = json!({"image": PLAIN_IMAGE, "progress_deadline_seconds": 4, "min_ready_seconds": 1});
+    // Default readiness and strategy: a container that exits at once runs for
+    // an instant, which must never count as ready. Only the deadline is short.
+    let spec = json!({"image": PLAIN_IMAGE, "progress_deadline_seconds": 4});
     app.create_pool_ok(&pool, 3, spec).await;
     app.wait_converged(&pool, 3, LIMIT).await;
     let healthy = app.machine_names(&pool).await;
     assert_eq!(app.patch_pool(&pool, json!({"image": CRASH_IMAGE}), None).await.status(), StatusCode::OK);
     let r = wait_rollout(&app, &pool, "a stalled rollout", |r| r["state"] == "stalled").await;
-    assert!(r["reason"].as_str().unwrap_or_default().contains("ProgressDeadlineExceeded"), "{r:#}");
+    let reason = r["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("ProgressDeadlineExceeded"), "{r:#}");
+    assert!(reason.contains("MachineExited") || reason.contains("CrashLoopBackOff"), "the rollout says why: {r:#}");
     let p = app.pool(&pool).await;
     let progressing =
         p["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Progressing").cloned().unwrap();
@@ -114,7 +118,7 @@ async fn auto_rollback_returns_a_stalled_rollout_to_the_old_image() {
     let _cleanup = Cleanup(vec![pool.clone()]);
     let app = spawn_docker_app().await;
     let d = docker::client().await;
-    let spec = json!({"image": PLAIN_IMAGE, "progress_deadline_seconds": 3, "min_ready_seconds": 1, "strategy": {"auto_rollback": true}});
+    let spec = json!({"image": PLAIN_IMAGE, "progress_deadline_seconds": 3, "strategy": {"auto_rollback": true}});
     app.create_pool_ok(&pool, 3, spec).await;
     app.wait_converged(&pool, 3, LIMIT).await;
     let healthy = app.machine_names(&pool).await;

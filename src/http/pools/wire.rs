@@ -12,7 +12,7 @@ use crate::db::pools::Pool;
 use crate::domain::event::Event;
 use crate::domain::pool::{Mount, PoolSpec, RawSpec};
 use crate::domain::status::PoolStatus;
-use crate::domain::strategy::IntOrPercent;
+use crate::domain::strategy::{IntOrPercent, ReplacementPolicy};
 
 /// A pool's spec as clients send it. Unknown fields are refused.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -47,7 +47,7 @@ pub struct PoolSpecInput {
     /// Seconds without progress before a rollout is reported stalled (default 600).
     #[serde(default)]
     pub progress_deadline_seconds: Option<i64>,
-    /// Seconds after which an up-to-date machine that never became ready is replaced (default: never).
+    /// Seconds after which an up-to-date machine that runs but never became ready is replaced (default 300).
     #[serde(default)]
     pub machine_ready_timeout_seconds: Option<i64>,
 }
@@ -65,6 +65,10 @@ pub struct StrategyInput {
     /// Roll back by itself when the progress deadline passes (default false).
     #[serde(default)]
     pub auto_rollback: bool,
+    /// Whether a machine being deleted counts toward `replicas + max_surge`
+    /// (default `termination_started`: it does not).
+    #[serde(default)]
+    pub replacement: Option<ReplacementPolicy>,
 }
 
 impl From<PoolSpecInput> for RawSpec {
@@ -81,6 +85,7 @@ impl From<PoolSpecInput> for RawSpec {
             max_unavailable: strategy.max_unavailable,
             batch_approval: strategy.batch_approval,
             auto_rollback: strategy.auto_rollback,
+            replacement: strategy.replacement,
             paused: i.paused,
             cluster: i.cluster,
             min_ready_seconds: i.min_ready_seconds,

@@ -1,47 +1,76 @@
 use proptest::prelude::*;
 
 use super::*;
+use MachinePhase::*;
 
 fn m(name: &str, up_to_date: bool, ready: bool) -> Observed {
     Observed {
         name: name.into(),
         container_id: format!("id-{name}"),
+        engine: "e0".into(),
+        phase: if ready { Running } else { Starting },
         up_to_date,
         ready,
         available: ready,
         stuck: false,
         delete_requested: false,
-        never_started: false,
+        deleting: false,
+        lost: false,
+        repair_due: false,
+        failed_restarts: 0,
         failure_domain: None,
         created_at: 0,
     }
 }
 
-fn requested(mut o: Observed) -> Observed {
-    o.delete_requested = true;
+fn with(mut o: Observed, change: impl FnOnce(&mut Observed)) -> Observed {
+    change(&mut o);
     o
 }
 
-fn born(mut o: Observed, t: i64) -> Observed {
-    o.created_at = t;
-    o
+fn requested(o: Observed) -> Observed {
+    with(o, |o| o.delete_requested = true)
 }
 
-/// The seed's behaviour: surge 100%, unavailable 0.
+fn born(o: Observed, t: i64) -> Observed {
+    with(o, |o| o.created_at = t)
+}
+
+fn phase(o: Observed, p: MachinePhase) -> Observed {
+    with(o, |o| {
+        o.phase = p;
+        o.ready = false;
+        o.available = false;
+        o.deleting = p == Terminating;
+    })
+}
+
+fn on(o: Observed, engine: &str) -> Observed {
+    with(o, |o| o.engine = engine.into())
+}
+
+/// The seed's behaviour: surge 100%, unavailable 0, one engine.
 fn seed(replicas: u32) -> Desired {
     Desired {
         replicas,
         failure_domains: vec![],
+        engines: vec!["e0".into()],
         max_surge: replicas,
         max_unavailable: 0,
+        replacement: ReplacementPolicy::TerminationStarted,
         paused: false,
         deleting: false,
         max_updated: None,
+        max_failed_restarts: 5,
     }
 }
 
 fn deleted(p: &Plan) -> Vec<(&str, DeleteReason)> {
     p.delete.iter().map(|d| (d.machine.as_str(), d.reason)).collect()
+}
+
+fn repaired(p: &Plan) -> Vec<(&str, RepairAction)> {
+    p.repair.iter().map(|r| (r.machine.as_str(), r.action)).collect()
 }
 
 #[test]
@@ -50,7 +79,7 @@ fn creates_replicas_minus_up_to_date_machines() {
     assert_eq!(p.create.len(), 5);
     assert!(p.delete.is_empty());
     let p = plan(&[m("a", true, true), m("b", true, false)], &seed(5));
-    assert_eq!(p.create.len(), 3, "not-ready up-to-date machines count as up to date");
+    assert_eq!(p.create.len(), 3, "machines still starting count as up to date");
 }
 
 #[test]
@@ -84,6 +113,22 @@ fn excess_up_to_date_machines_go_newest_first() {
 }
 
 #[test]
+fn scale_down_takes_from_the_fullest_engine_first() {
+    let world = [
+        born(on(m("a1", true, true), "a"), 1),
+        born(on(m("a2", true, true), "a"), 2),
+        born(on(m("a3", true, true), "a"), 3),
+        born(on(m("b1", true, true), "b"), 9),
+        born(on(m("b2", true, true), "b"), 8),
+        born(on(m("c1", true, true), "c"), 7),
+    ];
+    let d = Desired { engines: vec!["a".into(), "b".into(), "c".into()], ..seed(3) };
+    let p = plan(&world, &d);
+    let gone: Vec<&str> = p.delete.iter().map(|x| x.machine.as_str()).collect();
+    assert_eq!(gone, ["a3", "b1", "a2"], "3/2/1 becomes 1/1/1: fullest engine, then newest");
+}
+
+#[test]
 fn never_deletes_below_replicas_ready_machines() {
     // A rolling update whose new machines are not ready yet: nothing old goes.
     let world = [m("old1", false, true), m("old2", false, true), m("new1", true, false), m("new2", true, false)];
@@ -92,16 +137,154 @@ fn never_deletes_below_replicas_ready_machines() {
 }
 
 #[test]
-fn not_ready_up_to_date_machines_are_never_scale_down_candidates() {
+fn a_crashing_new_machine_never_pays_for_a_healthy_old_one() {
+    // max_unavailable 0: the new machine exited at once, so it is not ready.
+    let world = [m("o1", false, true), m("o2", false, true), m("o3", false, true), phase(m("n1", true, false), Exited)];
+    let d = Desired { max_surge: 1, ..seed(3) };
+    let p = plan(&world, &d);
+    assert!(p.delete.is_empty(), "{p:?}");
+    assert!(p.create.is_empty(), "the surge slot is taken by the broken machine");
+}
+
+#[test]
+fn not_ready_surplus_goes_first_and_at_no_cost() {
+    let world = [
+        m("a", true, true),
+        m("b", true, true),
+        phase(m("exited", true, false), Exited),
+        m("starting", true, false),
+        phase(m("paused", true, false), Paused),
+    ];
+    let p = plan(&world, &seed(2));
+    let mut gone: Vec<&str> = p.delete.iter().map(|d| d.machine.as_str()).collect();
+    gone.sort_unstable();
+    assert_eq!(gone, ["exited", "paused", "starting"], "ready machines stay; {p:?}");
+    assert!(p.repair.is_empty(), "surplus is not repaired");
+}
+
+#[test]
+fn not_ready_up_to_date_machines_within_replicas_are_kept() {
     let world = [m("a", true, true), m("b", true, false), m("c", true, false)];
-    let p = plan(&world, &seed(1));
+    let p = plan(&world, &seed(3));
     assert!(p.delete.is_empty(), "{p:?}");
 }
 
 #[test]
 fn not_ready_outdated_machines_go_at_no_cost() {
-    let world = [m("a", true, true), m("broken-old", false, false)];
+    let world = [m("a", true, true), phase(m("broken-old", false, false), Exited)];
     assert_eq!(deleted(&plan(&world, &seed(1))), [("broken-old", DeleteReason::Outdated)]);
+}
+
+#[test]
+fn broken_machines_are_restarted_in_place_once_their_backoff_passed() {
+    let exited = phase(m("x", true, false), Exited);
+    let waiting = plan(&[m("a", true, true), exited.clone()], &seed(2));
+    assert!(waiting.is_empty(), "backoff not over: wait; {waiting:?}");
+    let due = with(exited, |o| o.repair_due = true);
+    let p = plan(&[m("a", true, true), due], &seed(2));
+    assert_eq!(repaired(&p), [("x", RepairAction::Restart)]);
+    assert!(p.create.is_empty() && p.delete.is_empty(), "a machine being repaired is not replaced too");
+}
+
+#[test]
+fn paused_machines_are_unpaused_and_interrupted_creations_started() {
+    let paused = with(phase(m("p", true, false), Paused), |o| o.repair_due = true);
+    let creating = phase(m("c", true, false), Creating);
+    let stale = phase(m("stale", false, false), Creating);
+    let p = plan(&[paused, creating, stale, m("ok", true, true)], &seed(3));
+    assert_eq!(repaired(&p), [("p", RepairAction::Unpause), ("c", RepairAction::Start)]);
+    assert_eq!(deleted(&p), [("stale", DeleteReason::Outdated)]);
+    assert!(p.create.is_empty(), "the half-created machine counts toward replicas");
+}
+
+#[test]
+fn machines_that_keep_failing_or_are_dead_are_replaced() {
+    let looping = with(phase(m("loop", true, false), Exited), |o| {
+        o.failed_restarts = 5;
+        o.repair_due = true;
+    });
+    let dead = phase(m("dead", true, false), Dead);
+    let p = plan(&[m("ok", true, true), looping, dead], &Desired { max_surge: 1, ..seed(3) });
+    assert_eq!(deleted(&p), [("loop", DeleteReason::Broken), ("dead", DeleteReason::Broken)]);
+    assert_eq!(p.create.len(), 2, "their replacements are created at once (termination_started)");
+    assert!(p.repair.is_empty());
+}
+
+#[test]
+fn terminating_machines_are_finished_and_count_toward_nothing_by_default() {
+    let world =
+        [m("a", true, true), phase(m("t1", true, false), Terminating), phase(m("t2", false, false), Terminating)];
+    let d = Desired { max_surge: 1, ..seed(3) };
+    let p = plan(&world, &d);
+    let finished: Vec<&str> = p.finish.iter().map(|f| f.machine.as_str()).collect();
+    assert_eq!(finished, ["t1", "t2"]);
+    assert!(p.delete.is_empty());
+    assert_eq!(p.create.len(), 2, "termination_started: stopping machines leave the surge bound");
+    let strict = Desired { replacement: ReplacementPolicy::TerminationComplete, ..d };
+    assert_eq!(plan(&world, &strict).create.len(), 1, "termination_complete: they stay in it until gone");
+}
+
+#[test]
+fn a_rollout_under_termination_complete_counts_its_own_deletions() {
+    let world: Vec<_> = (0..4).map(|i| m(&format!("o{i}"), false, true)).chain([m("n0", true, true)]).collect();
+    let d = Desired { max_surge: 1, replacement: ReplacementPolicy::TerminationComplete, ..seed(4) };
+    let p = plan(&world, &d);
+    assert_eq!(p.delete.len(), 1);
+    assert!(p.create.is_empty(), "the old machine still stops: no room yet");
+    let eager = Desired { replacement: ReplacementPolicy::TerminationStarted, ..d };
+    assert_eq!(plan(&world, &eager).create.len(), 1);
+}
+
+#[test]
+fn machines_on_an_unreachable_engine_count_but_are_left_alone() {
+    let unknown = on(phase(m("far", true, false), Unknown), "e1");
+    let d = Desired { engines: vec!["e0".into()], ..seed(2) };
+    let p = plan(&[m("a", true, true), unknown.clone()], &d);
+    assert!(p.is_empty(), "not replaced before the engine is given up; {p:?}");
+    let outdated_unknown = with(unknown, |o| o.up_to_date = false);
+    let p = plan(&[m("a", true, true), m("b", true, true), outdated_unknown], &d);
+    assert!(p.delete.is_empty(), "nothing is done on an engine that does not answer");
+}
+
+#[test]
+fn machines_of_a_lost_engine_are_replaced_and_trimmed_when_it_returns() {
+    let lost = |n: &str| with(on(phase(m(n, true, false), Unknown), "e1"), |o| o.lost = true);
+    let d = Desired { engines: vec!["e0".into(), "e2".into()], max_surge: 1, ..seed(4) };
+    let world = [on(m("a", true, true), "e0"), on(m("b", true, true), "e2"), lost("c"), lost("d")];
+    let p = plan(&world, &d);
+    assert_eq!(p.create.len(), 2, "lost machines count toward nothing");
+    let engines: Vec<&str> = p.create.iter().map(|c| c.engine.as_str()).collect();
+    assert_eq!(engines, ["e0", "e2"]);
+    // The engine is back: six machines for four replicas; the returned ones
+    // sit on the least full engine, so the replacements' engines give.
+    let back = [
+        born(on(m("a", true, true), "e0"), 1),
+        born(on(m("b", true, true), "e2"), 1),
+        born(on(m("c", true, true), "e1"), 1),
+        born(on(m("d", true, true), "e1"), 1),
+        born(on(m("r1", true, true), "e0"), 5),
+        born(on(m("r2", true, true), "e2"), 5),
+    ];
+    let d = Desired { engines: vec!["e0".into(), "e1".into(), "e2".into()], ..d };
+    let p = plan(&back, &d);
+    let gone: Vec<&str> = p.delete.iter().map(|x| x.machine.as_str()).collect();
+    assert_eq!(gone.len(), 2);
+    assert!(gone.iter().all(|n| n.starts_with('r') || *n == "a" || *n == "b"), "{gone:?}");
+}
+
+#[test]
+fn creations_spread_over_engines_and_failure_domains() {
+    let d = Desired {
+        engines: vec!["e0".into(), "e1".into(), "e2".into()],
+        failure_domains: vec!["a".into(), "b".into()],
+        ..seed(6)
+    };
+    let p = plan(&[on(m("x", true, true), "e1")], &d);
+    let engines: Vec<&str> = p.create.iter().map(|c| c.engine.as_str()).collect();
+    assert_eq!(engines, ["e0", "e2", "e0", "e1", "e2"]);
+    let domains: Vec<&str> = p.create.iter().filter_map(|c| c.failure_domain.as_deref()).collect();
+    assert_eq!(domains, ["a", "b", "a", "b", "a"]);
+    assert!(plan(&[], &Desired { engines: vec![], ..seed(3) }).create.is_empty(), "no engine answers: wait");
 }
 
 #[test]
@@ -133,46 +316,17 @@ fn unavailability_lets_old_machines_go_before_new_ones_exist() {
 }
 
 #[test]
-fn failure_domains_are_filled_fewest_first() {
-    let d = Desired { failure_domains: vec!["a".into(), "b".into(), "c".into()], ..seed(5) };
-    let mut x = m("x", true, true);
-    x.failure_domain = Some("a".into());
-    let p = plan(&[x], &d);
-    let fds: Vec<_> = p.create.iter().map(|c| c.failure_domain.clone().unwrap_or_default()).collect();
-    assert_eq!(fds, ["b", "c", "a", "b"]);
-}
-
-#[test]
-fn interrupted_creations_are_started_not_duplicated() {
-    let mut half = m("half", true, false);
-    half.never_started = true;
-    let mut stale = m("stale", false, false);
-    stale.never_started = true;
-    let p = plan(&[half, stale, m("ok", true, true)], &seed(3));
-    assert_eq!(p.start.iter().map(|s| s.machine.as_str()).collect::<Vec<_>>(), ["half"]);
-    assert_eq!(deleted(&p), [("stale", DeleteReason::Outdated)]);
-    assert_eq!(p.create.len(), 1, "the half-created machine counts toward replicas");
-}
-
-#[test]
 fn machines_not_yet_available_do_not_count_toward_the_floor() {
     // Two new machines are ready but have not been ready for min_ready_seconds.
-    let mut fresh1 = m("n1", true, true);
-    fresh1.available = false;
-    let mut fresh2 = m("n2", true, true);
-    fresh2.available = false;
-    let world = [m("o1", false, true), m("o2", false, true), fresh1, fresh2];
+    let fresh = |n: &str| with(m(n, true, true), |o| o.available = false);
+    let world = [m("o1", false, true), m("o2", false, true), fresh("n1"), fresh("n2")];
     let d = Desired { max_surge: 2, ..seed(2) };
     assert!(plan(&world, &d).delete.is_empty(), "old machines stay until the new ones are available");
 }
 
 #[test]
 fn stuck_machines_are_replaced_one_at_a_time_without_unavailability() {
-    let stuck = |n: &str| {
-        let mut x = m(n, true, false);
-        x.stuck = true;
-        x
-    };
+    let stuck = |n: &str| with(m(n, true, false), |o| o.stuck = true);
     let world = [m("a", true, true), stuck("s1"), stuck("s2")];
     let d = Desired { max_surge: 1, ..seed(3) };
     let p = plan(&world, &d);
@@ -197,70 +351,110 @@ fn batch_approval_stops_a_rollout_after_each_batch() {
 }
 
 #[test]
-fn a_deleting_pool_removes_everything_and_creates_nothing() {
-    let world = [m("a", true, true), m("b", false, false)];
+fn a_deleting_pool_removes_everything_it_can_reach_and_creates_nothing() {
+    let world = [m("a", true, true), phase(m("b", false, false), Exited), phase(m("far", true, false), Unknown)];
     let p = plan(&world, &Desired { deleting: true, ..seed(3) });
     assert_eq!(deleted(&p), [("a", DeleteReason::PoolDeleting), ("b", DeleteReason::PoolDeleting)]);
     assert!(p.create.is_empty());
 }
 
 #[test]
-fn a_paused_pool_changes_nothing() {
-    let world = [m("a", false, true)];
-    assert!(plan(&world, &Desired { paused: true, ..seed(3) }).is_empty());
+fn a_paused_pool_changes_nothing_but_finishes_deletions() {
+    let world = [m("a", false, true), phase(m("t", true, false), Terminating)];
+    let p = plan(&world, &Desired { paused: true, ..seed(3) });
+    assert!(p.delete.is_empty() && p.create.is_empty() && p.repair.is_empty());
+    assert_eq!(p.finish.len(), 1);
 }
 
 // ---- properties over random worlds -----------------------------------------
 
+const PHASES: [MachinePhase; 8] = [Running, Running, Starting, Exited, Paused, Dead, Creating, Terminating];
+
 fn world() -> impl Strategy<Value = Vec<Observed>> {
-    let machine = (any::<bool>(), any::<bool>(), any::<bool>(), 0i64..5, prop::option::of(0usize..4), any::<bool>());
+    let machine = (
+        (any::<bool>(), any::<bool>(), any::<bool>(), 0i64..5),
+        (0usize..PHASES.len(), prop::option::of(0usize..4), 0usize..3, any::<bool>(), 0u32..7),
+        prop::bool::weighted(0.1),
+    );
     prop::collection::vec(machine, 0..14).prop_map(|v| {
         v.into_iter()
             .enumerate()
-            .map(|(i, (up, ready, req, t, fd, flag))| Observed {
-                name: format!("m{i}"),
-                container_id: format!("c{i}"),
-                up_to_date: up,
-                ready,
-                // Some ready machines are not available yet (min_ready_seconds).
-                available: ready && (flag || t < 3),
-                stuck: up && !ready && flag,
-                delete_requested: req,
-                never_started: !ready && t == 4,
-                failure_domain: fd.map(|f| format!("fd{f}")),
-                created_at: t,
+            .map(|(i, ((up, ready_flag, req, t), (ph, fd, engine, flag, failed), unknown))| {
+                let phase = if unknown { Unknown } else { PHASES[ph] };
+                let ready = phase == Running && ready_flag;
+                Observed {
+                    name: format!("m{i}"),
+                    container_id: format!("c{i}"),
+                    engine: format!("e{engine}"),
+                    phase,
+                    up_to_date: up,
+                    ready,
+                    // Some ready machines are not available yet (min_ready_seconds).
+                    available: ready && (flag || t < 3),
+                    stuck: up && phase == Running && !ready && flag,
+                    delete_requested: req,
+                    deleting: phase == Terminating,
+                    lost: unknown && flag,
+                    repair_due: flag,
+                    failed_restarts: failed,
+                    failure_domain: fd.map(|f| format!("fd{f}")),
+                    created_at: t,
+                }
             })
             .collect()
     })
 }
 
 fn desired() -> impl Strategy<Value = Desired> {
-    (0u32..10, 0u32..6, 0u32..4, prop::bool::weighted(0.1), 0usize..4).prop_map(
-        |(replicas, surge, unavailable, paused, fds)| {
+    (0u32..10, 0u32..6, 0u32..4, prop::bool::weighted(0.1), 0usize..4, any::<bool>()).prop_map(
+        |(replicas, surge, unavailable, paused, fds, strict)| {
             // Both bounds zero is refused by validation (and raised to 1 by resolve).
             let unavailable = if surge == 0 && unavailable == 0 { 1 } else { unavailable };
             Desired {
                 replicas,
                 failure_domains: (0..fds).map(|f| format!("fd{f}")).collect(),
+                engines: vec!["e0".into(), "e1".into(), "e2".into()],
                 max_surge: surge,
                 max_unavailable: unavailable,
+                replacement: if strict {
+                    ReplacementPolicy::TerminationComplete
+                } else {
+                    ReplacementPolicy::TerminationStarted
+                },
                 paused,
                 deleting: false,
                 max_updated: None,
+                max_failed_restarts: 5,
             }
         },
     )
 }
 
-/// The world after a plan: deletions gone, creations present and not ready.
+fn active(w: &[Observed]) -> impl Iterator<Item = &Observed> {
+    w.iter().filter(|m| m.phase != Terminating && !m.lost)
+}
+
+/// The world after a plan: deletions terminating, repairs running (not
+/// ready yet), creations present and not ready.
 fn apply(world: &[Observed], p: &Plan) -> Vec<Observed> {
-    let mut next: Vec<Observed> =
-        world.iter().filter(|m| !p.delete.iter().any(|d| d.machine == m.name)).cloned().collect();
+    let mut next: Vec<Observed> = world
+        .iter()
+        .map(|o| {
+            if p.delete.iter().any(|d| d.machine == o.name) {
+                phase(o.clone(), Terminating)
+            } else if p.repair.iter().any(|r| r.machine == o.name) {
+                phase(o.clone(), Starting)
+            } else {
+                o.clone()
+            }
+        })
+        .collect();
     for (i, c) in p.create.iter().enumerate() {
-        let mut n = m(&format!("new{}-{i}", next.len()), true, false);
-        n.available = false;
-        n.failure_domain = c.failure_domain.clone();
-        n.created_at = 100;
+        let n = with(m(&format!("new{}-{i}", next.len()), true, false), |n| {
+            n.engine = c.engine.clone();
+            n.failure_domain = c.failure_domain.clone();
+            n.created_at = 100;
+        });
         next.push(n);
     }
     next
@@ -272,19 +466,27 @@ proptest! {
         let after = apply(&w, &plan(&w, &d));
         let floor = d.replicas.saturating_sub(d.max_unavailable) as usize;
         for (what, before, after) in [
-            ("ready", w.iter().filter(|m| m.ready).count(), after.iter().filter(|m| m.ready).count()),
-            ("available", w.iter().filter(|m| m.available).count(), after.iter().filter(|m| m.available).count()),
+            ("ready", active(&w).filter(|m| m.ready).count(), active(&after).filter(|m| m.ready).count()),
+            ("available", active(&w).filter(|m| m.available).count(), active(&after).filter(|m| m.available).count()),
         ] {
             prop_assert!(after >= floor.min(before), "{what} {before} -> {after}, floor {floor}");
         }
     }
 
     #[test]
+    fn nothing_is_done_to_machines_on_unreachable_engines(w in world(), d in desired()) {
+        let p = plan(&w, &d);
+        let unknown = |name: &str| w.iter().any(|m| m.name == name && m.phase == Unknown);
+        prop_assert!(p.delete.iter().all(|x| !unknown(&x.machine)));
+        prop_assert!(p.repair.iter().all(|x| !unknown(&x.machine)));
+    }
+
+    #[test]
     fn batch_approval_caps_up_to_date_machines(w in world(), d in desired(), allowed in 0u32..10) {
         let d = Desired { max_updated: Some(allowed), ..d };
-        let up_before = w.iter().filter(|m| m.up_to_date).count();
+        let up_before = active(&w).filter(|m| m.up_to_date).count();
         let after = apply(&w, &plan(&w, &d));
-        let up_after = after.iter().filter(|m| m.up_to_date).count();
+        let up_after = active(&after).filter(|m| m.up_to_date).count();
         prop_assert!(up_after <= up_before.max(allowed as usize), "{up_before} -> {up_after} up to date, {allowed} allowed");
     }
 
@@ -296,30 +498,32 @@ proptest! {
     }
 
     #[test]
-    fn with_no_unavailability_ready_never_drops_below_min_of_replicas_and_before(w in world(), replicas in 0u32..10, surge in 1u32..6) {
-        let d = Desired { max_surge: surge, max_unavailable: 0, ..seed(replicas) };
-        let ready_before = w.iter().filter(|m| m.ready).count();
-        let after = apply(&w, &plan(&w, &d));
-        let ready_after = after.iter().filter(|m| m.ready).count();
-        prop_assert!(ready_after >= (replicas as usize).min(ready_before));
-    }
-
-    #[test]
     fn creations_never_exceed_the_surge_bound(w in world(), d in desired()) {
         let p = plan(&w, &d);
         let after = apply(&w, &p);
         let bound = (d.replicas + d.max_surge) as usize;
-        prop_assert!(p.create.is_empty() || after.len() <= bound, "{} machines, bound {bound}", after.len());
+        let counted = match d.replacement {
+            ReplacementPolicy::TerminationStarted => active(&after).count(),
+            ReplacementPolicy::TerminationComplete => after.iter().filter(|m| !m.lost).count(),
+        };
+        prop_assert!(p.create.is_empty() || counted <= bound, "{counted} machines counted, bound {bound}");
     }
 
     #[test]
     fn creation_count_is_replicas_minus_up_to_date_within_room(w in world(), d in desired()) {
         prop_assume!(!d.paused);
         let p = plan(&w, &d);
-        let remaining: Vec<_> = w.iter().filter(|m| !p.delete.iter().any(|x| x.machine == m.name)).collect();
+        let after = apply(&w, &p);
+        let remaining: Vec<_> = active(&after).filter(|m| m.created_at != 100).collect();
         let up = remaining.iter().filter(|m| m.up_to_date).count();
         let want = (d.replicas as usize).saturating_sub(up);
-        let room = (d.replicas + d.max_surge) as usize - remaining.len().min((d.replicas + d.max_surge) as usize);
+        let counted = match d.replacement {
+            ReplacementPolicy::TerminationStarted => remaining.len(),
+            ReplacementPolicy::TerminationComplete => {
+                after.iter().filter(|m| !m.lost && m.created_at != 100).count()
+            }
+        };
+        let room = ((d.replicas + d.max_surge) as usize).saturating_sub(counted);
         prop_assert_eq!(p.create.len(), want.min(room));
     }
 
@@ -328,19 +532,19 @@ proptest! {
         let p = plan(&w, &d);
         let find = |name: &str| w.iter().find(|m| m.name == name).cloned();
         let gone = |name: &str| p.delete.iter().any(|x| x.machine == name);
-        // Scale-down deletions (remediation of stuck machines is not one).
-        let scaled_down = || p.delete.iter().filter(|x| x.reason != DeleteReason::Unready).filter_map(|x| find(&x.machine));
-        // An up-to-date machine goes only when no ready outdated one stays.
-        if scaled_down().any(|m| m.up_to_date) {
-            prop_assert!(w.iter().filter(|m| !m.up_to_date && m.ready).all(|m| gone(&m.name)));
+        let excess_ready = || p.delete.iter().filter(|x| matches!(x.reason, DeleteReason::Excess | DeleteReason::DeleteRequested)).filter_map(|x| find(&x.machine)).filter(|m| m.up_to_date && m.ready);
+        // A ready up-to-date machine goes only when no ready outdated one stays.
+        if excess_ready().next().is_some() {
+            prop_assert!(active(&w).filter(|m| !m.up_to_date && m.ready && m.phase != Unknown).all(|m| gone(&m.name)));
         }
-        // An unrequested up-to-date machine goes only when every requested ready one goes.
-        if scaled_down().any(|m| m.up_to_date && !m.delete_requested) {
-            prop_assert!(w.iter().filter(|m| m.up_to_date && m.ready && m.delete_requested).all(|m| gone(&m.name)));
+        // An unrequested ready up-to-date machine goes only when every requested ready one goes.
+        if excess_ready().any(|m| !m.delete_requested) {
+            prop_assert!(active(&w).filter(|m| m.up_to_date && m.ready && m.delete_requested).all(|m| gone(&m.name)));
         }
-        // Not-ready up-to-date machines are never scale-down candidates;
-        // only remediation replaces them, and only once they are stuck.
-        prop_assert!(w.iter().filter(|m| m.up_to_date && !m.ready && !m.stuck).all(|m| !gone(&m.name)));
+        // Up-to-date machines go only as true excess, as broken, or as stuck.
+        let up_to_date = active(&w).filter(|m| m.up_to_date).count();
+        let excess = p.delete.iter().filter(|x| matches!(x.reason, DeleteReason::Excess | DeleteReason::DeleteRequested)).filter_map(|x| find(&x.machine)).filter(|m| m.up_to_date).count();
+        prop_assert!(excess <= up_to_date.saturating_sub(d.replicas as usize));
     }
 
     #[test]
@@ -351,20 +555,22 @@ proptest! {
     }
 
     #[test]
-    fn planning_twice_on_the_applied_world_converges(w in world(), d in desired()) {
+    fn planning_again_on_the_applied_world_converges(w in world(), d in desired()) {
         prop_assume!(!d.paused);
-        // Machines become ready between passes; the rollout must finish.
+        // Between passes: stops finish, engines come back, started machines
+        // become ready and available, backoffs pass.
         let mut world = w;
         for _ in 0..60 {
+            world.retain(|m| m.phase != Terminating && !m.lost);
             for m in &mut world {
-                // Time passes: whatever is ready becomes available.
-                m.available = m.ready;
-                if m.up_to_date {
+                if m.phase != Dead {
+                    m.phase = Running;
                     m.ready = true;
                     m.available = true;
                     m.stuck = false;
-                    m.never_started = false;
+                    m.failed_restarts = 0;
                 }
+                m.repair_due = true;
             }
             let p = plan(&world, &d);
             if p.is_empty() {

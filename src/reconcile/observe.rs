@@ -1,0 +1,303 @@
+//! Observing a pool: the containers its engines report, joined with the
+//! machine records, become what the planner sees (phases, readiness,
+//! availability, repairs due) and the records as they should now read.
+//! Pure: the engines' answers, the records and the clock go in; nothing
+//! is read or written here.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::plan::Observed;
+use crate::db::machines::Machine;
+use crate::domain::machine::{MachinePhase, RestartPolicy};
+use crate::domain::pool::PoolSpec;
+use crate::runtime::{Container, ContainerState, HealthState};
+
+/// The timing rules of machines, from the server's settings.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    /// How long a container without a health check must have run before
+    /// it counts as ready: a process that dies on start never does.
+    pub settle: Duration,
+    /// How long an engine may be unreachable before its machines are given
+    /// up for lost and replaced elsewhere.
+    pub lost_after: Duration,
+    pub restart: RestartPolicy,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Self { settle: Duration::from_secs(1), lost_after: Duration::from_secs(30), restart: RestartPolicy::default() }
+    }
+}
+
+/// What a pass knows of one engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineView {
+    pub name: String,
+    /// Listed, and answering: what its cache says is current.
+    pub reachable: bool,
+    /// Listed at least once: its cache holds what it had then.
+    pub listed: bool,
+    /// Unreachable (or never listed) past `lost_after`.
+    pub lost: bool,
+    /// When it will be given up for lost, while it does not answer.
+    pub lost_at: Option<DateTime<Utc>>,
+    /// Why it does not answer, while it does not.
+    pub error: Option<String>,
+}
+
+/// One machine as observed, with the details the planner does not need
+/// but status and events do.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub observed: Observed,
+    /// The record as it should read now.
+    pub record: Machine,
+}
+
+#[derive(Debug, Default)]
+pub struct Observation {
+    pub machines: Vec<Seen>,
+    /// Records whose container is gone from a reachable engine.
+    pub vanished: Vec<Machine>,
+    /// The earliest moment something observed changes by the clock alone
+    /// (a machine settles, becomes available, times out, is due a restart,
+    /// an engine is given up): when the next pass should look again.
+    pub next_change: Option<DateTime<Utc>>,
+}
+
+impl Observation {
+    pub fn observed(&self) -> Vec<Observed> {
+        self.machines.iter().map(|s| s.observed.clone()).collect()
+    }
+
+    fn change_at(&mut self, t: DateTime<Utc>) {
+        self.next_change = Some(self.next_change.map_or(t, |n| n.min(t)));
+    }
+}
+
+fn after(t: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
+    t + chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
+}
+
+/// Joins containers (with the engine each runs on) and records.
+pub fn observe(
+    pool: &str,
+    containers: &[(String, Container)],
+    records: &[Machine],
+    engines: &[EngineView],
+    spec: &PoolSpec,
+    timing: &Timing,
+    now: DateTime<Utc>,
+) -> Observation {
+    let mut obs = Observation::default();
+    let engine = |name: &str| engines.iter().find(|e| e.name == name);
+    let by_name: HashMap<&str, &Machine> = records.iter().map(|r| (r.name.as_str(), r)).collect();
+    let mut seen_names = HashSet::new();
+    for (engine_name, c) in containers {
+        seen_names.insert(c.name.as_str());
+        let view = engine(engine_name);
+        let reachable = view.is_some_and(|e| e.reachable);
+        let lost = view.is_none_or(|e| e.lost);
+        let seen = machine(
+            pool,
+            engine_name,
+            c,
+            by_name.get(c.name.as_str()).copied(),
+            reachable,
+            lost,
+            spec,
+            timing,
+            now,
+            &mut obs,
+        );
+        obs.machines.push(seen);
+    }
+    for r in records {
+        if seen_names.contains(r.name.as_str()) {
+            continue;
+        }
+        match engine(&r.engine) {
+            // Its engine answers and does not have it: gone behind our back
+            // (or its deletion finished).
+            Some(e) if e.reachable => obs.vanished.push(r.clone()),
+            // Not known to any engine that answers: keep it as unknown.
+            Some(e) => {
+                let mut record = r.clone();
+                record.phase =
+                    if r.terminating_since.is_some() { MachinePhase::Terminating } else { MachinePhase::Unknown };
+                record.ready = false;
+                record.ready_since = None;
+                obs.machines.push(Seen { observed: from_record(&record, e.lost, spec), record });
+            }
+            // Its engine was removed from drover: nothing will report it again.
+            None => obs.vanished.push(r.clone()),
+        }
+    }
+    for e in engines {
+        // An engine that does not answer is given up at `lost_after`: that
+        // changes this pool if it has machines there, or if the engine was
+        // never listed (creations wait for it).
+        let concerned = !e.listed || obs.machines.iter().any(|m| m.observed.engine == e.name);
+        if let (Some(at), true) = (e.lost_at, concerned && !e.lost) {
+            obs.change_at(at);
+        }
+    }
+    obs.machines.sort_by(|a, b| a.observed.name.cmp(&b.observed.name));
+    obs
+}
+
+fn from_record(r: &Machine, lost: bool, spec: &PoolSpec) -> Observed {
+    Observed {
+        name: r.name.clone(),
+        container_id: r.container_id.clone(),
+        engine: r.engine.clone(),
+        phase: r.phase,
+        up_to_date: r.image == spec.desired_image(),
+        ready: false,
+        available: false,
+        stuck: false,
+        delete_requested: r.delete_requested,
+        deleting: r.terminating_since.is_some(),
+        lost,
+        repair_due: false,
+        failed_restarts: r.failed_restarts,
+        failure_domain: r.failure_domain.clone(),
+        created_at: r.created_at.timestamp(),
+    }
+}
+
+/// Phase and readiness of a running container.
+fn running_phase(
+    c: &Container,
+    record: Option<&Machine>,
+    timing: &Timing,
+    now: DateTime<Utc>,
+) -> (MachinePhase, Option<DateTime<Utc>>, Option<DateTime<Utc>>) {
+    match c.health {
+        // The image's health check decides; ready since it was first seen healthy.
+        HealthState::Healthy => (MachinePhase::Running, Some(record.and_then(|r| r.ready_since).unwrap_or(now)), None),
+        HealthState::Unhealthy => (MachinePhase::Running, None, None),
+        HealthState::Starting => (MachinePhase::Starting, None, None),
+        HealthState::None => {
+            let started = c.started_at.unwrap_or(c.created_at);
+            let settled = after(started, timing.settle);
+            if now >= settled {
+                (MachinePhase::Running, Some(settled), None)
+            } else {
+                (MachinePhase::Starting, None, Some(settled))
+            }
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn machine(
+    pool: &str,
+    engine: &str,
+    c: &Container,
+    record: Option<&Machine>,
+    reachable: bool,
+    lost: bool,
+    spec: &PoolSpec,
+    timing: &Timing,
+    now: DateTime<Utc>,
+    obs: &mut Observation,
+) -> Seen {
+    let terminating = record.and_then(|r| r.terminating_since).is_some();
+    let (mut phase, mut ready_since) = (MachinePhase::Unknown, None);
+    if reachable {
+        (phase, ready_since) = match c.state {
+            ContainerState::Created => (MachinePhase::Creating, None),
+            ContainerState::Restarting => (MachinePhase::Starting, None),
+            ContainerState::Running => {
+                let (p, since, settles_at) = running_phase(c, record, timing, now);
+                if let Some(t) = settles_at {
+                    obs.change_at(t);
+                }
+                (p, since)
+            }
+            ContainerState::Paused => (MachinePhase::Paused, None),
+            ContainerState::Exited => (MachinePhase::Exited, None),
+            ContainerState::Dead => (MachinePhase::Dead, None),
+            ContainerState::Removing => (MachinePhase::Terminating, None),
+            ContainerState::Unknown => (MachinePhase::Unknown, None),
+        };
+    }
+    if terminating {
+        (phase, ready_since) = (MachinePhase::Terminating, None);
+    }
+    let ready = ready_since.is_some();
+    let up_to_date = c.image == spec.desired_image();
+    let min_ready = Duration::from_secs(u64::from(spec.min_ready_seconds));
+    let available = ready_since.is_some_and(|since| {
+        let at = after(since, min_ready);
+        if now < at {
+            obs.change_at(at);
+        }
+        now >= at
+    });
+    let started = c.started_at.unwrap_or(c.created_at);
+    let timeout_at = after(started, Duration::from_secs(u64::from(spec.machine_ready_timeout())));
+    let unready_running = matches!(phase, MachinePhase::Running | MachinePhase::Starting) && !ready;
+    let stuck = up_to_date && unready_running && now > timeout_at;
+    if up_to_date && unready_running && !stuck {
+        obs.change_at(timeout_at);
+    }
+    // A machine that is ready again has recovered: its restarts stop counting.
+    let failed_restarts = if ready { 0 } else { record.map_or(0, |r| r.failed_restarts) };
+    let repair_due = phase.is_broken() && {
+        let ended = c.finished_at.or(record.and_then(|r| r.last_restart_at)).unwrap_or(now);
+        let due = after(ended, timing.restart.delay(failed_restarts));
+        if now < due {
+            obs.change_at(due);
+        }
+        now >= due
+    };
+    let record = Machine {
+        name: c.name.clone(),
+        pool: pool.to_owned(),
+        engine: engine.to_owned(),
+        container_id: c.id.clone(),
+        image: c.image.clone(),
+        failure_domain: c.failure_domain().map(str::to_owned),
+        phase,
+        state: c.state,
+        health: c.health,
+        exit_code: c.exit_code,
+        oom_killed: c.oom_killed,
+        ready,
+        delete_requested: record.is_some_and(|r| r.delete_requested),
+        ready_since,
+        started_at: c.started_at,
+        finished_at: c.finished_at,
+        restarts: record.map_or(0, |r| r.restarts),
+        failed_restarts,
+        last_restart_at: record.and_then(|r| r.last_restart_at),
+        terminating_since: record.and_then(|r| r.terminating_since),
+        terminating_reason: record.and_then(|r| r.terminating_reason.clone()),
+        created_at: record.map_or(c.created_at, |r| r.created_at),
+        updated_at: record.map_or(now, |r| r.updated_at),
+    };
+    let observed = Observed {
+        name: c.name.clone(),
+        container_id: c.id.clone(),
+        engine: engine.to_owned(),
+        phase,
+        up_to_date,
+        ready,
+        available,
+        stuck,
+        delete_requested: record.delete_requested,
+        deleting: terminating,
+        lost,
+        repair_due,
+        failed_restarts,
+        failure_domain: record.failure_domain.clone(),
+        created_at: c.created_at.timestamp(),
+    };
+    Seen { observed, record }
+}

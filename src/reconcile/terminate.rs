@@ -1,0 +1,198 @@
+//! Deleting machines in the background: cordon and drain the node (for
+//! pools of a cluster), stop the container within its grace period, remove
+//! it, then drop the record. A pass only records the intent and hands the
+//! machine over, so a machine taking its whole grace period never holds up
+//! the next pass; the planner sees it as terminating meanwhile.
+//!
+//! The intent is durable (recorded before the stop begins), so a deletion
+//! cut short by a crash, a shutdown or an outage is simply handed over
+//! again by the next pass: at most one deletion per machine is in flight.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::plan::{DeleteReason, Deletion};
+use super::{Context, ReconcileError, node};
+use crate::db::{self, pools::Pool};
+use crate::domain::event::{EventType, NewEvent};
+use crate::runtime::Wake;
+
+/// Longest wait before a failed deletion is tried again.
+const MAX_RETRY: Duration = Duration::from_secs(30);
+
+#[derive(Default)]
+pub struct Terminator {
+    state: Mutex<State>,
+    tasks: TaskTracker,
+    cancel: CancellationToken,
+}
+
+#[derive(Default)]
+struct State {
+    in_flight: HashMap<String, ()>,
+    /// Failed deletions, by machine.
+    failed: HashMap<String, Failure>,
+}
+
+/// A deletion that failed, for the pool's status and the retry's backoff.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    /// Failures in a row.
+    pub count: u32,
+    pub retry_at: Instant,
+    pub message: String,
+    /// The node could not be drained (rather than the container removed).
+    pub drain: bool,
+}
+
+impl Terminator {
+    /// Deletions stop when `cancel` fires; `tasks` lets shutdown wait for them.
+    pub fn new(tasks: TaskTracker, cancel: CancellationToken) -> Self {
+        Self { state: Mutex::default(), tasks, cancel }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.state().in_flight.len()
+    }
+
+    /// The last failure of the machine's deletion, while it keeps failing.
+    pub fn failure(&self, machine: &str) -> Option<Failure> {
+        self.state().failed.get(machine).cloned()
+    }
+
+    /// Starts deleting `d` unless its deletion is in flight or waiting out
+    /// a backoff after a failure.
+    pub fn hand_over(&self, ctx: &Context, pool: &Pool, d: &Deletion) {
+        {
+            let mut s = self.state();
+            if s.in_flight.contains_key(&d.machine) {
+                return;
+            }
+            if s.failed.get(&d.machine).is_some_and(|f| Instant::now() < f.retry_at) {
+                return;
+            }
+            s.in_flight.insert(d.machine.clone(), ());
+        }
+        let (ctx, pool, d) = (ctx.clone(), pool.clone(), d.clone());
+        let cancel = self.cancel.clone();
+        self.tasks.spawn(async move {
+            let outcome = tokio::select! {
+                // Shutting down: the recorded intent lets the next run finish it.
+                _ = cancel.cancelled() => None,
+                r = delete_machine(&ctx, &pool, &d) => Some(r),
+            };
+            let terminator = &ctx.terminator;
+            let retry_in = {
+                let mut s = terminator.state();
+                s.in_flight.remove(&d.machine);
+                match &outcome {
+                    Some(Err(e)) => {
+                        let n = s.failed.get(&d.machine).map_or(1, |f| f.count + 1);
+                        let wait = Duration::from_secs(1u64 << n.min(5)).min(MAX_RETRY);
+                        let failure = Failure {
+                            count: n,
+                            retry_at: Instant::now() + wait,
+                            message: crate::error::error_chain(e),
+                            drain: matches!(e, ReconcileError::Drain { .. }),
+                        };
+                        s.failed.insert(d.machine.clone(), failure);
+                        Some((n, wait))
+                    }
+                    _ => {
+                        s.failed.remove(&d.machine);
+                        None
+                    }
+                }
+            };
+            if let (Some(Err(e)), Some((n, wait))) = (&outcome, retry_in) {
+                report_failure(&ctx, &pool, &d, e, n, wait).await;
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tokio::time::sleep(wait) => {}
+                }
+            }
+            if outcome.is_some() {
+                let _ = ctx.wakes.send(Wake::Pool(pool.name.clone()));
+            }
+        });
+    }
+}
+
+fn why(reason: DeleteReason) -> &'static str {
+    match reason {
+        DeleteReason::Outdated => "it runs an outdated image",
+        DeleteReason::DeleteRequested => "deletion was requested",
+        DeleteReason::Excess => "the pool has more machines than replicas",
+        DeleteReason::PoolDeleting => "the pool is being deleted",
+        DeleteReason::Unready => "it stayed unready past machine_ready_timeout_seconds",
+        DeleteReason::Broken => "it kept failing after restarts in place",
+    }
+}
+
+/// The event and log line of a deletion that begins.
+pub(super) fn deleting_event(pool: &str, d: &Deletion) -> NewEvent {
+    NewEvent::pool(
+        pool,
+        EventType::Normal,
+        "MachineDeleting",
+        format!("deleting {} on engine {}: {}", d.machine, d.engine, why(d.reason)),
+    )
+}
+
+#[tracing::instrument(skip(ctx, pool, d), fields(pool = %pool.name, machine = %d.machine, engine = %d.engine))]
+async fn delete_machine(ctx: &Context, pool: &Pool, d: &Deletion) -> Result<(), ReconcileError> {
+    let started = Instant::now();
+    let Some(engine) = ctx.engines.get(&d.engine) else {
+        // The engine was removed from drover: nothing can reach the
+        // container any more; the record goes (its pass sees it vanished).
+        return Ok(());
+    };
+    // Draining waits on the cluster, not on the engine.
+    let cluster = node::leave_cluster(ctx, pool, &d.machine).await?;
+    let removed = engine.remove(&d.container_id, ctx.stop_timeout_secs).await;
+    ctx.metrics.inc("drover_runtime_calls_total", &[("op", "remove"), ("result", super::result_label(&removed))]);
+    removed?;
+    if let Some(api) = &cluster {
+        node::forget_node(ctx, pool, api, &d.machine).await;
+    }
+    let now = Utc::now();
+    let ev = NewEvent::pool(
+        &pool.name,
+        EventType::Normal,
+        "MachineDeleted",
+        format!("deleted {} ({:.1} s to stop and remove)", d.machine, started.elapsed().as_secs_f64()),
+    );
+    let mut tx = db::begin_write(&ctx.db).await?;
+    db::machines::delete(&mut *tx, &pool.name, &d.machine).await?;
+    db::events::record(&mut *tx, &ev, now).await?;
+    tx.commit().await?;
+    tracing::info!(reason = ?d.reason, "machine deleted");
+    Ok(())
+}
+
+async fn report_failure(ctx: &Context, pool: &Pool, d: &Deletion, e: &ReconcileError, n: u32, wait: Duration) {
+    let message = format!(
+        "deleting {} failed ({} in a row), trying again in {} s: {}",
+        d.machine,
+        n,
+        wait.as_secs(),
+        crate::error::error_chain(e)
+    );
+    tracing::warn!(pool = %pool.name, machine = %d.machine, error = %message, "machine deletion failed");
+    // One event per failure streak, then one every few tries: an outage
+    // must not fill the event log.
+    if n == 1 || n.is_power_of_two() {
+        let reason = if matches!(e, ReconcileError::Drain { .. }) { "DrainFailed" } else { "MachineDeleteFailed" };
+        let ev = NewEvent::pool(&pool.name, EventType::Warning, reason, message);
+        super::warn_unrecorded(db::events::record(&ctx.db, &ev, Utc::now()).await);
+    }
+}

@@ -1,0 +1,171 @@
+//! Deletions cut short: drover SIGKILLed, or the engine cut off, while
+//! machines are being stopped (scale-down and rollout). After the next pass
+//! no exited or created container of the pool is left, none was counted as
+//! ready, records mirror containers, and a later scale-up works.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use drover::config::RuntimeKind;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::docker::{self, Cleanup, STUBBORN_V1, STUBBORN_V2, require_docker};
+use crate::faults::SocketProxy;
+use crate::helpers::{TestApp, admin_token, client_with_token, config, start, unique};
+use crate::process::Process;
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// A drover process, its client and its data directory, restartable.
+struct Served {
+    proc: Option<Process>,
+    client: reqwest::Client,
+    data: tempfile::TempDir,
+}
+
+/// Machines ignore SIGTERM and the grace period is 3 s: every stop takes 3 s.
+const FLAGS: &[&str] = &["--stop-timeout", "3s", "--resync-interval", "5s"];
+
+impl Served {
+    async fn start() -> Self {
+        let data = tempfile::TempDir::new().expect("data dir");
+        let proc = Process::spawn_with(data.path(), FLAGS);
+        proc.wait_up().await;
+        let client = client_with_token(&admin_token(data.path()));
+        Self { proc: Some(proc), client, data }
+    }
+
+    fn addr(&self) -> String {
+        self.proc.as_ref().map(|p| p.addr.clone()).unwrap_or_default()
+    }
+
+    async fn send(&self, method: reqwest::Method, path: &str, body: Value) -> StatusCode {
+        let mut req = self.client.request(method.clone(), format!("{}{path}", self.addr()));
+        req = if method == reqwest::Method::PATCH {
+            req.header("content-type", "application/merge-patch+json").body(body.to_string())
+        } else {
+            req.json(&body)
+        };
+        req.send().await.expect("request").status()
+    }
+
+    async fn pool(&self, pool: &str) -> Value {
+        let url = format!("{}/v1/pools/{pool}", self.addr());
+        self.client.get(url).send().await.expect("get pool").json().await.unwrap_or(Value::Null)
+    }
+
+    /// SIGKILL, then a new process on the same data directory.
+    async fn kill_and_restart(&mut self) {
+        if let Some(p) = self.proc.take() {
+            p.kill();
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let proc = Process::spawn_with(self.data.path(), FLAGS);
+        proc.wait_up().await;
+        self.proc = Some(proc);
+    }
+}
+
+/// Exactly `n` containers, all running `image`, the records naming exactly
+/// them, and the status agreeing, within `LIMIT`.
+async fn assert_converged(served: &Served, d: &bollard::Docker, pool: &str, n: usize, image: &str) {
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    loop {
+        let seen = docker::pool_containers(d, pool).await;
+        let p = served.pool(pool).await;
+        let s = &p["status"];
+        let clean = seen.len() == n && seen.iter().all(|c| c.running && c.image == image);
+        if clean && s["ready_replicas"] == n && s["replicas"] == n && s["terminating_replicas"] == 0 {
+            let url = format!("{}/v1/pools/{pool}/machines?limit=500", served.addr());
+            let page: Value = served.client.get(url).send().await.expect("machines").json().await.expect("JSON");
+            let records = crate::helpers::names(page["items"].as_array().map_or(&[][..], Vec::as_slice));
+            let names: HashSet<String> = seen.iter().map(|c| c.name.clone()).collect();
+            assert_eq!(records, names, "records mirror the containers");
+            return;
+        }
+        let leftovers: Vec<(&str, &str)> =
+            seen.iter().filter(|c| !c.running).map(|c| (c.name.as_str(), c.state.as_str())).collect();
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not converged on {n} running {image}: {} containers, not running: {leftovers:?}; status {s:#}",
+            seen.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Polls until the pool reports machines terminating (stops under way).
+async fn until_stopping(served: &Served, pool: &str) {
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    while served.pool(pool).await["status"]["terminating_replicas"].as_u64().unwrap_or(0) == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "no machine began to stop");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_while_machines_stop_leaves_no_exited_container_and_scaling_goes_on() {
+    if !require_docker("sigkill_while_machines_stop_leaves_no_exited_container_and_scaling_goes_on") {
+        return;
+    }
+    let pool = unique("kill-stop");
+    let _cleanup = Cleanup(vec![pool.clone()]);
+    let d = docker::client().await;
+    let mut served = Served::start().await;
+    let spec =
+        json!({"name": pool, "replicas": 10, "version": "v1.29.2", "image": STUBBORN_V1, "strategy": {"max_surge": 5}});
+    assert_eq!(served.send(reqwest::Method::POST, "/v1/pools", spec).await, StatusCode::CREATED);
+    assert_converged(&served, &d, &pool, 10, STUBBORN_V1).await;
+
+    // Scale-down: killed while six machines take their grace period.
+    let path = format!("/v1/pools/{pool}");
+    assert_eq!(served.send(reqwest::Method::PATCH, &path, json!({"replicas": 4})).await, StatusCode::OK);
+    until_stopping(&served, &pool).await;
+    served.kill_and_restart().await;
+    assert_converged(&served, &d, &pool, 4, STUBBORN_V1).await;
+
+    // Rollout: killed while old machines stop.
+    assert_eq!(served.send(reqwest::Method::PATCH, &path, json!({"image": STUBBORN_V2})).await, StatusCode::OK);
+    until_stopping(&served, &pool).await;
+    served.kill_and_restart().await;
+    assert_converged(&served, &d, &pool, 4, STUBBORN_V2).await;
+
+    // And scaling still works.
+    assert_eq!(served.send(reqwest::Method::PATCH, &path, json!({"replicas": 6})).await, StatusCode::OK);
+    assert_converged(&served, &d, &pool, 6, STUBBORN_V2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_engine_outage_during_a_scale_down_leaves_no_exited_container() {
+    if !require_docker("an_engine_outage_during_a_scale_down_leaves_no_exited_container") {
+        return;
+    }
+    let pool = unique("cut-stop");
+    let _cleanup = Cleanup(vec![pool.clone()]);
+    let d = docker::client().await;
+    let tmp = tempfile::TempDir::new().expect("data dir");
+    let proxy = SocketProxy::new(tmp.path().join("docker.sock"));
+    proxy.up().await;
+    let mut cfg = config(tmp.path(), RuntimeKind::Docker);
+    cfg.docker_host = Some(format!("unix://{}", proxy.path.display()));
+    cfg.stop_timeout = Duration::from_secs(3);
+    let app: TestApp = start(cfg, Some(tmp)).await;
+    app.create_pool_ok(&pool, 8, json!({"image": STUBBORN_V1})).await;
+    app.wait_converged(&pool, 8, LIMIT).await;
+
+    assert_eq!(app.scale(&pool, 3).await.status(), StatusCode::OK);
+    app.wait_pool(&pool, LIMIT, "machines stopping", |p| p["status"]["terminating_replicas"].as_u64().unwrap_or(0) > 0)
+        .await;
+    // The engine goes away for 10 s in the middle of the stops.
+    proxy.down().await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    proxy.up().await;
+    app.wait_converged(&pool, 3, LIMIT).await;
+    let seen = docker::pool_containers(&d, &pool).await;
+    assert_eq!(seen.len(), 3, "{seen:#?}");
+    assert!(seen.iter().all(|c| c.running), "no exited container left: {seen:#?}");
+    assert_eq!(app.scale(&pool, 5).await.status(), StatusCode::OK);
+    app.wait_converged(&pool, 5, LIMIT).await;
+    proxy.down().await;
+}
