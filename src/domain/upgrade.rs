@@ -186,6 +186,13 @@ impl Step {
         }
     }
 
+    /// Whether the step changes the cluster. A step that only looks may be
+    /// dropped at any point (on shutdown) and redone; one that writes is
+    /// let finish its write.
+    pub fn writes_cluster(self) -> bool {
+        matches!(self, Self::CreateTemp | Self::UpdateDaemonSet | Self::DeleteTemp | Self::Rollback | Self::Cleanup)
+    }
+
     /// The step after this one within a component, if any.
     pub fn next(self) -> Option<Step> {
         Self::from_number(self.number() + 1).filter(|s| *s <= Self::WaitHealthy)

@@ -88,8 +88,20 @@ pub struct StepRunner<'a> {
 }
 
 impl StepRunner<'_> {
+    /// Runs `step`. On shutdown, a step that only looks stops at once; one
+    /// that writes finishes its write (its waits stop at once).
     #[tracing::instrument(skip_all, fields(job = t.job, component = %t.component, step = step.name()))]
     pub async fn run(&self, t: &Target, step: Step) -> Result<(), StepError> {
+        if step.writes_cluster() {
+            return self.run_step(t, step).await;
+        }
+        tokio::select! {
+            _ = self.stop.cancelled() => Err(StepError::Interrupted),
+            r = self.run_step(t, step) => r,
+        }
+    }
+
+    async fn run_step(&self, t: &Target, step: Step) -> Result<(), StepError> {
         let c = t.component;
         match step {
             Step::CheckPods => self.check_pods(t).await,
@@ -297,7 +309,11 @@ impl StepRunner<'_> {
         let settings = &self.ctx.settings;
         let deadline = tokio::time::Instant::now() + settings.wait_timeout;
         loop {
-            let last = match check().await? {
+            let look = tokio::select! {
+                _ = self.stop.cancelled() => return Err(StepError::Interrupted),
+                look = check() => look?,
+            };
+            let last = match look {
                 Ok(()) => return Ok(()),
                 Err(last) => last,
             };

@@ -9,7 +9,19 @@ use crate::helpers::{assert_problem, spawn_app};
 use crate::kube_sim::{KubeSim, SimSettings};
 use crate::upgrade_env::{CLUSTER, FROM, SIM_TOKEN, spawn_env};
 
-const CA: &str = "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUZmFrZS1jYS1mb3ItdGVzdHMwCgYIKoZIzj0EAwIwEjEQ\n-----END CERTIFICATE-----\n";
+/// A self-signed CA made for these tests (its key was thrown away): it must
+/// parse, since registration builds a client from the credentials.
+const CA: &str = "-----BEGIN CERTIFICATE-----\n\
+MIIBijCCAS+gAwIBAgIUX6/4Psd/PPiMMbSIRUpCfEpb7ekwCgYIKoZIzj0EAwIw\n\
+GTEXMBUGA1UEAwwOZHJvdmVyLXRlc3QtY2EwIBcNMjYxMjAzMDkzOTEwWhgPMjEy\n\
+NjExMDkwOTM5MTBaMBkxFzAVBgNVBAMMDmRyb3Zlci10ZXN0LWNhMFkwEwYHKoZI\n\
+zj0CAQYIKoZIzj0DAQcDQgAEapXSXjs+CI+wHvNe+YRav/Nm1FV9CVwvZymy2e6a\n\
+gQkbxEW7IPGN6S9g+bBs1ECw/jfK3EwQs24U+S2KwOJHvKNTMFEwHQYDVR0OBBYE\n\
+FFecz5C7RuKn3Ju6echm9cyAfV+OMB8GA1UdIwQYMBaAFFecz5C7RuKn3Ju6echm\n\
+9cyAfV+OMA8GA1UdEwEB/wQFMAMBAf8wCgYIKoZIzj0EAwIDSQAwRgIhANk7g3mn\n\
+E1btimnEbNIAYyS2QftZn/fLBdfPy6OlvRJZAiEA8I327r108zxa3ZWzOCEHaUmd\n\
+4FzalreOGOyBzGDHJtk=\n\
+-----END CERTIFICATE-----\n";
 
 fn kubeconfig(server: &str, token: &str) -> String {
     format!(
