@@ -300,14 +300,15 @@ pub enum CancelOutcome {
 /// pending job is cancelled at once: the runner's claim only takes pending
 /// or running jobs, so whichever of the two statements comes first wins,
 /// and a runner never drives a job cancelled before it started. `None`
-/// when the job does not exist.
+/// when the job does not exist. The time is read once the write lock is
+/// held, so that the end is never stamped before a write that preceded it.
 pub async fn request_cancel(
     db: &crate::db::Db,
     id: i64,
     event: impl FnOnce(CancelOutcome) -> Option<crate::domain::event::NewEvent>,
-    now: DateTime<Utc>,
 ) -> sqlx::Result<Option<(Job, CancelOutcome)>> {
     let mut tx = super::begin_write(db).await?;
+    let now = Utc::now();
     let Some(before) = get(&mut *tx, id).await? else { return Ok(None) };
     let outcome = match before.state {
         JobState::Succeeded | JobState::Failed => CancelOutcome::Ended,

@@ -42,17 +42,20 @@ const CLEANUP: &str = "cleanup";
 pub async fn run_job(ctx: &Context, id: i64, stop: &CancellationToken) -> Result<(), JobError> {
     let Some((lease, job)) = Lease::claim(&ctx.db, id, &ctx.owner).await? else { return Ok(()) };
     let mut driver = Driver { ctx, lease, job, api: None, stop };
-    let credentials = match db::clusters::credentials(&ctx.db, &driver.job.cluster).await? {
-        None => return driver.finish(JobState::Failed, "the cluster is no longer registered").await,
-        Some(Err(e)) => {
-            let msg = format!("the cluster's stored credentials cannot be used ({e}); nothing was changed");
+    let client = match db::clusters::credentials(&ctx.db, &driver.job.cluster).await? {
+        None => Err("the cluster is no longer registered".to_owned()),
+        Some(Err(e)) => Err(format!("the cluster's stored credentials cannot be used: {e}")),
+        Some(Ok(c)) => c
+            .client(ctx.settings.retry.call_timeout)
+            .await
+            .map_err(|e| format!("the cluster's stored credentials cannot be used: {e}")),
+    };
+    match client {
+        Ok(client) => driver.api = Some(ClusterApi::new(client, ctx.settings.retry).with_metrics(ctx.metrics.clone())),
+        Err(why) => {
+            let msg = format!("{why}; {}", driver.stopped_at());
             return driver.finish(JobState::Failed, &msg).await;
         }
-        Some(Ok(c)) => c,
-    };
-    match credentials.client(ctx.settings.retry.call_timeout).await {
-        Ok(client) => driver.api = Some(ClusterApi::new(client, ctx.settings.retry).with_metrics(ctx.metrics.clone())),
-        Err(e) => return driver.finish(JobState::Failed, &format!("cannot use the cluster's credentials: {e}")).await,
     }
     driver.drive().await
 }
@@ -82,6 +85,22 @@ impl Driver<'_> {
 
     fn component(&self) -> Component {
         self.component_at(self.job.component_index)
+    }
+
+    /// Where a job that cannot go on stopped, and what that may have left.
+    fn stopped_at(&self) -> String {
+        let (c, step) = (self.component(), self.job.step);
+        // Step 0 of every component runs before anything is changed.
+        if self.job.wind_down.is_none() && step == Step::CheckPods {
+            return "nothing was changed".to_owned();
+        }
+        format!(
+            "the job stopped at step {} ({}) of {c}: check DaemonSets {} and {} in kube-system",
+            step.number(),
+            step.name(),
+            c.daemonset(),
+            c.temp_daemonset()
+        )
     }
 
     async fn drive(&mut self) -> Result<(), JobError> {
@@ -278,8 +297,8 @@ impl Driver<'_> {
         first: Option<NewEvent>,
         component_state: Option<&str>,
     ) -> Result<(), JobError> {
-        let now = Utc::now();
         let mut tx = self.lease.begin().await?;
+        let now = Utc::now();
         if let Some(ev) = &first {
             db::events::record(&mut *tx, ev, now).await?;
         }
@@ -376,8 +395,8 @@ impl Driver<'_> {
         state: JobState,
         msg: &str,
     ) -> Result<(), JobError> {
-        let now = Utc::now();
         let mut tx = self.lease.begin().await?;
+        let now = Utc::now();
         if let Some((i, c_state)) = component {
             db::upgrades::set_component_state(&mut *tx, self.job.id, i, c_state).await?;
         }

@@ -54,9 +54,9 @@ impl Lease {
     /// or resumed) in the same transaction. `None` when the job is not
     /// there to take: ended, cancelled, missing, or held by a live owner.
     pub async fn claim(db: &Db, id: i64, owner: &str) -> Result<Option<(Lease, Job)>, sqlx::Error> {
-        let now = Utc::now();
         let stale = chrono::Duration::from_std(STALE_AFTER).unwrap_or(chrono::Duration::MAX);
         let mut tx = db::begin_write(db).await?;
+        let now = Utc::now();
         let Some((job, started)) = db::upgrades::claim(&mut tx, id, owner, now, now - stale).await? else {
             return Ok(None);
         };

@@ -91,8 +91,8 @@ pub async fn start(db: &Db, prepared: &Prepared) -> Result<Job, StartError> {
         force: r.force,
         from_version: prepared.current.map(|v| v.to_string()),
     };
-    let now = Utc::now();
     let mut tx = db::begin_write(db).await?;
+    let now = Utc::now();
     let job = match db::upgrades::insert(&mut tx, &new, now).await {
         Ok(job) => job,
         Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
@@ -122,5 +122,5 @@ pub async fn cancel(db: &Db, id: i64) -> sqlx::Result<Option<(Job, CancelOutcome
         };
         Some(job_event(id, EventType::Normal, "CancelRequested", msg.to_owned()))
     };
-    db::upgrades::request_cancel(db, id, event, Utc::now()).await
+    db::upgrades::request_cancel(db, id, event).await
 }

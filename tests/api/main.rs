@@ -19,5 +19,6 @@ mod rollouts;
 mod security;
 mod streams;
 mod ui;
+mod upgrade_crash;
 mod upgrade_env;
 mod upgrades;
