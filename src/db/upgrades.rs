@@ -234,6 +234,16 @@ pub async fn touch(tx: &mut sqlx::SqliteConnection, id: i64, owner: &str, now: D
     Ok(n == 1)
 }
 
+/// Gives up `owner`'s claim on job `id`.
+pub async fn release(tx: &mut sqlx::SqliteConnection, id: i64, owner: &str) -> sqlx::Result<()> {
+    sqlx::query("update upgrade_jobs set owner = null where id = ? and owner = ?")
+        .bind(id)
+        .bind(owner)
+        .execute(tx)
+        .await?;
+    Ok(())
+}
+
 /// Forgets every claim not held by `owner`. Called once when the runner
 /// starts: this process holds the data directory's lock, so any other
 /// recorded owner is a process that is gone.

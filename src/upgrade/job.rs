@@ -57,7 +57,12 @@ pub async fn run_job(ctx: &Context, id: i64, stop: &CancellationToken) -> Result
             return driver.finish(JobState::Failed, &msg).await;
         }
     }
-    driver.drive().await
+    driver.drive().await?;
+    if driver.job.state.is_active() {
+        // Stopped at a safe point, not ended: let the next runner take it at once.
+        driver.lease.release().await?;
+    }
+    Ok(())
 }
 
 struct Driver<'a> {

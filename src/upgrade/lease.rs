@@ -97,6 +97,15 @@ impl Lease {
         self.last_beat.lock().unwrap_or_else(|e| e.into_inner()).elapsed() >= HEARTBEAT
     }
 
+    /// Gives the job up, for a stop at a safe point: the next runner (the
+    /// next start of drover) takes it without waiting for the claim to age.
+    pub async fn release(&self) -> Result<(), JobError> {
+        let mut tx = self.begin().await?;
+        db::upgrades::release(&mut tx, self.job, &self.owner).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
     /// Between two looks at the cluster: is the claim still ours, and was
     /// a cancel asked for? Reads, and writes the heartbeat only when due.
     pub async fn check(&self) -> Result<Standing, JobError> {

@@ -21,4 +21,5 @@ mod streams;
 mod ui;
 mod upgrade_crash;
 mod upgrade_env;
+mod upgrade_runner;
 mod upgrades;
