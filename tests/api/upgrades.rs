@@ -388,8 +388,8 @@ async fn cancel_racing_the_start_of_a_job_never_lets_a_runner_write_to_a_cancell
     let env = spawn_env(|c| c.upgrade_poll_interval = Duration::from_millis(5)).await;
     let rounds = tokio::time::timeout(Duration::from_secs(90), async {
         let mut rounds = Vec::new();
-        let mut next_id = 1;
         for r in 0..50u64 {
+            let next_id = i64::try_from(r).unwrap() + 1;
             // The previous job may still wind down (409): ask again, bounded.
             let mut tries = 0;
             let (id, cancel) = loop {
@@ -401,7 +401,6 @@ async fn cancel_racing_the_start_of_a_job_never_lets_a_runner_write_to_a_cancell
                 tokio::time::sleep(Duration::from_millis(5)).await;
             };
             assert_eq!(id, next_id, "ids are handed out in order");
-            next_id += 1;
             rounds.push(Round { id, cancel });
         }
         rounds
