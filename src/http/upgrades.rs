@@ -86,7 +86,7 @@ pub struct StepView {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ComponentProgress {
     pub component: String,
-    /// pending, upgrading, upgraded, rolled_back, cancelled or failed.
+    /// pending, upgrading, upgraded, rolled_back, cancelled, failed or skipped (the job ended before it).
     pub state: String,
     pub old_image: Option<String>,
     pub new_image: String,

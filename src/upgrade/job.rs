@@ -73,14 +73,15 @@ struct Driver<'a> {
     stop: &'a CancellationToken,
 }
 
-/// How a step ended, for the driver.
+/// How a step ended, for the driver (a step stopped by shutdown did not end).
 enum Ended {
     Done,
-    /// Shutdown: leave the job where it is.
-    Interrupted,
     Cancelled,
     Failed(StepError),
 }
+
+/// A write transaction of the job, whose claim it has proven.
+type Tx = sqlx::Transaction<'static, sqlx::Sqlite>;
 
 impl Driver<'_> {
     fn component_at(&self, i: usize) -> Component {
@@ -118,25 +119,20 @@ impl Driver<'_> {
                 if self.stop.is_cancelled() {
                     return Ok(());
                 }
-                self.move_to(i, Step::CheckPods).await?;
-                match self.step(i, Step::CheckPods).await? {
-                    Ended::Done => {}
-                    Ended::Interrupted => return Ok(()),
-                    // Not cancellable: the checks take a moment and change nothing.
-                    Ended::Cancelled => {}
-                    Ended::Failed(e) => {
-                        let msg = format!("{}; nothing was changed", self.failure(i, Step::CheckPods, &e));
-                        return self.end_component_and_job(i, "failed", JobState::Failed, &msg).await;
-                    }
+                let Some((ended, mut tx)) = self.step(i, Step::CheckPods).await? else { return Ok(()) };
+                if let Ended::Failed(e) = ended {
+                    let msg = format!("{}; nothing was changed", self.failure(i, Step::CheckPods, &e));
+                    return self.finish_in(tx, Some((i, "failed")), None, JobState::Failed, &msg).await;
                 }
+                // Not cancellable: the checks take a moment and change nothing.
+                let next = if i + 1 < n { (i + 1, Step::CheckPods) } else { (0, Step::CreateTemp) };
+                if i + 1 == n {
+                    let ev =
+                        self.event(EventType::Normal, "PodsChecked", "every component runs exactly one pod".into());
+                    db::events::record(&mut *tx, &ev, Utc::now()).await?;
+                }
+                self.move_to(tx, next).await?;
             }
-            let mut tx = self.lease.begin().await?;
-            let ev = self.event(EventType::Normal, "PodsChecked", "every component runs exactly one pod".into());
-            db::events::record(&mut *tx, &ev, Utc::now()).await?;
-            db::upgrades::set_position(&mut *tx, self.job.id, 0, Step::CreateTemp, Utc::now()).await?;
-            tx.commit().await?;
-            self.job.component_index = 0;
-            self.job.step = Step::CreateTemp;
         }
         loop {
             if self.stop.is_cancelled() {
@@ -151,30 +147,31 @@ impl Driver<'_> {
                 db::upgrades::set_component_state(&mut *tx, self.job.id, i, "upgrading").await?;
                 tx.commit().await?;
             }
-            match self.step(i, step).await? {
+            let Some((ended, mut tx)) = self.step(i, step).await? else { return Ok(()) };
+            match ended {
                 Ended::Done => {}
-                Ended::Interrupted => return Ok(()),
-                Ended::Cancelled => return self.cancel(step).await,
-                Ended::Failed(e) => return self.on_failure(i, step, e).await,
+                Ended::Cancelled => {
+                    tx.commit().await?;
+                    return self.cancel(step).await;
+                }
+                Ended::Failed(e) => {
+                    tx.commit().await?;
+                    return self.on_failure(i, step, e).await;
+                }
             }
+            // The step's end and what follows from it are one write.
             if let Some(next) = step.next() {
-                self.move_to(i, next).await?;
+                self.move_to(tx, (i, next)).await?;
                 continue;
             }
             let c = self.component();
             let msg = format!("{c} runs {}", self.job.version);
-            let mut tx = self.lease.begin().await?;
             db::upgrades::set_component_state(&mut *tx, self.job.id, i, "upgraded").await?;
             db::events::record(&mut *tx, &self.event(EventType::Normal, "ComponentUpgraded", msg), Utc::now()).await?;
-            if i + 1 < n {
-                db::upgrades::set_position(&mut *tx, self.job.id, i + 1, Step::CreateTemp, Utc::now()).await?;
-            }
-            tx.commit().await?;
             if i + 1 == n {
-                return self.finish(JobState::Succeeded, "").await;
+                return self.finish_in(tx, None, None, JobState::Succeeded, "").await;
             }
-            self.job.component_index = i + 1;
-            self.job.step = Step::CreateTemp;
+            self.move_to(tx, (i + 1, Step::CreateTemp)).await?;
         }
     }
 
@@ -194,34 +191,38 @@ impl Driver<'_> {
         }
     }
 
-    /// Runs one step and records its start, end, error and retries.
-    async fn step(&self, position: usize, step: Step) -> Result<Ended, JobError> {
-        let Some(api) = self.api.as_ref() else {
-            return Ok(Ended::Failed(StepError::Check("no client".into())));
-        };
+    /// Runs one step and records its start, and its end, error and
+    /// retries in a transaction it answers uncommitted: the caller adds
+    /// what follows from the end (the next position, a state, an event).
+    /// `None` when shutdown stopped the step: it did not end, and runs
+    /// again on the next start.
+    async fn step(&self, position: usize, step: Step) -> Result<Option<(Ended, Tx)>, JobError> {
         let target = self.target(position).await?;
         let mut tx = self.lease.begin().await?;
         db::upgrades::begin_step(&mut *tx, self.job.id, position, step, Utc::now()).await?;
         tx.commit().await?;
-        let runner = StepRunner { ctx: self.ctx, api, lease: &self.lease, stop: self.stop };
-        let result = runner.run(&target, step).await;
-        let ended = match result {
-            Ok(()) => Ended::Done,
-            Err(StepError::Job(e)) => return Err(e),
-            Err(StepError::Interrupted) => return Ok(Ended::Interrupted),
-            Err(StepError::Cancelled) => Ended::Cancelled,
-            Err(e) => Ended::Failed(e),
+        let ended = match self.api.as_ref() {
+            None => Ended::Failed(StepError::Check("no client".into())),
+            Some(api) => {
+                match (StepRunner { ctx: self.ctx, api, lease: &self.lease, stop: self.stop }).run(&target, step).await
+                {
+                    Ok(()) => Ended::Done,
+                    Err(StepError::Job(e)) => return Err(e),
+                    Err(StepError::Interrupted) => return Ok(None),
+                    Err(StepError::Cancelled) => Ended::Cancelled,
+                    Err(e) => Ended::Failed(e),
+                }
+            }
         };
         let error = match &ended {
             Ended::Failed(e) => Some(e.to_string()),
             Ended::Cancelled => Some("cancelled on request".to_owned()),
-            _ => None,
+            Ended::Done => None,
         };
-        let retries = api.take_retries();
+        let retries = self.api.as_ref().map_or(0, ClusterApi::take_retries);
         let mut tx = self.lease.begin().await?;
         db::upgrades::end_step(&mut *tx, self.job.id, position, step, error.as_deref(), retries, Utc::now()).await?;
-        tx.commit().await?;
-        Ok(ended)
+        Ok(Some((ended, tx)))
     }
 
     async fn target(&self, position: usize) -> sqlx::Result<Target> {
@@ -244,8 +245,8 @@ impl Driver<'_> {
         })
     }
 
-    async fn move_to(&mut self, index: usize, step: Step) -> Result<(), JobError> {
-        let mut tx = self.lease.begin().await?;
+    /// Moves the job to `(index, step)` in `tx`, and commits it.
+    async fn move_to(&mut self, mut tx: Tx, (index, step): (usize, Step)) -> Result<(), JobError> {
         db::upgrades::set_position(&mut *tx, self.job.id, index, step, Utc::now()).await?;
         tx.commit().await?;
         self.job.component_index = index;
@@ -284,10 +285,12 @@ impl Driver<'_> {
             Step::WaitHealthy => {
                 let c = self.component();
                 let msg = format!("{msg}; {c} runs the new image");
-                self.finish_with(Some((i, "upgraded")), Some(warn), JobState::Failed, &msg).await
+                let tx = self.lease.begin().await?;
+                self.finish_in(tx, Some((i, "upgraded")), Some(warn), JobState::Failed, &msg).await
             }
             Step::CheckPods | Step::Rollback | Step::Cleanup => {
-                self.finish_with(None, Some(warn), JobState::Failed, &msg).await
+                let tx = self.lease.begin().await?;
+                self.finish_in(tx, None, Some(warn), JobState::Failed, &msg).await
             }
         }
     }
@@ -332,28 +335,27 @@ impl Driver<'_> {
         let end = self.job.wind_down_state.unwrap_or(JobState::Failed);
         let base = self.job.error.clone().unwrap_or_default();
         let step = if rollback { Step::Rollback } else { Step::Cleanup };
-        match self.step(i, step).await? {
-            Ended::Interrupted => Ok(()),
-            Ended::Done if rollback => {
-                let msg = format!("{base}; {c} was rolled back to its saved spec");
-                let ev = self.event(EventType::Normal, "RolledBack", format!("{c} runs its saved spec again"));
-                let mut tx = self.lease.begin().await?;
-                db::events::record(&mut *tx, &ev, Utc::now()).await?;
-                tx.commit().await?;
-                self.end_component_and_job(i, "rolled_back", end, &msg).await
-            }
+        let Some((ended, tx)) = self.step(i, step).await? else { return Ok(()) };
+        if let (Ended::Done, true) = (&ended, rollback) {
+            let msg = format!("{base}; {c} was rolled back to its saved spec");
+            let ev = self.event(EventType::Normal, "RolledBack", format!("{c} runs its saved spec again"));
+            return self.finish_in(tx, Some((i, "rolled_back")), Some(ev), end, &msg).await;
+        }
+        // What the component runs now is read from the cluster, outside
+        // any transaction.
+        tx.commit().await?;
+        let runs_new = self.runs_new_image(i).await;
+        let (state, end, msg) = match ended {
             Ended::Done => {
-                let (state, runs) = match self.runs_new_image(i).await {
+                let (state, runs) = match runs_new {
                     Some(true) => ("upgraded", "runs the new image"),
-                    Some(false) => {
-                        (if end == JobState::Cancelled { "cancelled" } else { "failed" }, "keeps its old spec")
-                    }
+                    Some(false) if end == JobState::Cancelled => ("cancelled", "keeps its old spec"),
+                    Some(false) => ("failed", "keeps its old spec"),
                     None => ("failed", "could not be read"),
                 };
-                let msg = format!("{base}; {c} {runs}; no temporary DaemonSet is left");
-                self.end_component_and_job(i, state, end, &msg).await
+                (state, end, format!("{base}; {c} {runs}; no temporary DaemonSet is left"))
             }
-            ended @ (Ended::Cancelled | Ended::Failed(_)) => {
+            Ended::Cancelled | Ended::Failed(_) => {
                 let why = match ended {
                     Ended::Failed(e) => e.to_string(),
                     _ => "cancelled".to_owned(),
@@ -364,13 +366,10 @@ impl Driver<'_> {
                     c.daemonset(),
                     c.temp_daemonset()
                 );
-                let state = match self.runs_new_image(i).await {
-                    Some(true) => "upgraded",
-                    _ => "failed",
-                };
-                self.end_component_and_job(i, state, JobState::Failed, &msg).await
+                (if runs_new == Some(true) { "upgraded" } else { "failed" }, JobState::Failed, msg)
             }
-        }
+        };
+        self.end_component_and_job(i, state, end, &msg).await
     }
 
     /// Whether component `i`'s real DaemonSet has the new image, as read now.
@@ -383,24 +382,26 @@ impl Driver<'_> {
 
     /// Sets component `i`'s state and ends the job, in one transaction.
     async fn end_component_and_job(&mut self, i: usize, state: &str, end: JobState, msg: &str) -> Result<(), JobError> {
-        self.finish_with(Some((i, state)), None, end, msg).await
+        let tx = self.lease.begin().await?;
+        self.finish_in(tx, Some((i, state)), None, end, msg).await
     }
 
     async fn finish(&mut self, state: JobState, msg: &str) -> Result<(), JobError> {
-        self.finish_with(None, None, state, msg).await
+        let tx = self.lease.begin().await?;
+        self.finish_in(tx, None, None, state, msg).await
     }
 
-    /// Ends the job, naming the components that were upgraded, with its
-    /// event; sets a component's state and records an event that explains
-    /// the end, when given, in the same transaction.
-    async fn finish_with(
+    /// Ends the job in `tx`, naming the components that were upgraded,
+    /// with its event; sets a component's state and records an event that
+    /// explains the end, when given, in the same transaction.
+    async fn finish_in(
         &mut self,
+        mut tx: Tx,
         component: Option<(usize, &str)>,
         before: Option<NewEvent>,
         state: JobState,
         msg: &str,
     ) -> Result<(), JobError> {
-        let mut tx = self.lease.begin().await?;
         let now = Utc::now();
         if let Some((i, c_state)) = component {
             db::upgrades::set_component_state(&mut *tx, self.job.id, i, c_state).await?;
