@@ -2,7 +2,10 @@
 //! There is one shutdown path: the shutdown future resolves, HTTP stops
 //! taking requests and finishes those in flight, a cancellation signal
 //! reaches every background task, and `run_until_stopped` returns once
-//! they have all drained.
+//! they have all drained. The data directory is locked for as long as the
+//! service lives ([`lock`]): one drover process per data directory.
+
+pub mod lock;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -62,6 +65,8 @@ pub struct Application {
     wakes: mpsc::UnboundedReceiver<Wake>,
     /// Every background task, so that shutdown can wait for them all.
     tasks: TaskTracker,
+    /// Held until `run_until_stopped` has drained everything.
+    lock: lock::DataDirLock,
 }
 
 /// How long background tasks get to finish after the cancellation signal.
@@ -74,6 +79,7 @@ impl Application {
     /// retries.
     pub async fn build(config: ServeConfig) -> anyhow::Result<Self> {
         create_private_dir(&config.data_dir)?;
+        let lock = lock::DataDirLock::acquire(&config.data_dir)?;
         let db_path = config.database_path();
         let db = db::connect(&db_path).await?;
         restrict_database_files(&db_path)?;
@@ -125,7 +131,7 @@ impl Application {
             metrics,
             shutdown,
         };
-        Ok(Self { listener, state, wakes, tasks })
+        Ok(Self { listener, state, wakes, tasks, lock })
     }
 
     pub fn local_addr(&self) -> anyhow::Result<SocketAddr> {
@@ -138,7 +144,7 @@ impl Application {
 
     /// Serves until `shutdown` resolves, then drains everything.
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
-        let Self { listener, state, wakes, tasks } = self;
+        let Self { listener, state, wakes, tasks, lock } = self;
         let cancel = state.shutdown.clone();
         let config = Arc::clone(&state.config);
 
@@ -151,11 +157,11 @@ impl Application {
         tasks.spawn(reconcile::worker::run(ctx, settings, wakes, cancel.clone()));
         state.engines.start(&cancel, &tasks);
 
-        let upgrades = crate::upgrade::Context {
-            db: state.db.clone(),
-            settings: crate::upgrade::Settings::from_config(&config),
-            metrics: state.metrics.clone(),
-        };
+        let upgrades = crate::upgrade::Context::new(
+            state.db.clone(),
+            crate::upgrade::Settings::from_config(&config),
+            state.metrics.clone(),
+        );
         tasks.spawn(crate::upgrade::runner::run(upgrades, state.upgrades.clone(), cancel.clone()));
 
         let router = crate::http::router(state.clone());
@@ -173,6 +179,7 @@ impl Application {
             tracing::warn!("background tasks did not stop within {DRAIN_TIMEOUT:?}; exiting anyway");
         }
         state.db.close().await;
+        drop(lock);
         tracing::info!("stopped");
         served.context("serving HTTP")
     }

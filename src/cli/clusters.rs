@@ -76,10 +76,10 @@ pub struct StartUpgradeArgs {
     /// Component to upgrade (repeatable; all three by default).
     #[arg(long = "component")]
     pub components: Vec<String>,
-    /// Registry of the component images.
+    /// Registry of the component images (admin token only).
     #[arg(long)]
     pub image_repository: Option<String>,
-    /// Bypass the version policy.
+    /// Bypass the version policy (admin token only).
     #[arg(long)]
     pub force: bool,
     /// Show what would change; start nothing.

@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 use sqlx::{AssertSqlSafe, SqliteExecutor};
 
-use crate::k8s::Credentials;
+use crate::k8s::{CredentialError, Credentials};
 
 /// A registered cluster, without its credentials.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -71,16 +71,22 @@ pub async fn pools_using(db: impl SqliteExecutor<'_>, name: &str) -> sqlx::Resul
         .await
 }
 
-/// The stored credentials. The decode error names the cluster, never the content.
-pub async fn credentials(db: impl SqliteExecutor<'_>, name: &str) -> sqlx::Result<Option<Credentials>> {
+/// The stored credentials, `None` when the cluster is not registered. A
+/// stored document that does not read as credentials is the inner error:
+/// the caller fails its request or job with it, like any other unusable
+/// credentials. The error names the cluster, never the content.
+pub async fn credentials(
+    db: impl SqliteExecutor<'_>,
+    name: &str,
+) -> sqlx::Result<Option<Result<Credentials, CredentialError>>> {
     let raw: Option<String> =
         sqlx::query_scalar("select credentials from clusters where name = ?").bind(name).fetch_optional(db).await?;
-    raw.map(|r| {
-        serde_json::from_str(&r).map_err(|_| {
-            sqlx::Error::Decode(format!("cluster {name:?}: stored credentials are not a valid document").into())
+    Ok(raw.map(|r| {
+        serde_json::from_str(&r).map_err(|_| CredentialError {
+            field: "credentials",
+            message: format!("the stored credentials of cluster {name:?} are not a valid document"),
         })
-    })
-    .transpose()
+    }))
 }
 
 /// What a delete did.

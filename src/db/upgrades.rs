@@ -1,5 +1,9 @@
 //! The `upgrade_jobs`, `upgrade_components` and `upgrade_steps` tables:
 //! a job's position, what it observed, and the history of every step.
+//!
+//! The runner's writes take a connection, not the pool: it makes each of
+//! them inside a transaction that first checks it still owns the job
+//! ([`touch`]), together with the event that explains it.
 
 use chrono::{DateTime, Utc};
 use sqlx::{AssertSqlSafe, SqliteExecutor};
@@ -24,6 +28,8 @@ pub struct Job {
     pub wind_down: Option<String>,
     pub wind_down_state: Option<JobState>,
     pub error: Option<String>,
+    /// The runner that drives the job, while one does.
+    pub owner: Option<String>,
     pub created_at: DateTime<Utc>,
     pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
@@ -46,6 +52,7 @@ struct JobRow {
     wind_down: Option<String>,
     wind_down_state: Option<String>,
     error: Option<String>,
+    owner: Option<String>,
     created_at: DateTime<Utc>,
     started_at: Option<DateTime<Utc>>,
     finished_at: Option<DateTime<Utc>>,
@@ -76,6 +83,7 @@ impl TryFrom<JobRow> for Job {
             cancel_requested: r.cancel_requested,
             wind_down: r.wind_down,
             error: r.error,
+            owner: r.owner,
             created_at: r.created_at,
             started_at: r.started_at,
             finished_at: r.finished_at,
@@ -85,7 +93,7 @@ impl TryFrom<JobRow> for Job {
 }
 
 const COLUMNS: &str = "id, cluster, version, components, image_repository, force, from_version, state,
-    component_index, step, cancel_requested, wind_down, wind_down_state, error,
+    component_index, step, cancel_requested, wind_down, wind_down_state, error, owner,
     created_at, started_at, finished_at, updated_at";
 
 /// What a new job starts with.
@@ -178,18 +186,93 @@ pub async fn active_for_cluster(db: impl SqliteExecutor<'_>, cluster: &str) -> s
         .await
 }
 
-/// pending -> running; a no-op for a job already running (a resume).
-pub async fn mark_running(db: impl SqliteExecutor<'_>, id: i64, now: DateTime<Utc>) -> sqlx::Result<bool> {
-    let n = sqlx::query(
-        "update upgrade_jobs set state = 'running', started_at = ?, updated_at = ? where id = ? and state = 'pending'",
-    )
-    .bind(now)
+/// Claims job `id` for `owner`: moves it to running and records the owner,
+/// only while the job is pending or running and nobody else holds a live
+/// claim (one refreshed since `stale_before`). Answers the job as claimed,
+/// and whether it was pending (a start, not a resume); `None` when the job
+/// is not there to take. Runs inside the caller's write transaction, so the
+/// read and the claim are one step.
+pub async fn claim(
+    tx: &mut sqlx::SqliteConnection,
+    id: i64,
+    owner: &str,
+    now: DateTime<Utc>,
+    stale_before: DateTime<Utc>,
+) -> sqlx::Result<Option<(Job, bool)>> {
+    let was_pending: Option<bool> = sqlx::query_scalar("select state = 'pending' from upgrade_jobs where id = ?")
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?;
+    let row: Option<JobRow> = sqlx::query_as(AssertSqlSafe(format!(
+        "update upgrade_jobs set
+            state = 'running', owner = ?1, heartbeat_at = ?2, updated_at = ?2,
+            started_at = coalesce(started_at, ?2)
+         where id = ?3 and state in ('pending', 'running')
+           and (owner is null or owner = ?1 or heartbeat_at is null or heartbeat_at < ?4)
+         returning {COLUMNS}"
+    )))
+    .bind(owner)
     .bind(now)
     .bind(id)
-    .execute(db)
-    .await?
-    .rows_affected();
-    Ok(n > 0)
+    .bind(stale_before)
+    .fetch_optional(&mut *tx)
+    .await?;
+    row.map(|r| Ok((Job::try_from(r)?, was_pending.unwrap_or(false)))).transpose()
+}
+
+/// Proves that `owner` still drives job `id`, and stamps the heartbeat.
+/// `false` once the job ended, was taken over or is gone: the caller must
+/// stop at once. Made first in every transaction that writes the job.
+pub async fn touch(tx: &mut sqlx::SqliteConnection, id: i64, owner: &str, now: DateTime<Utc>) -> sqlx::Result<bool> {
+    let n = sqlx::query("update upgrade_jobs set heartbeat_at = ? where id = ? and owner = ? and state = 'running'")
+        .bind(now)
+        .bind(id)
+        .bind(owner)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+    Ok(n == 1)
+}
+
+/// Gives up `owner`'s claim on job `id`.
+pub async fn release(tx: &mut sqlx::SqliteConnection, id: i64, owner: &str) -> sqlx::Result<()> {
+    sqlx::query("update upgrade_jobs set owner = null where id = ? and owner = ?")
+        .bind(id)
+        .bind(owner)
+        .execute(tx)
+        .await?;
+    Ok(())
+}
+
+/// Forgets every claim not held by `owner`. Called once when the runner
+/// starts: this process holds the data directory's lock, so any other
+/// recorded owner is a process that is gone.
+pub async fn release_others(db: impl SqliteExecutor<'_>, owner: &str) -> sqlx::Result<u64> {
+    Ok(sqlx::query("update upgrade_jobs set owner = null where owner is not null and owner != ?")
+        .bind(owner)
+        .execute(db)
+        .await?
+        .rows_affected())
+}
+
+/// What the runner needs to know between two looks at the cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Claim {
+    /// The job is still running and this owner still drives it.
+    pub held: bool,
+    pub cancel_requested: bool,
+}
+
+/// Whether `owner` still drives job `id`, and whether a cancel was asked for.
+pub async fn claim_of(db: impl SqliteExecutor<'_>, id: i64, owner: &str) -> sqlx::Result<Claim> {
+    let row: Option<(bool, bool)> =
+        sqlx::query_as("select state = 'running' and owner is ?, cancel_requested from upgrade_jobs where id = ?")
+            .bind(owner)
+            .bind(id)
+            .fetch_optional(db)
+            .await?;
+    let (held, cancel_requested) = row.unwrap_or((false, false));
+    Ok(Claim { held, cancel_requested })
 }
 
 /// Moves the job to component `index`, step `step`.
@@ -210,34 +293,66 @@ pub async fn set_position(
     Ok(())
 }
 
-/// Records that the cancel was asked for. `None` when the job is missing;
-/// otherwise the job as it is now (a pending job is cancelled at once,
-/// since nothing has touched the cluster).
-pub async fn request_cancel(db: &crate::db::Db, id: i64, now: DateTime<Utc>) -> sqlx::Result<Option<Job>> {
-    let mut tx = super::begin_write(db).await?;
-    sqlx::query(
-        "update upgrade_jobs set
-            cancel_requested = 1,
-            state = case state when 'pending' then 'cancelled' else state end,
-            finished_at = case state when 'pending' then ?1 else finished_at end,
-            updated_at = ?1
-         where id = ?2 and state in ('pending', 'running')",
-    )
-    .bind(now)
-    .bind(id)
-    .execute(&mut *tx)
-    .await?;
-    let job = get(&mut *tx, id).await?;
-    tx.commit().await?;
-    Ok(job)
+/// What a cancel request found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelOutcome {
+    /// Pending: cancelled at once, before any runner claimed it.
+    CancelledNow,
+    /// Running: the runner stops at its next safe point.
+    Requested,
+    /// Asked before, or already cancelled: nothing changed.
+    AlreadyRequested,
+    /// Succeeded or failed: nothing to cancel.
+    Ended,
 }
 
-pub async fn cancel_requested(db: impl SqliteExecutor<'_>, id: i64) -> sqlx::Result<bool> {
-    let v: Option<bool> = sqlx::query_scalar("select cancel_requested from upgrade_jobs where id = ?")
+/// Records a cancel of job `id` and its event, in one transaction. A
+/// pending job is cancelled at once: the runner's claim only takes pending
+/// or running jobs, so whichever of the two statements comes first wins,
+/// and a runner never drives a job cancelled before it started. `None`
+/// when the job does not exist. The time is read once the write lock is
+/// held, so that the end is never stamped before a write that preceded it.
+pub async fn request_cancel(
+    db: &crate::db::Db,
+    id: i64,
+    event: impl FnOnce(CancelOutcome) -> Option<crate::domain::event::NewEvent>,
+) -> sqlx::Result<Option<(Job, CancelOutcome)>> {
+    let mut tx = super::begin_write(db).await?;
+    let now = Utc::now();
+    let Some(before) = get(&mut *tx, id).await? else { return Ok(None) };
+    let outcome = match before.state {
+        JobState::Succeeded | JobState::Failed => CancelOutcome::Ended,
+        JobState::Cancelled => CancelOutcome::AlreadyRequested,
+        JobState::Running if before.cancel_requested => CancelOutcome::AlreadyRequested,
+        JobState::Running => CancelOutcome::Requested,
+        JobState::Pending => CancelOutcome::CancelledNow,
+    };
+    if matches!(outcome, CancelOutcome::Requested | CancelOutcome::CancelledNow) {
+        sqlx::query(
+            "update upgrade_jobs set
+                cancel_requested = 1,
+                state = case state when 'pending' then 'cancelled' else state end,
+                finished_at = case state when 'pending' then ?1 else finished_at end,
+                updated_at = ?1
+             where id = ?2 and state in ('pending', 'running')",
+        )
+        .bind(now)
         .bind(id)
-        .fetch_optional(db)
+        .execute(&mut *tx)
         .await?;
-    Ok(v.unwrap_or(false))
+        if outcome == CancelOutcome::CancelledNow {
+            sqlx::query("update upgrade_components set state = 'skipped' where job_id = ? and state = 'pending'")
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+        }
+        if let Some(ev) = event(outcome) {
+            crate::db::events::record(&mut *tx, &ev, now).await?;
+        }
+    }
+    let job = get(&mut *tx, id).await?;
+    tx.commit().await?;
+    Ok(job.map(|j| (j, outcome)))
 }
 
 /// Starts winding the job down; `finish` ends it once that is done.
@@ -264,22 +379,30 @@ pub async fn start_wind_down(
 }
 
 pub async fn finish(
-    db: impl SqliteExecutor<'_>,
+    db: &mut sqlx::SqliteConnection,
     id: i64,
     state: JobState,
     error: Option<&str>,
     now: DateTime<Utc>,
 ) -> sqlx::Result<()> {
     sqlx::query(
-        "update upgrade_jobs set state = ?, error = ?, wind_down = null, finished_at = ?, updated_at = ? where id = ?",
+        "update upgrade_jobs set state = ?, error = ?, wind_down = null, owner = null, finished_at = ?, updated_at = ?
+         where id = ?",
     )
     .bind(state.as_str())
     .bind(error)
     .bind(now)
     .bind(now)
     .bind(id)
-    .execute(db)
+    .execute(&mut *db)
     .await?;
+    // Components the job never reached say so, rather than "pending".
+    if state != JobState::Succeeded {
+        sqlx::query("update upgrade_components set state = 'skipped' where job_id = ? and state = 'pending'")
+            .bind(id)
+            .execute(&mut *db)
+            .await?;
+    }
     Ok(())
 }
 
@@ -290,7 +413,7 @@ pub async fn finish(
 pub struct JobComponent {
     pub position: i64,
     pub component: String,
-    /// pending, upgrading, upgraded, rolled_back, failed.
+    /// pending, upgrading, upgraded, rolled_back, cancelled, failed, skipped.
     pub state: String,
     pub old_pod: Option<String>,
     pub old_image: Option<String>,

@@ -19,6 +19,9 @@ pub const DEFAULT_IMAGE_REPOSITORY: &str = "registry.k8s.io";
 pub const TEMP_PREFIX: &str = "temp-upgrade-";
 /// Label key that selects the temporary copy's pods (and nothing else).
 pub const TEMP_LABEL: &str = "temp-upgrade-component";
+/// Annotation on the temporary copy naming the job that made it: a job
+/// removes only its own copy.
+pub const JOB_ANNOTATION: &str = "drover.dev/upgrade-job";
 /// Label key carried by the real component's pods.
 pub const COMPONENT_LABEL: &str = "k8s-app";
 
@@ -108,7 +111,8 @@ pub fn order_components(requested: &[Component]) -> Result<Vec<Component>, Strin
 pub enum Step {
     /// 0: exactly one pod runs the component.
     CheckPods,
-    /// 1: create (or update) the temporary copy of the DaemonSet.
+    /// 1: create (or update) the temporary copy of the DaemonSet, by
+    /// server-side apply.
     CreateTemp,
     /// 2: wait until the copy's pods are Running.
     WaitTempRunning,
@@ -168,23 +172,25 @@ impl Step {
         let (ds, temp) = (c.daemonset(), c.temp_daemonset());
         match self {
             Self::CheckPods => format!("check that exactly one pod matches {}", c.pod_selector()),
-            Self::CreateTemp => format!("create or update the temporary DaemonSet {temp}"),
+            Self::CreateTemp => format!("create or update the temporary DaemonSet {temp} (server-side apply)"),
             Self::WaitTempRunning => format!("wait until the pods matching {} are Running", c.temp_pod_selector()),
             Self::UpdateDaemonSet => format!("update DaemonSet {ds} to the new image"),
             Self::WaitOldPodGone => "wait until the old pod has disappeared".into(),
             Self::WaitNewRunning => format!("wait until the pods matching {} run the new image", c.pod_selector()),
-            Self::DeleteTemp => format!("delete DaemonSet {temp} with foreground propagation"),
+            Self::DeleteTemp => {
+                format!("once {ds}'s pods run its new template, delete DaemonSet {temp} with foreground propagation")
+            }
             Self::WaitHealthy => "wait until the API server's /healthz answers ok".into(),
             Self::Rollback => format!("restore DaemonSet {ds} to its saved spec and delete {temp}"),
-            Self::Cleanup => format!("delete DaemonSet {temp} if it exists"),
+            Self::Cleanup => format!("once {ds}'s pods run its template, delete DaemonSet {temp} if it exists"),
         }
     }
 
-    /// A cancel may stop the job before this step: the real DaemonSet has
-    /// not been touched yet, so removing the copy restores the old state.
-    /// From step 3 on, the component is finished first.
-    pub fn cancellable_before(self) -> bool {
-        self <= Self::UpdateDaemonSet
+    /// Whether the step changes the cluster. A step that only looks may be
+    /// dropped at any point (on shutdown) and redone; one that writes is
+    /// let finish its write.
+    pub fn writes_cluster(self) -> bool {
+        matches!(self, Self::CreateTemp | Self::UpdateDaemonSet | Self::DeleteTemp | Self::Rollback | Self::Cleanup)
     }
 
     /// The step after this one within a component, if any.
@@ -354,13 +360,11 @@ mod tests {
     }
 
     #[test]
-    fn steps_round_trip_and_only_early_ones_are_cancellable() {
+    fn steps_round_trip_and_follow_each_other() {
         for s in Step::UPGRADE.into_iter().chain([Step::Rollback, Step::Cleanup]) {
             assert_eq!(Step::from_number(s.number()), Some(s));
         }
         assert_eq!(Step::WaitHealthy.next(), None);
         assert_eq!(Step::CheckPods.next(), Some(Step::CreateTemp));
-        assert!(Step::UpdateDaemonSet.cancellable_before());
-        assert!(!Step::WaitOldPodGone.cancellable_before());
     }
 }

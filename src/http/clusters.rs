@@ -45,7 +45,8 @@ pub struct CreateCluster {
     /// API server URL, `https://host:port` (or `http://` for tests).
     #[schema(example = "https://10.0.0.1:6443")]
     pub server: Option<String>,
-    /// Bearer token, with `server`.
+    /// Bearer token, with `server`. It is sent in an HTTP header, so it may
+    /// not contain control characters (CR, LF, NUL, DEL).
     pub token: Option<String>,
     /// PEM CA certificate of the API server, with `server`.
     pub ca_certificate: Option<String>,
@@ -160,13 +161,13 @@ async fn load(state: &AppState, name: &str) -> ApiResult<ClusterRecord> {
 
 /// A client for a registered cluster, trying each call `tries` times.
 pub async fn connect(state: &AppState, name: &str, tries: u32) -> ApiResult<ClusterApi> {
-    let creds =
-        db::clusters::credentials(&state.db, name).await?.ok_or_else(|| ApiError::not_found("cluster", name))?;
+    let unusable = |e| ApiError::Unavailable(format!("cluster {name:?} cannot be reached with its credentials: {e}"));
+    let creds = db::clusters::credentials(&state.db, name)
+        .await?
+        .ok_or_else(|| ApiError::not_found("cluster", name))?
+        .map_err(unusable)?;
     let timeout = state.config.kube_request_timeout;
-    let client = creds
-        .client(timeout)
-        .await
-        .map_err(|e| ApiError::Unavailable(format!("cluster {name:?} cannot be reached with its credentials: {e}")))?;
+    let client = creds.client(timeout).await.map_err(unusable)?;
     let policy = RetryPolicy { tries, backoff: state.config.upgrade_retry_backoff, call_timeout: timeout };
     Ok(ClusterApi::new(client, policy))
 }
@@ -185,7 +186,7 @@ pub async fn connect(state: &AppState, name: &str, tries: u32) -> ApiResult<Clus
 async fn create_cluster(State(state): State<AppState>, ApiJson(body): ApiJson<CreateCluster>) -> ApiResult<Response> {
     let (name, creds) = parse_create(body)?;
     let server = creds
-        .server(state.config.kube_request_timeout)
+        .validate(state.config.kube_request_timeout)
         .await
         .map_err(|e| ApiError::invalid(e.field, "credentials", e.message))?;
     let record = match db::clusters::insert(&state.db, &name, &server, &creds, Utc::now()).await {

@@ -1,7 +1,7 @@
 //! Control-plane upgrade jobs: start one on a cluster (or ask for its plan),
-//! follow it, read its events, cancel it. The runner does the work; these
-//! handlers check the request against the cluster and the version policy
-//! and store the job.
+//! follow it, read its events, cancel it. The handlers parse and answer;
+//! `upgrade::service` checks the request against the cluster and the
+//! version policy, stores the job and cancels it; the runner does the work.
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -13,21 +13,19 @@ use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::app::AppState;
-use crate::db::{self, upgrades::Job};
-use crate::domain::event::{EventType, SubjectKind};
+use crate::auth::{Caller, Role};
+use crate::db::{self, upgrades::CancelOutcome, upgrades::Job};
+use crate::domain::event::SubjectKind;
 use crate::domain::image::check_image_reference;
-use crate::domain::upgrade::{
-    Component, DEFAULT_IMAGE_REPOSITORY, JobState, check_version_policy, image_version, order_components,
-    release_version,
-};
+use crate::domain::upgrade::{Component, DEFAULT_IMAGE_REPOSITORY, JobState, order_components};
 use crate::domain::version::KubeVersion;
 use crate::error::{ApiError, ApiResult, Problem};
 use crate::http::clusters::connect;
 use crate::http::extract::{ApiJson, ApiQuery};
 use crate::http::pagination::{PageParams, finish_page};
 use crate::http::pools::EventList;
-use crate::upgrade::job::job_event;
-use crate::upgrade::plan::{self, ComponentPlan};
+use crate::upgrade::plan::ComponentPlan;
+use crate::upgrade::service::{self, PrepareError, StartError, UpgradeRequest};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -49,9 +47,11 @@ pub struct CreateUpgrade {
     /// upgraded in the order kube-apiserver, kube-controller-manager, kube-scheduler.
     pub components: Option<Vec<Component>>,
     /// Registry the images come from (`<repository>/<component>:<version>`).
+    /// Any value but the default (`registry.k8s.io`) needs the admin role.
     #[schema(example = "registry.k8s.io")]
     pub image_repository: Option<String>,
     /// Bypass the version policy (downgrades, skipped minor versions).
+    /// Needs the admin role.
     #[serde(default)]
     pub force: bool,
     /// Answer the plan instead of starting a job.
@@ -86,7 +86,7 @@ pub struct StepView {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ComponentProgress {
     pub component: String,
-    /// pending, upgrading, upgraded, rolled_back, cancelled or failed.
+    /// pending, upgrading, upgraded, rolled_back, cancelled, failed or skipped (the job ended before it).
     pub state: String,
     pub old_image: Option<String>,
     pub new_image: String,
@@ -218,8 +218,26 @@ fn active_conflict(cluster: &str, id: i64) -> ApiError {
     ))
 }
 
+/// Whether the caller may choose this: a registry other than the default,
+/// or `force`, decide what runs as the control plane, so they are the
+/// admin's (SECURITY.md).
+fn check_admin_only(body: &CreateUpgrade, caller: Option<&Caller>) -> ApiResult<()> {
+    if caller.is_some_and(|c| c.role >= Role::Admin) {
+        return Ok(());
+    }
+    let repository = body.image_repository.as_deref().is_some_and(|r| r != DEFAULT_IMAGE_REPOSITORY);
+    if repository || body.force {
+        let field = if repository { "image_repository" } else { "force" };
+        tracing::info!(field, "a non-admin asked for an admin-only upgrade parameter");
+        return Err(ApiError::Forbidden { need: "admin" });
+    }
+    Ok(())
+}
+
 /// Start an upgrade of a cluster's control plane, or with `dry_run` answer
 /// its plan. kubeadm's version policy applies unless `force` is set.
+/// `image_repository` (other than the default) and `force` need the admin
+/// role.
 #[utoipa::path(post, path = "/v1/clusters/{name}/upgrades", tag = "upgrades",
     params(("name" = String, Path, description = "Cluster name")),
     request_body(content = CreateUpgrade, content_type = "application/json"),
@@ -228,22 +246,25 @@ fn active_conflict(cluster: &str, id: i64) -> ApiError {
         (status = 202, description = "Job accepted; poll `Location`", body = UpgradeView,
             headers(("Location" = String, description = "URL of the job"))),
         (status = 400, description = "Body is not JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "`image_repository` or `force` asked for without the admin role", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such cluster", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "A job is already active on the cluster; `detail` names it", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Body is not declared as JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid field, or a version policy rule broken (`errors[].rule`: version_format, no_downgrade, major_version, minor_skip)", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The cluster did not answer", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The cluster did not answer, or its stored credentials cannot be used", body = Problem, content_type = "application/problem+json"),
     ))]
 #[tracing::instrument(skip_all, fields(cluster = %name, version = %body.version))]
 async fn create_upgrade(
     State(state): State<AppState>,
     Path(name): Path<String>,
+    caller: Option<axum::Extension<Caller>>,
     ApiJson(body): ApiJson<CreateUpgrade>,
 ) -> ApiResult<Response> {
     let target: KubeVersion = body.version.parse().map_err(|e| ApiError::invalid("version", "version_format", e))?;
     let components = order_components(body.components.as_deref().unwrap_or(&Component::ALL))
         .map_err(|e| ApiError::invalid("components", "components", e))?;
-    let repo = body.image_repository.unwrap_or_else(|| DEFAULT_IMAGE_REPOSITORY.to_owned());
+    check_admin_only(&body, caller.as_deref())?;
+    let repo = body.image_repository.clone().unwrap_or_else(|| DEFAULT_IMAGE_REPOSITORY.to_owned());
     check_image_reference(&format!("{repo}/kube-apiserver:{target}"))
         .map_err(|e| ApiError::invalid("image_repository", "image_repository", e))?;
     db::clusters::get(&state.db, &name).await?.ok_or_else(|| ApiError::not_found("cluster", &name))?;
@@ -253,62 +274,27 @@ async fn create_upgrade(
         return Err(active_conflict(&name, id));
     }
 
-    // What runs now: the version policy compares against the oldest of the
-    // API server's version and the component images.
     let api = connect(&state, &name, 2).await?;
-    let unreachable = |e: crate::k8s::CallError| ApiError::Unavailable(format!("cluster {name:?} did not answer: {e}"));
-    let info = api.version().await.map_err(unreachable)?;
-    let mut current = release_version(&info.git_version);
-    let mut plans = Vec::new();
-    for c in &components {
-        let ds = api.get_daemonset(&c.daemonset()).await.map_err(unreachable)?;
-        let image = ds.as_ref().and_then(|d| plan::daemonset_image(d, *c));
-        if let Some(v) = image.as_deref().and_then(image_version) {
-            current = Some(current.map_or(v, |cur| cur.min(v)));
-        }
-        plans.push(plan::plan_component(*c, image, c.image(&repo, target)));
-    }
-    if let Some(cur) = current {
-        check_version_policy(cur, target, body.force).map_err(|v| ApiError::invalid("version", v.rule, v.message))?;
-    }
+    let request =
+        UpgradeRequest { cluster: name.clone(), target, components, image_repository: repo, force: body.force };
+    let prepared = service::prepare(&api, request).await.map_err(|e| match e {
+        PrepareError::Unreachable { .. } => ApiError::Unavailable(e.to_string()),
+        PrepareError::Policy(v) => ApiError::invalid("version", v.rule, v.message),
+    })?;
     if body.dry_run {
         let p = UpgradePlan {
             cluster: name,
-            current_version: current.map(|v| v.to_string()),
+            current_version: prepared.current.map(|v| v.to_string()),
             target_version: target,
-            components: plans,
+            components: prepared.components,
         };
         return Ok((StatusCode::OK, Json(p)).into_response());
     }
-
-    let images: Vec<String> = plans.iter().map(|p| p.new_image.clone()).collect();
-    let version = target.to_string();
-    let new = db::upgrades::NewJob {
-        cluster: &name,
-        version: &version,
-        components: &components,
-        new_images: &images,
-        image_repository: &repo,
-        force: body.force,
-        from_version: current.map(|v| v.to_string()),
-    };
-    let now = Utc::now();
-    let mut tx = crate::db::begin_write(&state.db).await?;
-    let job = match db::upgrades::insert(&mut tx, &new, now).await {
-        Ok(job) => job,
-        Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
-            drop(tx);
-            let id = db::upgrades::active_for_cluster(&state.db, &name).await?.unwrap_or_default();
-            return Err(active_conflict(&name, id));
-        }
-        Err(e) => return Err(e.into()),
-    };
-    let from = new.from_version.as_deref().unwrap_or("an unknown version");
-    let msg = format!("upgrade from {from} to {version} accepted (force: {})", body.force);
-    db::events::record(&mut *tx, &job_event(job.id, EventType::Normal, "Accepted", msg), now).await?;
-    tx.commit().await?;
+    let job = service::start(&state.db, &prepared).await.map_err(|e| match e {
+        StartError::Active(id) => active_conflict(&name, id),
+        StartError::Store(e) => e.into(),
+    })?;
     state.upgrades.wake();
-    tracing::info!(job = job.id, cluster = %name, version = %version, "upgrade job accepted");
     let id = job.id;
     let body = view(&state, job).await?;
     Ok((StatusCode::ACCEPTED, [(header::LOCATION, location(id))], Json(body)).into_response())
@@ -384,19 +370,11 @@ async fn list_upgrade_events(
     ))]
 #[tracing::instrument(skip_all, fields(job = %id))]
 async fn cancel_upgrade(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
-    let before = load(&state, &id).await?;
-    if matches!(before.state, JobState::Succeeded | JobState::Failed) {
-        return Err(ApiError::Conflict(format!("upgrade job {id} already ended ({})", before.state.as_str())));
-    }
-    let job_id = before.id;
-    let now = Utc::now();
-    let job = db::upgrades::request_cancel(&state.db, job_id, now)
-        .await?
-        .ok_or_else(|| ApiError::not_found("upgrade job", &id))?;
-    if before.state.is_active() && !before.cancel_requested {
-        let msg = if job.state == JobState::Cancelled { "cancelled before it started" } else { "cancel requested" };
-        db::events::record(&state.db, &job_event(job_id, EventType::Normal, "CancelRequested", msg.into()), now)
-            .await?;
+    let job_id = parse_id(&id)?;
+    let (job, outcome) =
+        service::cancel(&state.db, job_id).await?.ok_or_else(|| ApiError::not_found("upgrade job", &id))?;
+    if outcome == CancelOutcome::Ended {
+        return Err(ApiError::Conflict(format!("upgrade job {id} already ended ({})", job.state.as_str())));
     }
     let status = if job.state == JobState::Running { StatusCode::ACCEPTED } else { StatusCode::OK };
     let body = view(&state, job).await?;

@@ -11,4 +11,4 @@ pub mod ops;
 
 pub use credentials::{CredentialError, Credentials};
 pub use drain::{DrainError, DrainSettings, Drained};
-pub use ops::{CallError, ClusterApi, RetryPolicy};
+pub use ops::{CallError, ClusterApi, Deletion, RetryPolicy};

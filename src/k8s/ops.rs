@@ -12,10 +12,25 @@ use axum::http::Request;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::version::Info;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use rand::Rng;
 
 use crate::domain::upgrade::NAMESPACE;
+
+/// The field manager of drover's server-side applies.
+pub const FIELD_MANAGER: &str = "drover";
+
+/// What [`ClusterApi::delete_daemonset_unless`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Deletion {
+    /// There is no such DaemonSet (any more).
+    Gone,
+    /// The delete is accepted (or was already under way); with foreground
+    /// propagation the object stays until its pods are gone.
+    Deleting,
+    /// Left in place, for this reason.
+    Kept(String),
+}
 
 /// How hard each operation tries.
 #[derive(Debug, Clone, Copy)]
@@ -168,22 +183,15 @@ impl ClusterApi {
         self.call(&format!("get daemonset {name}"), || async move { Ok(daemonsets.get_opt(name).await?) }).await
     }
 
-    /// Creates `ds`, or replaces the existing object of its name with it.
-    pub async fn create_or_update_daemonset(&self, ds: &DaemonSet) -> Result<(), CallError> {
+    /// Creates or updates `ds` by server-side apply, as field manager
+    /// [`FIELD_MANAGER`], taking over fields another manager set (force):
+    /// the object ends up exactly as given, in one idempotent request.
+    pub async fn apply_daemonset(&self, ds: &DaemonSet) -> Result<(), CallError> {
         let name = ds.metadata.name.as_deref().unwrap_or_default();
-        let (pp, daemonsets) = (&PostParams::default(), &self.daemonsets);
-        self.call(&format!("create or update daemonset {name}"), || async move {
-            match daemonsets.create(pp, ds).await {
-                Ok(_) => return Ok(()),
-                Err(e) if is_status(&e, |s| s.is_already_exists()) => {}
-                Err(e) => return Err(e.into()),
-            }
-            // It exists (an earlier run made it): update it, conditional on
-            // the version just read; a conflict means read again.
-            let current = daemonsets.get(name).await?;
-            let mut update = ds.clone();
-            update.metadata.resource_version = current.metadata.resource_version;
-            daemonsets.replace(name, pp, &update).await?;
+        let (pp, daemonsets) = (&PatchParams::apply(FIELD_MANAGER).force(), &self.daemonsets);
+        let patch = &Patch::Apply(ds);
+        self.call(&format!("apply daemonset {name}"), || async move {
+            daemonsets.patch(name, pp, patch).await?;
             Ok(())
         })
         .await
@@ -207,14 +215,33 @@ impl ClusterApi {
         .await
     }
 
-    /// Deletes the DaemonSet and, first, its pods (foreground propagation).
-    /// Already gone counts as done.
-    pub async fn delete_daemonset_foreground(&self, name: &str) -> Result<(), CallError> {
-        let daemonsets = &self.daemonsets;
+    /// Deletes the DaemonSet and, first, its pods (foreground propagation),
+    /// if `keep` finds no reason to keep the object as it is read now. The
+    /// delete is conditional on that very version (uid and
+    /// resourceVersion), so an object changed after the look is read and
+    /// judged again, never deleted unseen. Already gone counts as done.
+    pub async fn delete_daemonset_unless(
+        &self,
+        name: &str,
+        keep: impl Fn(&DaemonSet) -> Option<String>,
+    ) -> Result<Deletion, CallError> {
+        let (daemonsets, keep) = (&self.daemonsets, &keep);
         self.call(&format!("delete daemonset {name}"), || async move {
-            match daemonsets.delete(name, &DeleteParams::foreground()).await {
-                Ok(_) => Ok(()),
-                Err(e) if is_status(&e, |s| s.is_not_found()) => Ok(()),
+            let Some(current) = daemonsets.get_opt(name).await? else { return Ok(Deletion::Gone) };
+            if let Some(why) = keep(&current) {
+                return Ok(Deletion::Kept(why));
+            }
+            if current.metadata.deletion_timestamp.is_some() {
+                return Ok(Deletion::Deleting);
+            }
+            let mut dp = DeleteParams::foreground();
+            dp.preconditions = Some(Preconditions {
+                uid: current.metadata.uid.clone(),
+                resource_version: current.metadata.resource_version.clone(),
+            });
+            match daemonsets.delete(name, &dp).await {
+                Ok(_) => Ok(Deletion::Deleting),
+                Err(e) if is_status(&e, |s| s.is_not_found()) => Ok(Deletion::Gone),
                 Err(e) => Err(e.into()),
             }
         })

@@ -54,7 +54,9 @@ pub(super) async fn leave_cluster(
     let Some(credentials) = db::clusters::credentials(&ctx.db, cluster).await? else {
         return Err(drain_failed(pool, machine, DrainError::UnknownCluster(cluster.to_owned())));
     };
+    // Unusable stored credentials fail the pass (Reconciled=False), never the process.
     let client = credentials
+        .map_err(|e| drain_failed(pool, machine, DrainError::Credentials(e)))?
         .client(settings.retry.call_timeout)
         .await
         .map_err(|e| drain_failed(pool, machine, DrainError::Credentials(e)))?;

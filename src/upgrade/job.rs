@@ -1,16 +1,28 @@
 //! One job, from its stored position to its end.
 //!
 //! The job row says where the job is (component and step); it moves only
-//! after a step has finished, so a restart at any moment resumes with the
-//! step that was running, which is safe to run again. Step 0 runs for every
-//! component before any component is changed. A failure or a cancel winds
-//! the job down (a rollback or a cleanup), and the wind-down is persisted
-//! too, so a restart in the middle of it finishes it.
+//! after a step has finished, in the same transaction as the step's end,
+//! so a crash at any moment resumes with the step that was running, which
+//! looks at the cluster first and is safe to run again. Step 0 runs for
+//! every component before any component is changed.
+//!
+//! A cancel or a failure winds the job down, and what the wind-down does
+//! is decided from the real DaemonSet as the runner sees it, not from the
+//! stored step (which may lag one write behind the cluster after a crash):
+//! a cancel keeps the old spec only while the real DaemonSet is untouched,
+//! and otherwise finishes the component first. The wind-down is persisted,
+//! so a restart in the middle of it finishes it.
+//!
+//! Every write goes through the job's [`Lease`]: a runner that no longer
+//! owns the job stops before it writes or touches the cluster again.
 
 use chrono::Utc;
 use k8s_openapi::api::apps::v1::DaemonSet;
+use tokio_util::sync::CancellationToken;
 
 use super::Context;
+use super::lease::{JobError, Lease};
+use super::plan::{self, OnCancel};
 use super::steps::{StepError, StepRunner, Target};
 use crate::db::{self, upgrades::Job};
 use crate::domain::event::{EventType, NewEvent, SubjectKind};
@@ -20,106 +32,197 @@ use crate::k8s::ClusterApi;
 const ROLLBACK: &str = "rollback";
 const CLEANUP: &str = "cleanup";
 
-/// Drives job `id` until it ends. Errors are the store's only: anything the
-/// cluster does ends the job with a reason, while a store error leaves the
-/// job where it was, for the runner to try again later.
-#[tracing::instrument(skip(ctx))]
-pub async fn run_job(ctx: &Context, id: i64) -> sqlx::Result<()> {
-    let Some(job) = db::upgrades::get(&ctx.db, id).await? else { return Ok(()) };
-    if !job.state.is_active() {
-        return Ok(());
-    }
-    let started = db::upgrades::mark_running(&ctx.db, id, Utc::now()).await?;
-    let credentials = db::clusters::credentials(&ctx.db, &job.cluster).await?;
-    let mut driver = Driver { ctx, api: None, job };
-    if started {
-        driver.event(EventType::Normal, "Started", format!("upgrading to {}", driver.job.version)).await?;
-    } else {
-        let (c, s) = (driver.component(), driver.job.step);
-        let at = format!("resuming at step {} ({}) of {c}", s.number(), s.name());
-        driver.event(EventType::Normal, "Resumed", at).await?;
-    }
-    let Some(credentials) = credentials else {
-        return driver.finish(JobState::Failed, "the cluster is no longer registered").await;
+/// Claims job `id` and drives it until it ends, until `stop` fires (then
+/// at a step boundary, or in a wait, which is redone on the next start),
+/// or until the job is no longer this runner's. Errors are the store's
+/// and the lost claim: anything the cluster does ends the job with a
+/// reason, while a store error leaves the job where it was, for the runner
+/// to try again later.
+#[tracing::instrument(skip(ctx, stop))]
+pub async fn run_job(ctx: &Context, id: i64, stop: &CancellationToken) -> Result<(), JobError> {
+    let Some((lease, job)) = Lease::claim(&ctx.db, id, &ctx.owner).await? else { return Ok(()) };
+    let mut driver = Driver { ctx, lease, job, api: None, stop };
+    let client = match db::clusters::credentials(&ctx.db, &driver.job.cluster).await? {
+        None => Err("the cluster is no longer registered".to_owned()),
+        Some(Err(e)) => Err(format!("the cluster's stored credentials cannot be used: {e}")),
+        Some(Ok(c)) => c
+            .client(ctx.settings.retry.call_timeout)
+            .await
+            .map_err(|e| format!("the cluster's stored credentials cannot be used: {e}")),
     };
-    match credentials.client(ctx.settings.retry.call_timeout).await {
+    match client {
         Ok(client) => driver.api = Some(ClusterApi::new(client, ctx.settings.retry).with_metrics(ctx.metrics.clone())),
-        Err(e) => return driver.finish(JobState::Failed, &format!("cannot use the cluster's credentials: {e}")).await,
+        Err(why) => {
+            let msg = format!("{why}; {}", driver.stopped_at());
+            return driver.finish(JobState::Failed, &msg).await;
+        }
     }
-    driver.drive().await
+    driver.drive().await?;
+    if driver.job.state.is_active() {
+        // Stopped at a safe point, not ended: let the next runner take it at once.
+        driver.lease.release().await?;
+    }
+    Ok(())
 }
 
 struct Driver<'a> {
     ctx: &'a Context,
+    lease: Lease,
     api: Option<ClusterApi>,
     job: Job,
+    stop: &'a CancellationToken,
 }
 
+/// How a step ended, for the driver (a step stopped by shutdown did not end).
+enum Ended {
+    Done,
+    Cancelled,
+    Failed(StepError),
+}
+
+/// A write transaction of the job, whose claim it has proven.
+type Tx = sqlx::Transaction<'static, sqlx::Sqlite>;
+
 impl Driver<'_> {
-    fn component(&self) -> Component {
+    fn component_at(&self, i: usize) -> Component {
         // The index only ever comes from positions within `components`.
-        self.job.components.get(self.job.component_index).copied().unwrap_or(Component::KubeApiserver)
+        self.job.components.get(i).copied().unwrap_or(Component::KubeApiserver)
     }
 
-    async fn drive(&mut self) -> sqlx::Result<()> {
+    fn component(&self) -> Component {
+        self.component_at(self.job.component_index)
+    }
+
+    /// Where a job that cannot go on stopped, and what that may have left.
+    fn stopped_at(&self) -> String {
+        let (c, step) = (self.component(), self.job.step);
+        // Step 0 of every component runs before anything is changed.
+        if self.job.wind_down.is_none() && step == Step::CheckPods {
+            return "nothing was changed".to_owned();
+        }
+        format!(
+            "the job stopped at step {} ({}) of {c}: check DaemonSets {} and {} in kube-system",
+            step.number(),
+            step.name(),
+            c.daemonset(),
+            c.temp_daemonset()
+        )
+    }
+
+    async fn drive(&mut self) -> Result<(), JobError> {
         if self.job.wind_down.is_some() {
             return self.wind_down().await;
         }
         let n = self.job.components.len();
         if self.job.step == Step::CheckPods {
             for i in self.job.component_index..n {
-                self.move_to(i, Step::CheckPods).await?;
-                match self.step(i, Step::CheckPods).await {
-                    Ok(()) => {}
-                    Err(StepError::Db(e)) => return Err(e),
-                    Err(e) => {
-                        db::upgrades::set_component_state(&self.ctx.db, self.job.id, i, "failed").await?;
-                        let msg = format!("{}; nothing was changed", self.failure(i, Step::CheckPods, &e));
-                        return self.finish(JobState::Failed, &msg).await;
-                    }
+                if self.stop.is_cancelled() {
+                    return Ok(());
                 }
+                let Some((ended, mut tx)) = self.step(i, Step::CheckPods).await? else { return Ok(()) };
+                if let Ended::Failed(e) = ended {
+                    let msg = format!("{}; nothing was changed", self.failure(i, Step::CheckPods, &e));
+                    return self.finish_in(tx, Some((i, "failed")), None, JobState::Failed, &msg).await;
+                }
+                // Not cancellable: the checks take a moment and change nothing.
+                let next = if i + 1 < n { (i + 1, Step::CheckPods) } else { (0, Step::CreateTemp) };
+                if i + 1 == n {
+                    let ev =
+                        self.event(EventType::Normal, "PodsChecked", "every component runs exactly one pod".into());
+                    db::events::record(&mut *tx, &ev, Utc::now()).await?;
+                }
+                self.move_to(tx, next).await?;
             }
-            self.event(EventType::Normal, "PodsChecked", "every component runs exactly one pod").await?;
-            self.move_to(0, Step::CreateTemp).await?;
         }
         loop {
-            let (i, step, c) = (self.job.component_index, self.job.step, self.component());
-            if step.cancellable_before() && db::upgrades::cancel_requested(&self.ctx.db, self.job.id).await? {
-                return self.cancel(i, step).await;
+            if self.stop.is_cancelled() {
+                return Ok(());
+            }
+            let (i, step) = (self.job.component_index, self.job.step);
+            if self.lease.check().await?.cancel_requested && self.on_cancel(i).await? == OnCancel::RemoveCopy {
+                return self.cancel(step).await;
             }
             if step == Step::CreateTemp {
-                db::upgrades::set_component_state(&self.ctx.db, self.job.id, i, "upgrading").await?;
+                let mut tx = self.lease.begin().await?;
+                db::upgrades::set_component_state(&mut *tx, self.job.id, i, "upgrading").await?;
+                tx.commit().await?;
             }
-            match self.step(i, step).await {
-                Ok(()) => {}
-                Err(StepError::Db(e)) => return Err(e),
-                Err(StepError::Cancelled) => return self.cancel(i, step).await,
-                Err(e) => return self.on_failure(i, step, e).await,
+            let Some((ended, mut tx)) = self.step(i, step).await? else { return Ok(()) };
+            match ended {
+                Ended::Done => {}
+                Ended::Cancelled => {
+                    tx.commit().await?;
+                    return self.cancel(step).await;
+                }
+                Ended::Failed(e) => {
+                    tx.commit().await?;
+                    return self.on_failure(i, step, e).await;
+                }
             }
+            // The step's end and what follows from it are one write.
             if let Some(next) = step.next() {
-                self.move_to(i, next).await?;
+                self.move_to(tx, (i, next)).await?;
                 continue;
             }
-            db::upgrades::set_component_state(&self.ctx.db, self.job.id, i, "upgraded").await?;
-            self.event(EventType::Normal, "ComponentUpgraded", format!("{c} runs {}", self.job.version)).await?;
+            let c = self.component();
+            let msg = format!("{c} runs {}", self.job.version);
+            db::upgrades::set_component_state(&mut *tx, self.job.id, i, "upgraded").await?;
+            db::events::record(&mut *tx, &self.event(EventType::Normal, "ComponentUpgraded", msg), Utc::now()).await?;
             if i + 1 == n {
-                return self.finish(JobState::Succeeded, "").await;
+                return self.finish_in(tx, None, None, JobState::Succeeded, "").await;
             }
-            self.move_to(i + 1, Step::CreateTemp).await?;
+            self.move_to(tx, (i + 1, Step::CreateTemp)).await?;
         }
     }
 
-    /// Runs one step and records its start, end, error and retries.
-    async fn step(&self, position: usize, step: Step) -> Result<(), StepError> {
-        let Some(api) = self.api.as_ref() else { return Err(StepError::Check("no client".into())) };
+    /// What a cancel does at component `i`, from its real DaemonSet as it
+    /// is now. When the cluster cannot be read, the decision waits: the
+    /// job goes on, and the next look decides.
+    async fn on_cancel(&self, i: usize) -> Result<OnCancel, JobError> {
+        let Some(api) = self.api.as_ref() else { return Ok(OnCancel::RemoveCopy) };
+        let t = self.target(i).await?;
+        let Some(saved) = t.original.as_ref() else { return Ok(OnCancel::RemoveCopy) };
+        match api.get_daemonset(&t.component.daemonset()).await {
+            Ok(real) => Ok(plan::on_cancel(real.map(|r| plan::real_state(&r, saved, t.component, &t.new_image)))),
+            Err(e) => {
+                tracing::warn!(job = self.job.id, error = %e, "cannot read the real DaemonSet to decide a cancel");
+                Ok(OnCancel::FinishComponent)
+            }
+        }
+    }
+
+    /// Runs one step and records its start, and its end, error and
+    /// retries in a transaction it answers uncommitted: the caller adds
+    /// what follows from the end (the next position, a state, an event).
+    /// `None` when shutdown stopped the step: it did not end, and runs
+    /// again on the next start.
+    async fn step(&self, position: usize, step: Step) -> Result<Option<(Ended, Tx)>, JobError> {
         let target = self.target(position).await?;
-        db::upgrades::begin_step(&self.ctx.db, self.job.id, position, step, Utc::now()).await?;
-        let result = StepRunner { ctx: self.ctx, api }.run(&target, step).await;
-        let error = result.as_ref().err().map(|e| e.to_string());
-        let retries = api.take_retries();
-        db::upgrades::end_step(&self.ctx.db, self.job.id, position, step, error.as_deref(), retries, Utc::now())
-            .await?;
-        result
+        let mut tx = self.lease.begin().await?;
+        db::upgrades::begin_step(&mut *tx, self.job.id, position, step, Utc::now()).await?;
+        tx.commit().await?;
+        let ended = match self.api.as_ref() {
+            None => Ended::Failed(StepError::Check("no client".into())),
+            Some(api) => {
+                match (StepRunner { ctx: self.ctx, api, lease: &self.lease, stop: self.stop }).run(&target, step).await
+                {
+                    Ok(()) => Ended::Done,
+                    Err(StepError::Job(e)) => return Err(e),
+                    Err(StepError::Interrupted) => return Ok(None),
+                    Err(StepError::Cancelled) => Ended::Cancelled,
+                    Err(e) => Ended::Failed(e),
+                }
+            }
+        };
+        let error = match &ended {
+            Ended::Failed(e) => Some(e.to_string()),
+            Ended::Cancelled => Some("cancelled on request".to_owned()),
+            Ended::Done => None,
+        };
+        let retries = self.api.as_ref().map_or(0, ClusterApi::take_retries);
+        let mut tx = self.lease.begin().await?;
+        db::upgrades::end_step(&mut *tx, self.job.id, position, step, error.as_deref(), retries, Utc::now()).await?;
+        Ok(Some((ended, tx)))
     }
 
     async fn target(&self, position: usize) -> sqlx::Result<Target> {
@@ -142,57 +245,81 @@ impl Driver<'_> {
         })
     }
 
-    async fn move_to(&mut self, index: usize, step: Step) -> sqlx::Result<()> {
-        db::upgrades::set_position(&self.ctx.db, self.job.id, index, step, Utc::now()).await?;
+    /// Moves the job to `(index, step)` in `tx`, and commits it.
+    async fn move_to(&mut self, mut tx: Tx, (index, step): (usize, Step)) -> Result<(), JobError> {
+        db::upgrades::set_position(&mut *tx, self.job.id, index, step, Utc::now()).await?;
+        tx.commit().await?;
         self.job.component_index = index;
         self.job.step = step;
         Ok(())
     }
 
     fn failure(&self, i: usize, step: Step, e: &StepError) -> String {
-        let c = self.job.components.get(i).copied().unwrap_or(Component::KubeApiserver);
+        let c = self.component_at(i);
         format!("step {} ({}) of {c} failed: {e}", step.number(), step.name())
     }
 
-    async fn cancel(&mut self, i: usize, step: Step) -> sqlx::Result<()> {
+    /// A cancel found the real DaemonSet without the new image: stop here
+    /// and remove the copy.
+    async fn cancel(&mut self, step: Step) -> Result<(), JobError> {
         let c = self.component();
-        let msg = format!(
-            "cancelled on request before step {} ({}) of {c}; {c} keeps its old spec",
-            step.number(),
-            step.name()
-        );
-        db::upgrades::set_component_state(&self.ctx.db, self.job.id, i, "cancelled").await?;
-        self.begin_wind_down(CLEANUP, JobState::Cancelled, msg).await
+        let msg = format!("cancelled on request at step {} ({}) of {c}", step.number(), step.name());
+        self.begin_wind_down(CLEANUP, JobState::Cancelled, msg, None, None).await
     }
 
     /// A step failed: undo what can be undone for this component.
-    async fn on_failure(&mut self, i: usize, step: Step, e: StepError) -> sqlx::Result<()> {
+    async fn on_failure(&mut self, i: usize, step: Step, e: StepError) -> Result<(), JobError> {
         let msg = self.failure(i, step, &e);
-        self.event(EventType::Warning, "StepFailed", msg.clone()).await?;
-        let id = self.job.id;
+        let warn = self.event(EventType::Warning, "StepFailed", msg.clone());
         match step {
-            Step::CreateTemp | Step::WaitTempRunning => self.begin_wind_down(CLEANUP, JobState::Failed, msg).await,
+            Step::CreateTemp | Step::WaitTempRunning => {
+                self.begin_wind_down(CLEANUP, JobState::Failed, msg, Some(warn), None).await
+            }
             Step::UpdateDaemonSet | Step::WaitOldPodGone | Step::WaitNewRunning => {
-                self.event(EventType::Warning, "RollingBack", format!("restoring {}'s saved spec", self.component()))
-                    .await?;
-                self.begin_wind_down(ROLLBACK, JobState::Failed, msg).await
+                self.begin_wind_down(ROLLBACK, JobState::Failed, msg, Some(warn), None).await
             }
             // The new pods run: the component is upgraded, whatever follows.
             Step::DeleteTemp => {
-                db::upgrades::set_component_state(&self.ctx.db, id, i, "upgraded").await?;
-                self.begin_wind_down(CLEANUP, JobState::Failed, msg).await
+                self.begin_wind_down(CLEANUP, JobState::Failed, msg, Some(warn), Some("upgraded")).await
             }
             Step::WaitHealthy => {
-                db::upgrades::set_component_state(&self.ctx.db, id, i, "upgraded").await?;
                 let c = self.component();
-                self.finish(JobState::Failed, &format!("{msg}; {c} runs the new image")).await
+                let msg = format!("{msg}; {c} runs the new image");
+                let tx = self.lease.begin().await?;
+                self.finish_in(tx, Some((i, "upgraded")), Some(warn), JobState::Failed, &msg).await
             }
-            Step::CheckPods | Step::Rollback | Step::Cleanup => self.finish(JobState::Failed, &msg).await,
+            Step::CheckPods | Step::Rollback | Step::Cleanup => {
+                let tx = self.lease.begin().await?;
+                self.finish_in(tx, None, Some(warn), JobState::Failed, &msg).await
+            }
         }
     }
 
-    async fn begin_wind_down(&mut self, kind: &str, end: JobState, msg: String) -> sqlx::Result<()> {
-        db::upgrades::start_wind_down(&self.ctx.db, self.job.id, kind, end, &msg, Utc::now()).await?;
+    /// Persists the wind-down (with the events and the component state
+    /// that go with it), then runs it.
+    async fn begin_wind_down(
+        &mut self,
+        kind: &str,
+        end: JobState,
+        msg: String,
+        first: Option<NewEvent>,
+        component_state: Option<&str>,
+    ) -> Result<(), JobError> {
+        let mut tx = self.lease.begin().await?;
+        let now = Utc::now();
+        if let Some(ev) = &first {
+            db::events::record(&mut *tx, ev, now).await?;
+        }
+        if let Some(state) = component_state {
+            db::upgrades::set_component_state(&mut *tx, self.job.id, self.job.component_index, state).await?;
+        }
+        if kind == ROLLBACK {
+            let ev =
+                self.event(EventType::Warning, "RollingBack", format!("restoring {}'s saved spec", self.component()));
+            db::events::record(&mut *tx, &ev, now).await?;
+        }
+        db::upgrades::start_wind_down(&mut *tx, self.job.id, kind, end, &msg, now).await?;
+        tx.commit().await?;
         self.job.wind_down = Some(kind.to_owned());
         self.job.wind_down_state = Some(end);
         self.job.error = Some(msg);
@@ -200,63 +327,111 @@ impl Driver<'_> {
     }
 
     /// Rollback or cleanup of the current component, then the job's end.
-    async fn wind_down(&mut self) -> sqlx::Result<()> {
+    /// Both remove the copy only once the real pods run the real template;
+    /// what the component runs at the end is read from the cluster.
+    async fn wind_down(&mut self) -> Result<(), JobError> {
         let (i, c) = (self.job.component_index, self.component());
         let rollback = self.job.wind_down.as_deref() == Some(ROLLBACK);
         let end = self.job.wind_down_state.unwrap_or(JobState::Failed);
         let base = self.job.error.clone().unwrap_or_default();
         let step = if rollback { Step::Rollback } else { Step::Cleanup };
-        match self.step(i, step).await {
-            Ok(()) if rollback => {
-                db::upgrades::set_component_state(&self.ctx.db, self.job.id, i, "rolled_back").await?;
-                self.event(EventType::Normal, "RolledBack", format!("{c} runs its saved spec again")).await?;
-                let msg = format!("{base}; {c} was rolled back to its saved spec");
-                self.finish(end, &msg).await
+        let Some((ended, tx)) = self.step(i, step).await? else { return Ok(()) };
+        if let (Ended::Done, true) = (&ended, rollback) {
+            let msg = format!("{base}; {c} was rolled back to its saved spec");
+            let ev = self.event(EventType::Normal, "RolledBack", format!("{c} runs its saved spec again"));
+            return self.finish_in(tx, Some((i, "rolled_back")), Some(ev), end, &msg).await;
+        }
+        // What the component runs now is read from the cluster, outside
+        // any transaction.
+        tx.commit().await?;
+        let runs_new = self.runs_new_image(i).await;
+        let (state, end, msg) = match ended {
+            Ended::Done => {
+                let (state, runs) = match runs_new {
+                    Some(true) => ("upgraded", "runs the new image"),
+                    Some(false) if end == JobState::Cancelled => ("cancelled", "keeps its old spec"),
+                    Some(false) => ("failed", "keeps its old spec"),
+                    None => ("failed", "could not be read"),
+                };
+                (state, end, format!("{base}; {c} {runs}; no temporary DaemonSet is left"))
             }
-            Ok(()) => {
-                let msg = format!("{base}; no temporary DaemonSet is left");
-                self.finish(end, &msg).await
-            }
-            Err(StepError::Db(e)) => Err(e),
-            Err(e) => {
+            Ended::Cancelled | Ended::Failed(_) => {
+                let why = match ended {
+                    Ended::Failed(e) => e.to_string(),
+                    _ => "cancelled".to_owned(),
+                };
                 let msg = format!(
-                    "{base}; the {} failed too ({e}): check DaemonSets {} and {} in kube-system",
+                    "{base}; the {} failed too ({why}): check DaemonSets {} and {} in kube-system",
                     step.name(),
                     c.daemonset(),
                     c.temp_daemonset()
                 );
-                self.finish(JobState::Failed, &msg).await
+                (if runs_new == Some(true) { "upgraded" } else { "failed" }, JobState::Failed, msg)
             }
-        }
+        };
+        self.end_component_and_job(i, state, end, &msg).await
     }
 
-    /// Ends the job, naming the components that were upgraded.
-    async fn finish(&mut self, state: JobState, msg: &str) -> sqlx::Result<()> {
-        let rows = db::upgrades::components(&self.ctx.db, self.job.id).await?;
+    /// Whether component `i`'s real DaemonSet has the new image, as read now.
+    async fn runs_new_image(&self, i: usize) -> Option<bool> {
+        let api = self.api.as_ref()?;
+        let t = self.target(i).await.ok()?;
+        let real = api.get_daemonset(&t.component.daemonset()).await.ok()??;
+        Some(plan::daemonset_image(&real, t.component).as_deref() == Some(t.new_image.as_str()))
+    }
+
+    /// Sets component `i`'s state and ends the job, in one transaction.
+    async fn end_component_and_job(&mut self, i: usize, state: &str, end: JobState, msg: &str) -> Result<(), JobError> {
+        let tx = self.lease.begin().await?;
+        self.finish_in(tx, Some((i, state)), None, end, msg).await
+    }
+
+    async fn finish(&mut self, state: JobState, msg: &str) -> Result<(), JobError> {
+        let tx = self.lease.begin().await?;
+        self.finish_in(tx, None, None, state, msg).await
+    }
+
+    /// Ends the job in `tx`, naming the components that were upgraded,
+    /// with its event; sets a component's state and records an event that
+    /// explains the end, when given, in the same transaction.
+    async fn finish_in(
+        &mut self,
+        mut tx: Tx,
+        component: Option<(usize, &str)>,
+        before: Option<NewEvent>,
+        state: JobState,
+        msg: &str,
+    ) -> Result<(), JobError> {
+        let now = Utc::now();
+        if let Some((i, c_state)) = component {
+            db::upgrades::set_component_state(&mut *tx, self.job.id, i, c_state).await?;
+        }
+        if let Some(ev) = &before {
+            db::events::record(&mut *tx, ev, now).await?;
+        }
+        let rows = db::upgrades::components(&mut *tx, self.job.id).await?;
         let upgraded: Vec<&str> = rows.iter().filter(|r| r.state == "upgraded").map(|r| r.component.as_str()).collect();
         let error = match state {
             JobState::Succeeded => None,
             _ if upgraded.is_empty() => Some(format!("{msg}; no component was upgraded")),
             _ => Some(format!("{msg}; upgraded: {}", upgraded.join(", "))),
         };
-        let now = Utc::now();
-        let mut tx = crate::db::begin_write(&self.ctx.db).await?;
-        db::upgrades::finish(&mut *tx, self.job.id, state, error.as_deref(), now).await?;
+        db::upgrades::finish(&mut tx, self.job.id, state, error.as_deref(), now).await?;
         let (type_, reason) = match state {
             JobState::Succeeded => (EventType::Normal, "Succeeded"),
             JobState::Cancelled => (EventType::Normal, "Cancelled"),
             _ => (EventType::Warning, "Failed"),
         };
         let message = error.clone().unwrap_or_else(|| format!("every component runs {}", self.job.version));
-        db::events::record(&mut *tx, &job_event(self.job.id, type_, reason, message), now).await?;
+        db::events::record(&mut *tx, &self.event(type_, reason, message), now).await?;
         tx.commit().await?;
         tracing::info!(job = self.job.id, cluster = %self.job.cluster, state = state.as_str(), "upgrade job ended");
         self.job.state = state;
         Ok(())
     }
 
-    async fn event(&self, type_: EventType, reason: &'static str, message: impl Into<String>) -> sqlx::Result<()> {
-        db::events::record(&self.ctx.db, &job_event(self.job.id, type_, reason, message.into()), Utc::now()).await
+    fn event(&self, type_: EventType, reason: &'static str, message: String) -> NewEvent {
+        job_event(self.job.id, type_, reason, message)
     }
 }
 

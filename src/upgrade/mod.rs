@@ -2,15 +2,21 @@
 //! persisted steps against a cluster, and the pure planning it relies on.
 //!
 //! - [`plan`]: the objects an upgrade writes, and the dry-run plan (pure).
-//! - [`steps`]: one step of one component against the cluster; each is safe
-//!   to run again after an interruption.
+//! - [`service`]: what the HTTP handlers call: check a request against the
+//!   cluster and the version policy, store a job, cancel one.
+//! - [`lease`]: one runner's claim on one job; every write of the job
+//!   proves the claim first.
+//! - [`steps`]: one step of one component against the cluster; each looks
+//!   before it acts, so it is safe to run again after an interruption.
 //! - [`job`]: a job from its stored position to its end, including the
 //!   rollback or cleanup that ends a failed or cancelled job.
 //! - [`runner`]: the background worker that finds jobs to drive.
 
 pub mod job;
+pub mod lease;
 pub mod plan;
 pub mod runner;
+pub mod service;
 pub mod steps;
 
 use std::sync::Arc;
@@ -29,6 +35,16 @@ pub struct Context {
     pub settings: Settings,
     /// Counts Kubernetes API calls.
     pub metrics: std::sync::Arc<crate::metrics::Metrics>,
+    /// This runner's id, recorded on the jobs it claims: `<pid>-<random>`,
+    /// so that no two runners, in this process or another, share one.
+    pub owner: Arc<str>,
+}
+
+impl Context {
+    pub fn new(db: Db, settings: Settings, metrics: Arc<crate::metrics::Metrics>) -> Self {
+        let owner = format!("{}-{:08x}", std::process::id(), rand::random::<u32>());
+        Self { db, settings, metrics, owner: owner.into() }
+    }
 }
 
 #[derive(Debug, Clone, Copy)]

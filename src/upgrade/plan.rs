@@ -1,7 +1,9 @@
-//! Pure construction of the objects an upgrade writes, and the dry-run
-//! plan: the temporary DaemonSet, the upgraded and the restored real
-//! DaemonSet, and what counts as a pod being "up". Only Kubernetes *types*
-//! are used here, never a client, so all of it is unit-tested.
+//! Pure construction of the objects an upgrade writes, the decisions the
+//! runner takes from what it observes, and the dry-run plan: the temporary
+//! DaemonSet, the upgraded and the restored real DaemonSet, what counts as
+//! a pod being "up", where the real DaemonSet stands against the job, and
+//! when the temporary copy may go. Only Kubernetes *types* are used here,
+//! never a client, so all of it is unit-tested.
 
 use std::collections::BTreeMap;
 
@@ -11,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::domain::upgrade::{Component, Step, TEMP_LABEL};
+use crate::domain::upgrade::{Component, JOB_ANNOTATION, Step, TEMP_LABEL};
 
 /// A DaemonSet that cannot be upgraded as it is.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -30,9 +32,12 @@ fn name_of(ds: &DaemonSet) -> String {
 /// pods are never mistaken for the real component's; metadata reduced to
 /// name, namespace, labels and annotations (no resourceVersion, uid or
 /// owner that would make the create fail or tie it to the original); and
-/// no status, since it is a new object.
-pub fn temp_daemonset(original: &DaemonSet, component: Component) -> DaemonSet {
+/// no status, since it is a new object. It is annotated with the job that
+/// made it, so that no other job ever removes it.
+pub fn temp_daemonset(original: &DaemonSet, component: Component, job: i64) -> DaemonSet {
     let labels = BTreeMap::from([(TEMP_LABEL.to_owned(), component.as_str().to_owned())]);
+    let mut annotations = original.metadata.annotations.clone().unwrap_or_default();
+    annotations.insert(JOB_ANNOTATION.to_owned(), job.to_string());
     let mut spec = original.spec.clone();
     spec.selector.match_labels = Some(labels.clone());
     // matchExpressions could still select the real pods: drop them.
@@ -43,7 +48,7 @@ pub fn temp_daemonset(original: &DaemonSet, component: Component) -> DaemonSet {
             name: Some(format!("{}{}", crate::domain::upgrade::TEMP_PREFIX, name_of(original))),
             namespace: original.metadata.namespace.clone(),
             labels: Some(labels),
-            annotations: original.metadata.annotations.clone(),
+            annotations: Some(annotations),
             ..ObjectMeta::default()
         },
         spec,
@@ -109,6 +114,84 @@ pub fn pods_up(pods: &[Pod], component: Component, exclude: Option<&str>, image:
                 && (exclude.is_none() || p.metadata.name.as_deref() != exclude)
                 && image.is_none_or(|img| pod_image(p, component).as_deref() == Some(img))
         })
+}
+
+/// Where the real DaemonSet stands against the job, as observed. Cancel
+/// and rollback are decided from this, never from the stored step: after
+/// a crash the stored step may lag one write behind the cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RealState {
+    /// Its pod template is the one step 0 saved: the job has not changed it.
+    Saved,
+    /// Its component container has the job's new image.
+    Upgraded,
+    /// Neither: someone else changed it meanwhile.
+    Other,
+}
+
+pub fn real_state(current: &DaemonSet, saved: &DaemonSet, component: Component, new_image: &str) -> RealState {
+    if has_template_of(current, saved) {
+        RealState::Saved
+    } else if daemonset_image(current, component).as_deref() == Some(new_image) {
+        RealState::Upgraded
+    } else {
+        RealState::Other
+    }
+}
+
+/// What a cancel does with the component it finds the job at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnCancel {
+    /// The job did not change the real DaemonSet: stop here and remove the
+    /// copy (once the real pods run, as always).
+    RemoveCopy,
+    /// The real DaemonSet has the new image, so it rolls or has rolled:
+    /// the component is finished first, and the job stops after it.
+    FinishComponent,
+}
+
+pub fn on_cancel(real: Option<RealState>) -> OnCancel {
+    match real {
+        // Changed by someone else, or missing: not the job's to finish.
+        Some(RealState::Saved | RealState::Other) | None => OnCancel::RemoveCopy,
+        Some(RealState::Upgraded) => OnCancel::FinishComponent,
+    }
+}
+
+/// The job a temporary copy belongs to, from its annotation.
+pub fn temp_job(temp: &DaemonSet) -> Option<i64> {
+    temp.metadata.annotations.as_ref()?.get(JOB_ANNOTATION)?.parse().ok()
+}
+
+/// Why the real DaemonSet cannot go without its temporary copy yet, or
+/// `None` when it may: it exists, is not being deleted, and runs at least
+/// one pod, every one Running, not terminating, with the DaemonSet's own
+/// image. While it rolls (an old pod going, a new one starting), the copy
+/// is the component's only working instance and must stay.
+pub fn not_settled(real: Option<&DaemonSet>, pods: &[Pod], component: Component) -> Option<String> {
+    let Some(real) = real else { return Some(format!("DaemonSet {} does not exist", component.daemonset())) };
+    if real.metadata.deletion_timestamp.is_some() {
+        return Some(format!("DaemonSet {} is being deleted", component.daemonset()));
+    }
+    let image = daemonset_image(real, component);
+    if pods_up(pods, component, None, image.as_deref()) {
+        return None;
+    }
+    let seen: Vec<String> = pods
+        .iter()
+        .map(|p| {
+            let phase = p.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("Unknown");
+            let going = if p.metadata.deletion_timestamp.is_some() { ", terminating" } else { "" };
+            let img = pod_image(p, component).unwrap_or_default();
+            format!("{} {phase}{going} ({img})", p.metadata.name.as_deref().unwrap_or("?"))
+        })
+        .collect();
+    let want = image.unwrap_or_default();
+    Some(if seen.is_empty() {
+        format!("no pod of {} runs yet (wants {want})", component.daemonset())
+    } else {
+        format!("{} rolls to {want}: {}", component.daemonset(), seen.join(", "))
+    })
 }
 
 /// One step of a dry-run plan.
@@ -181,12 +264,14 @@ mod tests {
 
     #[test]
     fn temp_daemonset_is_relabelled_and_stripped() {
-        let temp = temp_daemonset(&real_ds(), Component::KubeApiserver);
+        let temp = temp_daemonset(&real_ds(), Component::KubeApiserver, 7);
         let want = BTreeMap::from([("temp-upgrade-component".to_owned(), "kube-apiserver".to_owned())]);
         assert_eq!(temp.metadata.name.as_deref(), Some("temp-upgrade-self-hosted-kube-apiserver"));
         assert_eq!(temp.metadata.namespace.as_deref(), Some("kube-system"));
         assert_eq!(temp.metadata.labels.as_ref(), Some(&want));
-        assert_eq!(temp.metadata.annotations, real_ds().metadata.annotations);
+        let annotations = temp.metadata.annotations.as_ref().unwrap();
+        assert_eq!(annotations.get("note").map(String::as_str), Some("kept"));
+        assert_eq!(temp_job(&temp), Some(7), "the copy names the job that made it");
         let spec = &temp.spec;
         assert_eq!(spec.selector.match_labels.as_ref(), Some(&want));
         assert_eq!(spec.template.metadata.as_ref().unwrap().labels.as_ref(), Some(&want));
@@ -248,6 +333,64 @@ mod tests {
         assert!(!pods_up(&[pod("a", "Running", "i:1")], c, Some("a"), None));
         assert!(!pods_up(&[pod("b", "Running", "i:1")], c, Some("a"), Some("i:2")));
         assert!(pods_up(&[pod("b", "Running", "i:2")], c, Some("a"), Some("i:2")));
+    }
+
+    #[test]
+    fn the_real_daemonset_is_classified_from_its_template_not_the_stored_step() {
+        let c = Component::KubeApiserver;
+        let saved = real_ds();
+        let new = "registry.k8s.io/kube-apiserver:v1.30.0";
+        let mut current = saved.clone();
+        current.metadata.resource_version = Some("99".into());
+        assert_eq!(real_state(&current, &saved, c, new), RealState::Saved, "metadata does not matter");
+        let upgraded = with_image(&saved, c, new).unwrap();
+        assert_eq!(real_state(&upgraded, &saved, c, new), RealState::Upgraded);
+        let other = with_image(&saved, c, "elsewhere/kube-apiserver:v9").unwrap();
+        assert_eq!(real_state(&other, &saved, c, new), RealState::Other);
+    }
+
+    #[test]
+    fn a_cancel_finishes_the_component_only_once_the_real_daemonset_has_the_new_image() {
+        assert_eq!(on_cancel(Some(RealState::Saved)), OnCancel::RemoveCopy);
+        assert_eq!(on_cancel(None), OnCancel::RemoveCopy);
+        assert_eq!(on_cancel(Some(RealState::Other)), OnCancel::RemoveCopy);
+        assert_eq!(on_cancel(Some(RealState::Upgraded)), OnCancel::FinishComponent);
+    }
+
+    fn real_pod(name: &str, phase: &str, image: &str, terminating: bool) -> Pod {
+        let mut p = pod(name, phase, image);
+        if terminating {
+            p.metadata.deletion_timestamp =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time("2024-01-01T00:00:00Z".parse().unwrap()));
+        }
+        p
+    }
+
+    #[test]
+    fn the_copy_may_go_only_once_the_real_pods_run_the_real_template() {
+        let c = Component::KubeApiserver;
+        let new = "registry.k8s.io/kube-apiserver:v1.30.0";
+        let old = "registry.k8s.io/kube-apiserver:v1.29.2";
+        let rolled = with_image(&real_ds(), c, new).unwrap();
+        let table: [(&str, Vec<Pod>, bool); 6] = [
+            ("no pod yet", vec![], false),
+            ("the old pod still runs", vec![real_pod("a", "Running", old, false)], false),
+            ("the new pod is Pending", vec![real_pod("b", "Pending", new, false)], false),
+            ("the old pod terminates", vec![real_pod("a", "Running", new, true)], false),
+            (
+                "old and new side by side",
+                vec![real_pod("a", "Running", old, false), real_pod("b", "Running", new, false)],
+                false,
+            ),
+            ("the new pod runs", vec![real_pod("b", "Running", new, false)], true),
+        ];
+        for (case, pods, may_go) in table {
+            assert_eq!(not_settled(Some(&rolled), &pods, c).is_none(), may_go, "{case}");
+        }
+        assert!(not_settled(None, &[], c).is_some_and(|why| why.contains("does not exist")));
+        let mut deleting = rolled.clone();
+        deleting.metadata.deletion_timestamp = real_pod("x", "Running", new, true).metadata.deletion_timestamp;
+        assert!(not_settled(Some(&deleting), &[real_pod("b", "Running", new, false)], c).is_some());
     }
 
     #[test]

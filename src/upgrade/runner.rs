@@ -1,8 +1,15 @@
 //! The upgrade runner: a background task that finds every pending or
 //! running job and drives each on its own task. A job runs on one task at
-//! a time; the store allows one active job per cluster. On shutdown every
-//! job task is dropped where it stands; its stored position brings it back
-//! to the same step on the next start.
+//! a time, and only once its claim (see [`super::lease`]) is this
+//! runner's; the store allows one active job per cluster.
+//!
+//! Shutdown: the stop signal reaches every job. A job between two steps
+//! stops there; a job in a wait stops at once (a wait only looks); a job
+//! in a write lets that one call, with its retries, finish and stops after
+//! it. Whatever is still running after [`SHUTDOWN_GRACE`] is dropped where
+//! it stands, exactly as a crash would leave it, which every step is built
+//! to survive: the step runs again from its beginning on the next start,
+//! and looks at the cluster before it acts.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -11,15 +18,26 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::lease::JobError;
 use super::{Context, UpgradeQueue, job};
 
 /// How often the store is scanned even when nobody woke the runner.
 const SCAN_INTERVAL: Duration = Duration::from_secs(2);
 /// How long a job whose run failed on a store error waits before the next try.
 const COOLDOWN: Duration = Duration::from_secs(2);
+/// How long jobs get to reach a safe point after the stop signal; within
+/// the application's own drain timeout.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 
 pub async fn run(ctx: Context, queue: UpgradeQueue, cancel: CancellationToken) {
-    let mut tasks: JoinSet<(i64, sqlx::Result<()>)> = JoinSet::new();
+    // This process holds the data directory's lock: whoever owned a job
+    // before is gone, and its jobs are this runner's to resume.
+    match crate::db::upgrades::release_others(&ctx.db, &ctx.owner).await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(jobs = n, "released the claims of a previous drover process"),
+        Err(e) => tracing::warn!(error = %e, "could not release old claims; they expire on their own"),
+    }
+    let mut tasks: JoinSet<(i64, Result<(), JobError>)> = JoinSet::new();
     let mut running: HashSet<i64> = HashSet::new();
     let mut cooldown: HashMap<i64, Instant> = HashMap::new();
     // Which job a task drives, to free the job when its task panics.
@@ -35,13 +53,7 @@ pub async fn run(ctx: Context, queue: UpgradeQueue, cancel: CancellationToken) {
                     }
                     running.insert(id);
                     let (ctx, stop) = (ctx.clone(), cancel.clone());
-                    let handle = tasks.spawn(async move {
-                        tokio::select! {
-                            // Dropping the job mid-step is safe: it resumes at that step.
-                            _ = stop.cancelled() => (id, Ok(())),
-                            r = job::run_job(&ctx, id) => (id, r),
-                        }
-                    });
+                    let handle = tasks.spawn(async move { (id, job::run_job(&ctx, id, &stop).await) });
                     task_jobs.insert(handle.id(), id);
                 }
             }
@@ -55,9 +67,15 @@ pub async fn run(ctx: Context, queue: UpgradeQueue, cancel: CancellationToken) {
                     Ok((task, (id, result))) => {
                         task_jobs.remove(&task);
                         running.remove(&id);
-                        if let Err(e) = result {
-                            tracing::warn!(job = id, error = %crate::error::error_chain(&e), "upgrade job interrupted by a store error; trying again soon");
-                            cooldown.insert(id, Instant::now() + COOLDOWN);
+                        match result {
+                            Ok(()) => {}
+                            Err(JobError::Lost(_)) => {
+                                tracing::warn!(job = id, "upgrade job is no longer this runner's; stopped driving it");
+                            }
+                            Err(e) => {
+                                tracing::warn!(job = id, error = %crate::error::error_chain(&e), "upgrade job interrupted by a store error; trying again soon");
+                                cooldown.insert(id, Instant::now() + COOLDOWN);
+                            }
                         }
                     }
                     Err(e) => {
@@ -73,5 +91,12 @@ pub async fn run(ctx: Context, queue: UpgradeQueue, cancel: CancellationToken) {
             _ = tokio::time::sleep(SCAN_INTERVAL) => {}
         }
     }
-    while tasks.join_next().await.is_some() {}
+    let drained = tokio::time::timeout(SHUTDOWN_GRACE, async { while tasks.join_next().await.is_some() {} }).await;
+    if drained.is_err() {
+        tracing::warn!(
+            jobs = tasks.len(),
+            "upgrade jobs did not reach a safe point in time; leaving them to be redone"
+        );
+        tasks.shutdown().await;
+    }
 }

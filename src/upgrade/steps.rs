@@ -1,19 +1,23 @@
 //! One step of one component, against the cluster. Every step may be cut
-//! short by a restart and run again from its beginning, so each is written
-//! to be repeatable: creates fall back to updates, deletes treat "not found"
-//! as done, updates are skipped when the object already says what they
-//! would write, and waits just look again.
+//! short by a crash and run again from its beginning, so each first looks
+//! at the cluster and decides from what it sees: the copy is applied
+//! (server-side, idempotent), the real DaemonSet is changed only when it
+//! does not already say what the step would write and only while its copy
+//! runs, the copy is removed only once the real pods run the real template
+//! and only when it is this job's, and waits just look again.
 
 use std::future::Future;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
+use tokio_util::sync::CancellationToken;
 
 use super::Context;
+use super::lease::{JobError, Lease};
 use super::plan::{self, PlanError};
 use crate::db;
 use crate::domain::upgrade::{Component, Step};
-use crate::k8s::{CallError, ClusterApi};
+use crate::k8s::{CallError, ClusterApi, Deletion};
 
 /// Why a step did not finish.
 #[derive(Debug, thiserror::Error)]
@@ -28,8 +32,18 @@ pub enum StepError {
     /// A cancel was requested while the step could still stop cleanly.
     #[error("cancelled on request")]
     Cancelled,
-    #[error("storing the job's progress failed")]
-    Db(#[from] sqlx::Error),
+    /// drover is shutting down; the step stopped while it only looked, and
+    /// runs again from its beginning on the next start.
+    #[error("interrupted by shutdown")]
+    Interrupted,
+    #[error(transparent)]
+    Job(#[from] JobError),
+}
+
+impl From<sqlx::Error> for StepError {
+    fn from(e: sqlx::Error) -> Self {
+        Self::Job(JobError::Store(e))
+    }
 }
 
 impl From<PlanError> for StepError {
@@ -50,7 +64,7 @@ pub struct Target {
 }
 
 impl Target {
-    fn original(&self) -> Result<&DaemonSet, StepError> {
+    pub fn original(&self) -> Result<&DaemonSet, StepError> {
         // Step 0 always saves it; a missing one means the row was tampered with.
         self.original
             .as_ref()
@@ -68,35 +82,39 @@ impl Target {
 pub struct StepRunner<'a> {
     pub ctx: &'a Context,
     pub api: &'a ClusterApi,
+    pub lease: &'a Lease,
+    /// Fires on shutdown: waits stop at once (they only look).
+    pub stop: &'a CancellationToken,
 }
 
 impl StepRunner<'_> {
+    /// Runs `step`. On shutdown, a step that only looks stops at once; one
+    /// that writes finishes its write (its waits stop at once).
     #[tracing::instrument(skip_all, fields(job = t.job, component = %t.component, step = step.name()))]
     pub async fn run(&self, t: &Target, step: Step) -> Result<(), StepError> {
+        if step.writes_cluster() {
+            return self.run_step(t, step).await;
+        }
+        tokio::select! {
+            _ = self.stop.cancelled() => Err(StepError::Interrupted),
+            r = self.run_step(t, step) => r,
+        }
+    }
+
+    async fn run_step(&self, t: &Target, step: Step) -> Result<(), StepError> {
         let c = t.component;
         match step {
             Step::CheckPods => self.check_pods(t).await,
-            Step::CreateTemp => {
-                Ok(self.api.create_or_update_daemonset(&plan::temp_daemonset(t.original()?, c)).await?)
-            }
+            Step::CreateTemp => Ok(self.api.apply_daemonset(&plan::temp_daemonset(t.original()?, c, t.job)).await?),
             Step::WaitTempRunning => {
                 let sel = c.temp_pod_selector();
                 self.wait_pods(t, &format!("the pods matching {sel} are Running"), &sel, None, None, true).await
             }
-            Step::UpdateDaemonSet => {
-                let image = t.new_image.clone();
-                let change = move |current: &DaemonSet| {
-                    if plan::daemonset_image(current, c).as_deref() == Some(image.as_str()) {
-                        return Ok(None);
-                    }
-                    plan::with_image(current, c, &image).map(Some).map_err(|e| e.to_string())
-                };
-                Ok(self.api.update_daemonset(&c.daemonset(), change).await?)
-            }
+            Step::UpdateDaemonSet => self.update_real(t).await,
             Step::WaitOldPodGone => {
                 let old = t.old_pod()?;
                 let api = self.api;
-                self.wait(t, &format!("pod {old} is gone"), false, || async move {
+                self.wait(&format!("pod {old} is gone"), false, || async move {
                     Ok(if api.pod_exists(old).await? { Err("the pod still exists".into()) } else { Ok(()) })
                 })
                 .await
@@ -106,16 +124,11 @@ impl StepRunner<'_> {
                 let what = format!("the pods matching {sel} run {} and are Running", t.new_image);
                 self.wait_pods(t, &what, &sel, Some(old), Some(&t.new_image), false).await
             }
-            Step::DeleteTemp | Step::Cleanup => self.delete_temp(t).await,
+            Step::DeleteTemp | Step::Cleanup => self.remove_temp(t).await,
             Step::WaitHealthy => {
                 let api = self.api;
-                self.wait(
-                    t,
-                    "the API server's /healthz answers ok",
-                    false,
-                    || async move { Ok(api.healthz_once().await) },
-                )
-                .await
+                self.wait("the API server's /healthz answers ok", false, || async move { Ok(api.healthz_once().await) })
+                    .await
             }
             Step::Rollback => self.rollback(t).await,
         }
@@ -152,27 +165,96 @@ impl StepRunner<'_> {
         let saved =
             serde_json::to_string(&ds).map_err(|e| StepError::Check(format!("cannot save the DaemonSet: {e}")))?;
         let image = plan::daemonset_image(&ds, c);
-        db::upgrades::save_observation(&self.ctx.db, t.job, t.position, &pod, image.as_deref(), &saved).await?;
+        let mut tx = self.lease.begin().await?;
+        db::upgrades::save_observation(&mut *tx, t.job, t.position, &pod, image.as_deref(), &saved).await?;
+        tx.commit().await?;
         Ok(())
     }
 
-    async fn delete_temp(&self, t: &Target) -> Result<(), StepError> {
-        let temp = t.component.temp_daemonset();
-        self.api.delete_daemonset_foreground(&temp).await?;
+    /// Step 3: the real DaemonSet gets the new image, unless it already has
+    /// it (a redo after a crash). It is changed only while the copy runs:
+    /// without its copy, the component would have no working instance
+    /// while the real one rolls.
+    async fn update_real(&self, t: &Target) -> Result<(), StepError> {
+        let c = t.component;
+        let real = self.api.get_daemonset(&c.daemonset()).await?;
+        if real.as_ref().and_then(|d| plan::daemonset_image(d, c)).as_deref() == Some(t.new_image.as_str()) {
+            return Ok(());
+        }
+        let temp = self.api.get_daemonset(&c.temp_daemonset()).await?;
+        let temp_pods = self.api.list_pods(&c.temp_pod_selector()).await?;
+        let copy_runs =
+            temp.as_ref().is_some_and(|d| d.metadata.deletion_timestamp.is_none() && plan::temp_job(d) == Some(t.job))
+                && plan::pods_up(&temp_pods, c, None, None);
+        if !copy_runs {
+            return Err(StepError::Check(format!(
+                "the temporary DaemonSet {} of this job is not running, so {} is left unchanged",
+                c.temp_daemonset(),
+                c.daemonset()
+            )));
+        }
+        let image = t.new_image.clone();
+        let change = move |current: &DaemonSet| {
+            if plan::daemonset_image(current, c).as_deref() == Some(image.as_str()) {
+                return Ok(None);
+            }
+            plan::with_image(current, c, &image).map(Some).map_err(|e| e.to_string())
+        };
+        Ok(self.api.update_daemonset(&c.daemonset(), change).await?)
+    }
+
+    /// Removes this job's temporary copy, once the real DaemonSet's pods
+    /// run its template (whichever it is now): never while it rolls.
+    async fn remove_temp(&self, t: &Target) -> Result<(), StepError> {
+        let c = t.component;
+        let api = self.api;
+        let real_name = c.daemonset();
+        let sel = c.pod_selector();
+        let (real_name, sel) = (real_name.as_str(), sel.as_str());
+        self.wait(
+            &format!("the pods of {real_name} run its template, so that the copy may go"),
+            false,
+            || async move {
+                let real = api.get_daemonset(real_name).await?;
+                let pods = api.list_pods(sel).await?;
+                Ok(match plan::not_settled(real.as_ref(), &pods, c) {
+                    None => Ok(()),
+                    Some(why) => Err(why),
+                })
+            },
+        )
+        .await?;
+        let temp = c.temp_daemonset();
+        let job = t.job;
+        let deletion = self
+            .api
+            .delete_daemonset_unless(&temp, |d| match plan::temp_job(d) {
+                Some(j) if j == job => None,
+                other => Some(match other {
+                    Some(j) => format!("it belongs to upgrade job {j}"),
+                    None => "no upgrade job claims it".to_owned(),
+                }),
+            })
+            .await?;
+        if let Deletion::Kept(why) = deletion {
+            tracing::warn!(job, daemonset = %temp, %why, "temporary DaemonSet left in place");
+            return Ok(());
+        }
         // Foreground deletion keeps the object until its pods are gone;
         // the step is done only once nothing of the copy is left.
-        let (api, temp) = (self.api, temp.as_str());
-        self.wait(t, &format!("DaemonSet {temp} is gone"), false, || async move {
+        let temp = temp.as_str();
+        self.wait(&format!("DaemonSet {temp} is gone"), false, || async move {
             Ok(match api.get_daemonset(temp).await? {
-                Some(_) => Err("the DaemonSet still exists".into()),
-                None => Ok(()),
+                Some(d) if plan::temp_job(&d) == Some(job) => Err("the DaemonSet still exists".into()),
+                // Gone, or another job's copy now: ours is gone either way.
+                _ => Ok(()),
             })
         })
         .await
     }
 
-    /// Puts the saved spec back, waits for the old image to run again, and
-    /// removes the temporary copy.
+    /// Puts the saved spec back unless the real DaemonSet already has it,
+    /// waits for the saved image to run again, and removes the copy.
     async fn rollback(&self, t: &Target) -> Result<(), StepError> {
         let c = t.component;
         let saved = t.original()?.clone();
@@ -184,7 +266,7 @@ impl StepRunner<'_> {
         let old_image = t.old_image.clone();
         let what = format!("the pods matching {sel} run the saved spec and are Running");
         self.wait_pods(t, &what, &sel, None, old_image.as_deref(), false).await?;
-        self.delete_temp(t).await
+        self.remove_temp(t).await
     }
 
     async fn wait_pods(
@@ -197,7 +279,7 @@ impl StepRunner<'_> {
         cancellable: bool,
     ) -> Result<(), StepError> {
         let (c, api) = (t.component, self.api);
-        self.wait(t, what, cancellable, || async move {
+        self.wait(what, cancellable, || async move {
             let pods = api.list_pods(selector).await?;
             if plan::pods_up(&pods, c, exclude, image) {
                 return Ok(Ok(()));
@@ -217,7 +299,9 @@ impl StepRunner<'_> {
     /// Looks until `check` says done (`Ok(Ok(()))`), the wait times out, or,
     /// when `cancellable`, a cancel is requested. `Ok(Err(state))` means
     /// "not yet" and describes what was seen, for the timeout message.
-    async fn wait<F, Fut>(&self, t: &Target, what: &str, cancellable: bool, mut check: F) -> Result<(), StepError>
+    /// Between looks it makes sure the job is still this runner's, and it
+    /// stops at once on shutdown: a wait changes nothing, so it is redone.
+    async fn wait<F, Fut>(&self, what: &str, cancellable: bool, mut check: F) -> Result<(), StepError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<Result<(), String>, StepError>>,
@@ -225,17 +309,25 @@ impl StepRunner<'_> {
         let settings = &self.ctx.settings;
         let deadline = tokio::time::Instant::now() + settings.wait_timeout;
         loop {
-            let last = match check().await? {
+            let look = tokio::select! {
+                _ = self.stop.cancelled() => return Err(StepError::Interrupted),
+                look = check() => look?,
+            };
+            let last = match look {
                 Ok(()) => return Ok(()),
                 Err(last) => last,
             };
-            if cancellable && db::upgrades::cancel_requested(&self.ctx.db, t.job).await? {
+            let standing = self.lease.check().await?;
+            if cancellable && standing.cancel_requested {
                 return Err(StepError::Cancelled);
             }
             if tokio::time::Instant::now() >= deadline {
                 return Err(StepError::Timeout { what: what.to_owned(), after: settings.wait_timeout, last });
             }
-            tokio::time::sleep(settings.poll_interval).await;
+            tokio::select! {
+                _ = self.stop.cancelled() => return Err(StepError::Interrupted),
+                _ = tokio::time::sleep(settings.poll_interval) => {}
+            }
         }
     }
 }

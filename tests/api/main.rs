@@ -22,5 +22,7 @@ mod rollouts;
 mod security;
 mod streams;
 mod ui;
+mod upgrade_crash;
 mod upgrade_env;
+mod upgrade_runner;
 mod upgrades;

@@ -1,6 +1,10 @@
-//! drover as a separate process of the real binary, for crash tests.
+//! drover as a separate process of the real binary, for crash tests. Its
+//! standard error goes to a log file, which tests read to name a failure
+//! or to make sure nothing panicked.
 
 use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -8,27 +12,61 @@ use serde_json::Value;
 pub struct Process {
     child: std::process::Child,
     pub addr: String,
+    /// Where its standard error goes.
+    pub log: PathBuf,
 }
 
 impl Process {
-    pub fn spawn(data_dir: &std::path::Path) -> Self {
+    pub fn spawn(data_dir: &Path) -> Self {
         Self::spawn_with(data_dir, &[])
     }
 
-    /// With more `drover serve` flags; a `--stop-timeout` among them
-    /// replaces the default of 2 s.
-    pub fn spawn_with(data_dir: &std::path::Path, flags: &[&str]) -> Self {
+    /// `drover serve` on `data_dir` with `extra` flags; a `--stop-timeout`
+    /// among them replaces the default of 2 s.
+    pub fn spawn_with(data_dir: &Path, extra: &[&str]) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port();
-        let stop = if flags.contains(&"--stop-timeout") { &[][..] } else { &["--stop-timeout", "2s"][..] };
+        std::fs::create_dir_all(data_dir).expect("creating the data directory");
+        let log = data_dir.join(format!("serve-{port}.log"));
+        let stderr = std::fs::File::create(&log).expect("creating the process log");
+        let stop = if extra.contains(&"--stop-timeout") { &[][..] } else { &["--stop-timeout", "2s"][..] };
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_drover"))
             .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--log-level", "warn"])
             .args(stop)
             .arg("--data-dir")
             .arg(data_dir)
-            .args(flags)
+            .args(extra)
+            .stderr(Stdio::from(stderr))
             .spawn()
             .expect("starting drover");
-        Self { child, addr: format!("http://127.0.0.1:{port}") }
+        Self { child, addr: format!("http://127.0.0.1:{port}"), log }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// What it wrote to standard error so far.
+    pub fn output(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Its exit status, once it exited within `limit`.
+    pub async fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Still running: it did not exit (nor panic its way out).
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
     }
 
     pub async fn wait_up(&self) {
@@ -39,7 +77,7 @@ impl Process {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        panic!("drover did not come up at {}", self.addr);
+        panic!("drover did not come up at {}; its log:\n{}", self.addr, self.output());
     }
 
     /// Polls the pool through `client` until `done` holds, for at most
@@ -75,6 +113,11 @@ impl Process {
 
     /// SIGKILL: no graceful anything.
     pub fn kill(mut self) {
+        self.kill_now();
+    }
+
+    /// SIGKILL, and wait until it is gone (its locks with it).
+    pub fn kill_now(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

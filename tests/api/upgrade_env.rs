@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use tempfile::TempDir;
 
 use crate::helpers::{self, TestApp};
-use crate::kube_sim::{KubeSim, SimSettings};
+use crate::kube_sim::{KubeSim, Matcher, SimSettings};
 
 pub const CLUSTER: &str = "prod";
 pub const FROM: &str = "v1.29.2";
@@ -107,51 +107,91 @@ impl Env {
 
     /// The image a component's real DaemonSet runs.
     pub fn image_of(&self, component: &str) -> String {
-        self.sim.daemonset_image(&format!("self-hosted-{component}")).unwrap_or_default()
+        image_of(&self.sim, component)
     }
 
     /// The name of the component's pod right now (exactly one expected).
     pub fn pod_of(&self, component: &str) -> String {
-        let pods = self.sim.pods(&format!("k8s-app=self-hosted-{component}"));
-        assert_eq!(pods.len(), 1, "{component} should run one pod: {pods:#?}");
-        pods[0]["metadata"]["name"].as_str().unwrap_or_default().to_owned()
+        pod_of(&self.sim, component)
     }
 
-    /// No temporary DaemonSet is left, and each component's DaemonSet runs
-    /// the image the job says (new when upgraded, old otherwise), with one
-    /// Running pod of that image.
+    /// See [`assert_consistent`].
     pub fn assert_consistent(&self, job: &Value) {
-        let left: Vec<String> =
-            self.sim.daemonset_names().into_iter().filter(|n| n.starts_with("temp-upgrade-")).collect();
-        assert!(left.is_empty(), "temporary DaemonSets left behind: {left:?}; job: {job:#}");
-        let upgraded: Vec<&str> = job["upgraded_components"]
-            .as_array()
-            .map(|a| a.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default();
-        for c in COMPONENTS {
-            let version = if upgraded.contains(&c) { TO } else { FROM };
-            let want = format!("registry.k8s.io/{c}:{version}");
-            assert_eq!(self.image_of(c), want, "DaemonSet of {c} disagrees with the job: {job:#}");
-        }
+        assert_consistent(&self.sim, job);
     }
 
-    /// Waits until each component has one Running pod of its DaemonSet's image.
     pub async fn wait_pods_settled(&self) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        loop {
-            let settled = COMPONENTS.iter().all(|c| {
-                let pods = self.sim.pods(&format!("k8s-app=self-hosted-{c}"));
-                let image = self.image_of(c);
-                pods.len() == 1
-                    && pods[0]["status"]["phase"] == "Running"
-                    && pods[0]["spec"]["containers"][0]["image"] == image.as_str()
-            });
-            if settled {
-                return;
-            }
-            assert!(tokio::time::Instant::now() < deadline, "component pods never settled on their DaemonSets' images");
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        wait_pods_settled(&self.sim).await;
+    }
+}
+
+/// The image a component's real DaemonSet runs.
+pub fn image_of(sim: &KubeSim, component: &str) -> String {
+    sim.daemonset_image(&format!("self-hosted-{component}")).unwrap_or_default()
+}
+
+/// The name of the component's pod right now (exactly one expected).
+pub fn pod_of(sim: &KubeSim, component: &str) -> String {
+    let pods = sim.pods(&format!("k8s-app=self-hosted-{component}"));
+    assert_eq!(pods.len(), 1, "{component} should run one pod: {pods:#?}");
+    pods[0]["metadata"]["name"].as_str().unwrap_or_default().to_owned()
+}
+
+/// The components a job view says it upgraded.
+pub fn upgraded(job: &Value) -> Vec<String> {
+    job["upgraded_components"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+        .unwrap_or_default()
+}
+
+/// No temporary DaemonSet is left, no copy was ever deleted while its
+/// real DaemonSet rolled, and each component's DaemonSet runs the image
+/// the job says (new when upgraded, old otherwise).
+pub fn assert_consistent(sim: &KubeSim, job: &Value) {
+    let left: Vec<String> = sim.daemonset_names().into_iter().filter(|n| n.starts_with("temp-upgrade-")).collect();
+    assert!(left.is_empty(), "temporary DaemonSets left behind: {left:?}; job: {job:#}");
+    assert_eq!(sim.violations(), Vec::<String>::new(), "a copy went while its component rolled; job: {job:#}");
+    let upgraded = upgraded(job);
+    for c in COMPONENTS {
+        let version = if upgraded.iter().any(|u| u == c) { TO } else { FROM };
+        let want = format!("registry.k8s.io/{c}:{version}");
+        assert_eq!(image_of(sim, c), want, "DaemonSet of {c} disagrees with the job: {job:#}");
+    }
+}
+
+/// Waits until each component has one Running pod of its DaemonSet's image.
+pub async fn wait_pods_settled(sim: &KubeSim) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let settled = COMPONENTS.iter().all(|c| {
+            let pods = sim.pods(&format!("k8s-app=self-hosted-{c}"));
+            let image = image_of(sim, c);
+            pods.len() == 1
+                && pods[0]["status"]["phase"] == "Running"
+                && pods[0]["spec"]["containers"][0]["image"] == image.as_str()
+        });
+        if settled {
+            return;
         }
+        assert!(tokio::time::Instant::now() < deadline, "component pods never settled on their DaemonSets' images");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The first request of `step` for `component` (at `position` in the
+/// job): where a test holds the step.
+pub fn step_matcher(sim: &KubeSim, component: &str, position: u32, step: u8) -> Matcher {
+    let (ds, temp) = (format!("self-hosted-{component}"), format!("temp-upgrade-self-hosted-{component}"));
+    match step {
+        0 => Matcher::new("list", "pods").selector(format!("k8s-app={ds}")),
+        1 => Matcher::new("apply", "daemonsets").name(temp),
+        2 => Matcher::new("list", "pods").selector(format!("temp-upgrade-component={component}")),
+        3 => Matcher::new("replace", "daemonsets").name(ds),
+        4 => Matcher::new("get", "pods").name(pod_of(sim, component)),
+        5 => Matcher::new("list", "pods").selector(format!("k8s-app={ds}")).nth(2),
+        6 => Matcher::new("delete", "daemonsets").name(temp),
+        _ => Matcher::new("get", "healthz").nth(position + 1),
     }
 }
 

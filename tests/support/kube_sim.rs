@@ -4,8 +4,9 @@
 //!
 //! What it simulates:
 //! - DaemonSets (`apps/v1`): create, get, list, replace (with resourceVersion
-//!   conflicts), merge patch, delete (foreground keeps the object, marked
-//!   for deletion, until its pods are gone).
+//!   conflicts), merge patch, server-side apply (see `kube_sim_apply.rs`),
+//!   delete with uid/resourceVersion preconditions (foreground keeps the
+//!   object, marked for deletion, until its pods are gone).
 //! - Pods (`v1`): get, list with label selectors, delete.
 //! - `/healthz` and `/version`; Kubernetes `Status` bodies for every error.
 //! - A DaemonSet controller for one control-plane node: a pod per DaemonSet
@@ -21,19 +22,25 @@
 //!
 //! What tests control: the log of operations, an image whose pods never run,
 //! bursts of error answers (now, or when a given request arrives), `/healthz`
-//! failing a number of times, the server unreachable for a while, and holds
-//! that park a given request until the test releases it.
+//! failing a number of times, the server unreachable for a while, holds
+//! that park a given request until the test releases it, and holds that
+//! apply a request but park its answer (the client cannot tell whether it
+//! was applied: the window a crash leaves). What tests read back, besides
+//! objects: every breach of the upgrade's safety invariant (a temporary
+//! copy deleted while its real DaemonSet rolls).
 
 #![allow(dead_code)] // Each test uses part of it.
 
+#[path = "kube_sim_apply.rs"]
+mod apply;
 #[path = "kube_sim_http.rs"]
 mod http;
 #[path = "kube_sim_nodes.rs"]
 mod nodes;
 
 use http::{
-    FlakyListener, create_ds, delete_ds, delete_pod, get_ds, get_pod, healthz, list_ds, list_pods, observe, patch_ds,
-    replace_ds, selector_matches, status_error, version,
+    FlakyListener, create_ds, delete_ds, delete_pod, get_ds, get_pod, healthz, list_ds, list_pods, observe, replace_ds,
+    selector_matches, status_error, version,
 };
 
 use std::collections::{BTreeMap, HashSet};
@@ -119,7 +126,7 @@ impl fmt::Display for Op {
 
 impl Op {
     pub fn is_write(&self) -> bool {
-        matches!(self.verb.as_str(), "create" | "replace" | "patch" | "delete")
+        matches!(self.verb.as_str(), "create" | "replace" | "patch" | "apply" | "delete")
     }
 }
 
@@ -211,6 +218,10 @@ struct World {
     burst: Option<(u16, u32)>,
     triggers: Vec<Trigger>,
     holds: Vec<HoldSlot>,
+    /// Holds of answers: the request is applied, its answer parked.
+    answer_holds: Vec<HoldSlot>,
+    /// Breaches of the upgrade's safety invariant, in order.
+    violations: Vec<String>,
     healthz_failures: u32,
     down_until: Option<Instant>,
     nodes: BTreeMap<String, Value>,
@@ -268,7 +279,7 @@ impl KubeSim {
             .route("/apis/apps/v1/namespaces/{ns}/daemonsets", axum::routing::get(list_ds).post(create_ds))
             .route(
                 "/apis/apps/v1/namespaces/{ns}/daemonsets/{name}",
-                axum::routing::get(get_ds).put(replace_ds).patch(patch_ds).delete(delete_ds),
+                axum::routing::get(get_ds).put(replace_ds).patch(apply::patch_ds).delete(delete_ds),
             )
             .route("/api/v1/namespaces/{ns}/pods", axum::routing::get(list_pods))
             .route("/api/v1/namespaces/{ns}/pods/{name}", axum::routing::get(get_pod).delete(delete_pod))
@@ -423,9 +434,29 @@ impl KubeSim {
         hold
     }
 
+    /// Applies the request matching `m`, then parks its answer until
+    /// released: the change is made, and the client does not know it.
+    pub fn hold_answer(&self, m: Matcher) -> Hold {
+        let hold = Hold { hit: Arc::default(), arrived: Arc::default(), gate: Arc::new(Semaphore::new(0)) };
+        self.inner.world().answer_holds.push(HoldSlot { matcher: m, seen: 0, hold: hold.clone() });
+        hold
+    }
+
     /// Releases every hold (so that no request stays parked).
     pub fn release_all(&self) {
-        self.inner.world().holds.iter().for_each(|h| h.hold.release());
+        let w = self.inner.world();
+        w.holds.iter().chain(&w.answer_holds).for_each(|h| h.hold.release());
+    }
+
+    /// Every time a temporary copy was deleted while its real DaemonSet rolled.
+    pub fn violations(&self) -> Vec<String> {
+        self.inner.world().violations.clone()
+    }
+
+    /// The job named on a temporary copy (`drover.dev/upgrade-job`).
+    pub fn temp_job(&self, temp: &str) -> Option<String> {
+        self.daemonset(temp)
+            .and_then(|d| d["metadata"]["annotations"]["drover.dev/upgrade-job"].as_str().map(str::to_owned))
     }
 }
 

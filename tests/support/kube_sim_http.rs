@@ -34,7 +34,7 @@ fn percent_decode(s: &str) -> String {
 }
 
 /// Which operation a request is, before it is answered.
-fn classify(method: &Method, path: &str, query: Option<&str>, body: &[u8]) -> Op {
+fn classify(method: &Method, path: &str, query: Option<&str>, content_type: &str, body: &[u8]) -> Op {
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
     let (kind, name) = match parts.as_slice() {
         ["healthz"] => ("healthz", None),
@@ -58,6 +58,7 @@ fn classify(method: &Method, path: &str, query: Option<&str>, body: &[u8]) -> Op
         ("GET", _) => "get",
         ("POST", _) => "create",
         ("PUT", _) => "replace",
+        ("PATCH", _) if content_type.starts_with("application/apply-patch") => "apply",
         ("PATCH", _) => "patch",
         ("DELETE", _) => "delete",
         _ => "other",
@@ -82,7 +83,8 @@ fn classify(method: &Method, path: &str, query: Option<&str>, body: &[u8]) -> Op
 pub(super) async fn observe(State(sim): State<Arc<Inner>>, req: Request, next: Next) -> Response {
     let (parts, body) = req.into_parts();
     let bytes = to_bytes(body, 4 << 20).await.unwrap_or_default();
-    let mut op = classify(&parts.method, parts.uri.path(), parts.uri.query(), &bytes);
+    let content_type = parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let mut op = classify(&parts.method, parts.uri.path(), parts.uri.query(), content_type, &bytes);
     if let Some(token) = &sim.settings.token {
         let want = format!("Bearer {token}");
         if parts.headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()) != Some(want.as_str()) {
@@ -91,21 +93,13 @@ pub(super) async fn observe(State(sim): State<Arc<Inner>>, req: Request, next: N
             return status_error(401, "Unauthorized", "Unauthorized");
         }
     }
-    let hold = {
+    let (hold, answer_hold) = {
         let mut w = sim.world();
-        let mut found = None;
-        for slot in w.holds.iter_mut().filter(|s| s.matcher.matches(&op)) {
-            slot.seen += 1;
-            if slot.seen == slot.matcher.nth {
-                found = Some(slot.hold.clone());
-            }
-        }
-        found
+        let w = &mut *w;
+        (armed_hold(&mut w.holds, &op), armed_hold(&mut w.answer_holds, &op))
     };
     if let Some(h) = hold {
-        h.hit.store(true, Ordering::SeqCst);
-        h.arrived.notify_waiters();
-        let _ = h.gate.acquire().await;
+        park(&h).await;
     }
     let injected = {
         let mut w = sim.world();
@@ -141,7 +135,28 @@ pub(super) async fn observe(State(sim): State<Arc<Inner>>, req: Request, next: N
     };
     op.status = res.status().as_u16();
     sim.world().ops.push(op);
+    if let Some(h) = answer_hold {
+        park(&h).await;
+    }
     res
+}
+
+/// The hold among `slots` that this request arms, if any.
+fn armed_hold(slots: &mut [HoldSlot], op: &Op) -> Option<Hold> {
+    let mut found = None;
+    for slot in slots.iter_mut().filter(|s| s.matcher.matches(op)) {
+        slot.seen += 1;
+        if slot.seen == slot.matcher.nth {
+            found = Some(slot.hold.clone());
+        }
+    }
+    found
+}
+
+async fn park(h: &Hold) {
+    h.hit.store(true, Ordering::SeqCst);
+    h.arrived.notify_waiters();
+    let _ = h.gate.acquire().await;
 }
 
 pub(super) fn status_error(code: u16, reason: &str, message: &str) -> Response {
@@ -216,8 +231,10 @@ pub(super) async fn list_ds(State(sim): State<Arc<Inner>>, P1 { 0: _ns }: P1, re
     )
 }
 
-pub(super) async fn create_ds(State(sim): State<Arc<Inner>>, P1 { 0: ns }: P1, body: axum::body::Bytes) -> Response {
-    let Ok(ds) = serde_json::from_slice::<Value>(&body) else {
+pub(super) async fn create_ds(State(sim): State<Arc<Inner>>, P1 { 0: ns }: P1, req: Request) -> Response {
+    let manager = query_param(req.uri().query(), "fieldManager").unwrap_or_else(|| "unknown".into());
+    let body = to_bytes(req.into_body(), 4 << 20).await.unwrap_or_default();
+    let Ok(mut ds) = serde_json::from_slice::<Value>(&body) else {
         return status_error(400, "BadRequest", "the body is not JSON");
     };
     let name = name_of(&ds);
@@ -231,6 +248,7 @@ pub(super) async fn create_ds(State(sim): State<Arc<Inner>>, P1 { 0: ns }: P1, b
     if w.daemonsets.contains_key(&name) {
         return status_error(409, "AlreadyExists", &format!("daemonsets.apps \"{name}\" already exists"));
     }
+    super::apply::record_manager(&mut ds, &manager, "Update");
     let stored = store_new_ds(&mut w, &ns, ds);
     ok_json(StatusCode::CREATED, stored)
 }
@@ -244,7 +262,7 @@ pub(super) async fn get_ds(State(sim): State<Arc<Inner>>, P2 { 0: (_ns, name) }:
 
 /// Stores `new` in place of the DaemonSet `name`: identity and status are
 /// the server's; a changed spec bumps the generation.
-fn update_ds(w: &mut World, name: &str, mut new: Value) -> Response {
+pub(super) fn update_ds(w: &mut World, name: &str, mut new: Value) -> Response {
     let Some(current) = w.daemonsets.get(name).cloned() else { return not_found("daemonsets.apps", name) };
     if new["spec"]["template"]["spec"]["containers"].as_array().is_none_or(|c| c.is_empty()) {
         return status_error(422, "Invalid", "spec.template.spec.containers: Required value");
@@ -263,12 +281,13 @@ fn update_ds(w: &mut World, name: &str, mut new: Value) -> Response {
     ok_json(StatusCode::OK, new)
 }
 
-pub(super) async fn replace_ds(
-    State(sim): State<Arc<Inner>>,
-    P2 { 0: (_ns, name) }: P2,
-    body: axum::body::Bytes,
-) -> Response {
-    let Ok(new) = serde_json::from_slice::<Value>(&body) else { return status_error(400, "BadRequest", "not JSON") };
+pub(super) async fn replace_ds(State(sim): State<Arc<Inner>>, P2 { 0: (_ns, name) }: P2, req: Request) -> Response {
+    let manager = query_param(req.uri().query(), "fieldManager").unwrap_or_else(|| "unknown".into());
+    let body = to_bytes(req.into_body(), 4 << 20).await.unwrap_or_default();
+    let Ok(mut new) = serde_json::from_slice::<Value>(&body) else {
+        return status_error(400, "BadRequest", "not JSON");
+    };
+    super::apply::record_manager(&mut new, &manager, "Update");
     if name_of(&new) != name {
         return status_error(400, "BadRequest", "the name of the object does not match the name on the URL");
     }
@@ -315,18 +334,6 @@ pub(super) fn merge_patch(target: &mut Value, patch: &Value) {
     }
 }
 
-pub(super) async fn patch_ds(
-    State(sim): State<Arc<Inner>>,
-    P2 { 0: (_ns, name) }: P2,
-    body: axum::body::Bytes,
-) -> Response {
-    let Ok(patch) = serde_json::from_slice::<Value>(&body) else { return status_error(400, "BadRequest", "not JSON") };
-    let mut w = sim.world();
-    let Some(mut doc) = w.daemonsets.get(&name).cloned() else { return not_found("daemonsets.apps", &name) };
-    merge_patch(&mut doc, &patch);
-    update_ds(&mut w, &name, doc)
-}
-
 pub(super) async fn delete_ds(State(sim): State<Arc<Inner>>, P2 { 0: (_ns, name) }: P2, req: Request) -> Response {
     let query_policy = query_param(req.uri().query(), "propagationPolicy");
     let body = to_bytes(req.into_body(), 1 << 20).await.unwrap_or_default();
@@ -335,6 +342,13 @@ pub(super) async fn delete_ds(State(sim): State<Arc<Inner>>, P2 { 0: (_ns, name)
         opts["propagationPolicy"].as_str().map(str::to_owned).or(query_policy).unwrap_or_else(|| "Background".into());
     let mut w = sim.world();
     let rv = w.next_rv();
+    let Some(current) = w.daemonsets.get(&name) else { return not_found("daemonsets.apps", &name) };
+    if let Some(refused) = super::apply::preconditions_fail(&opts, current) {
+        return refused;
+    }
+    if current["metadata"]["deletionTimestamp"].is_null() {
+        super::apply::watch_delete(&mut w, &name);
+    }
     let Some(ds) = w.daemonsets.get_mut(&name) else { return not_found("daemonsets.apps", &name) };
     if policy == "Foreground" {
         if ds["metadata"]["deletionTimestamp"].is_null() {

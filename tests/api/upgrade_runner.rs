@@ -1,0 +1,187 @@
+//! `run_job` called directly, without a server: one job, one store, the
+//! Kubernetes API simulator, and runners with ids of their own. What the
+//! claim guarantees (a cancelled or someone else's job is never driven, a
+//! runner that lost its job stops before its next write) and what a stop
+//! does to a step in a wait.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use drover::db::{self, Db};
+use drover::domain::upgrade::{Component, JobState, Step};
+use drover::k8s::{ClusterApi, Credentials, RetryPolicy};
+use drover::upgrade::lease::JobError;
+use drover::upgrade::service::{self, UpgradeRequest};
+use drover::upgrade::{Context, Settings, job::run_job};
+use tempfile::TempDir;
+use tokio_util::sync::CancellationToken;
+
+use crate::kube_sim::{KubeSim, Matcher, SimSettings};
+use crate::upgrade_env::{CLUSTER, FROM, SIM_TOKEN, TO, assert_consistent};
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+struct Bench {
+    sim: KubeSim,
+    db: Db,
+    settings: Settings,
+    _dir: TempDir,
+}
+
+fn credentials(sim: &KubeSim) -> Credentials {
+    Credentials::Token { server: sim.url(), token: SIM_TOKEN.into(), ca_certificate: None }
+}
+
+async fn bench() -> Bench {
+    let sim = KubeSim::start(SimSettings { token: Some(SIM_TOKEN.into()), ..SimSettings::default() }).await;
+    sim.seed_control_plane(FROM);
+    let dir = TempDir::new().expect("temporary directory");
+    let db = db::connect(&dir.path().join("drover.db")).await.expect("store");
+    db::clusters::insert(&db, CLUSTER, &sim.url(), &credentials(&sim), chrono::Utc::now()).await.expect("cluster");
+    let retry = RetryPolicy { tries: 10, backoff: Duration::from_millis(5), call_timeout: Duration::from_secs(3) };
+    let settings = Settings { retry, wait_timeout: Duration::from_secs(4), poll_interval: Duration::from_millis(15) };
+    Bench { sim, db, settings, _dir: dir }
+}
+
+impl Bench {
+    /// A runner with an id of its own.
+    fn runner(&self) -> Context {
+        Context::new(self.db.clone(), self.settings, Arc::new(drover::metrics::Metrics::default()))
+    }
+
+    async fn new_job(&self) -> i64 {
+        let client = credentials(&self.sim).client(Duration::from_secs(3)).await.expect("client");
+        let api = ClusterApi::new(client, self.settings.retry);
+        let request = UpgradeRequest {
+            cluster: CLUSTER.into(),
+            target: TO.parse().unwrap(),
+            components: Component::ALL.to_vec(),
+            image_repository: "registry.k8s.io".into(),
+            force: false,
+        };
+        let prepared = service::prepare(&api, request).await.expect("plan");
+        service::start(&self.db, &prepared).await.expect("job").id
+    }
+
+    async fn job(&self, id: i64) -> db::upgrades::Job {
+        db::upgrades::get(&self.db, id).await.expect("store").expect("job")
+    }
+
+    async fn reasons(&self, id: i64) -> Vec<String> {
+        let subject = id.to_string();
+        let events = db::events::list(&self.db, drover::domain::event::SubjectKind::Job, &subject, None, 500);
+        events.await.expect("events").into_iter().map(|e| e.reason).collect()
+    }
+
+    fn writes(&self) -> Vec<String> {
+        self.sim.ops().iter().filter(|o| o.is_write()).map(|o| o.to_string()).collect()
+    }
+}
+
+#[tokio::test]
+async fn run_job_drives_a_job_to_its_end_and_running_it_again_changes_nothing() {
+    let b = bench().await;
+    let id = b.new_job().await;
+    let stop = CancellationToken::new();
+    tokio::time::timeout(LIMIT, run_job(&b.runner(), id, &stop)).await.expect("run_job hung").expect("run_job");
+    let job = b.job(id).await;
+    assert_eq!(job.state, JobState::Succeeded, "{job:?}");
+    assert!(job.owner.is_none(), "an ended job has no owner");
+    b.sim.clear_ops();
+    run_job(&b.runner(), id, &stop).await.expect("run_job on an ended job");
+    assert!(b.sim.ops().is_empty(), "an ended job is never touched: {:?}", b.sim.ops());
+}
+
+#[tokio::test]
+async fn run_job_never_touches_a_job_cancelled_before_its_claim() {
+    let b = bench().await;
+    let id = b.new_job().await;
+    let (_, outcome) = service::cancel(&b.db, id).await.expect("cancel").expect("job");
+    assert_eq!(outcome, db::upgrades::CancelOutcome::CancelledNow);
+    b.sim.clear_ops();
+    run_job(&b.runner(), id, &CancellationToken::new()).await.expect("run_job");
+    assert!(b.sim.ops().is_empty(), "a cancelled job's runner called the cluster: {:?}", b.sim.ops());
+    let job = b.job(id).await;
+    assert_eq!(job.state, JobState::Cancelled);
+    assert!(job.started_at.is_none() && job.owner.is_none(), "{job:?}");
+    assert_eq!(b.reasons(id).await, ["CancelRequested", "Accepted"], "newest first, and no Started");
+}
+
+#[tokio::test]
+async fn a_runner_that_lost_its_job_stops_before_its_next_write_or_call() {
+    let b = bench().await;
+    let id = b.new_job().await;
+    let hold = b.sim.hold(Matcher::new("apply", "daemonsets"));
+    let ctx = b.runner();
+    let running = tokio::spawn(async move { run_job(&ctx, id, &CancellationToken::new()).await });
+    hold.reached(LIMIT, "step 1").await;
+    // Someone else takes the job over while step 1's write is in flight.
+    sqlx::query("update upgrade_jobs set owner = 'another-runner' where id = ?").bind(id).execute(&b.db).await.unwrap();
+    b.sim.clear_ops();
+    hold.release();
+    let result = tokio::time::timeout(LIMIT, running).await.expect("the runner hung").expect("the runner panicked");
+    assert!(matches!(result, Err(JobError::Lost(j)) if j == id), "{result:?}");
+    let seen: Vec<String> = b.sim.ops().iter().map(|o| o.to_string()).collect();
+    assert_eq!(seen, ["apply daemonsets temp-upgrade-self-hosted-kube-apiserver"], "only the write in flight went out");
+    let job = b.job(id).await;
+    assert_eq!(job.owner.as_deref(), Some("another-runner"));
+    assert_eq!(job.step, Step::CreateTemp, "the lost runner did not move the job on");
+}
+
+#[tokio::test]
+async fn a_second_runner_cannot_claim_a_job_that_a_live_runner_holds() {
+    let b = bench().await;
+    let id = b.new_job().await;
+    let hold = b.sim.hold(Matcher::new("apply", "daemonsets"));
+    let first = b.runner();
+    let owner = first.owner.to_string();
+    let running = tokio::spawn(async move { run_job(&first, id, &CancellationToken::new()).await });
+    hold.reached(LIMIT, "step 1").await;
+    b.sim.clear_ops();
+    tokio::time::timeout(Duration::from_secs(2), run_job(&b.runner(), id, &CancellationToken::new()))
+        .await
+        .expect("the second runner should give up at once")
+        .expect("run_job");
+    assert!(b.sim.ops().is_empty(), "the second runner called the cluster: {:?}", b.sim.ops());
+    assert_eq!(b.job(id).await.owner.as_deref(), Some(owner.as_str()));
+    hold.release();
+    tokio::time::timeout(LIMIT, running).await.expect("hung").expect("panicked").expect("run_job");
+    let job = b.job(id).await;
+    assert_eq!(job.state, JobState::Succeeded, "{job:?}");
+    assert_eq!(b.reasons(id).await.iter().filter(|r| *r == "Started" || *r == "Resumed").count(), 1);
+}
+
+#[tokio::test]
+async fn a_stop_in_a_wait_returns_at_once_and_the_step_is_redone_on_the_next_run() {
+    let b = bench().await;
+    let id = b.new_job().await;
+    // Step 2's second look hangs: the runner is in its wait.
+    let hold = b.sim.hold(Matcher::new("list", "pods").selector("temp-upgrade-component=kube-apiserver").nth(2));
+    let (ctx, stop) = (b.runner(), CancellationToken::new());
+    let running = tokio::spawn({
+        let stop = stop.clone();
+        async move { run_job(&ctx, id, &stop).await }
+    });
+    hold.reached(LIMIT, "step 2's wait").await;
+    stop.cancel();
+    // The held look never answers: only the stop can end the run, and the
+    // limit is just generous for a loaded machine.
+    let stopped = tokio::time::timeout(Duration::from_secs(5), running).await;
+    stopped.expect("a stop in a wait must return at once, not wait for the look").expect("panicked").expect("run_job");
+    let job = b.job(id).await;
+    assert_eq!((job.state, job.step), (JobState::Running, Step::WaitTempRunning), "{job:?}");
+    assert!(job.owner.is_none(), "a runner that stops gives its job up: {job:?}");
+    let writes_before = b.writes();
+    hold.release();
+
+    tokio::time::timeout(LIMIT, run_job(&b.runner(), id, &CancellationToken::new())).await.expect("hung").expect("run");
+    let job = b.job(id).await;
+    assert_eq!(job.state, JobState::Succeeded, "{job:?}");
+    let steps = db::upgrades::steps(&b.db, id).await.unwrap();
+    let step2 = steps.iter().find(|s| s.position == 0 && s.step == 2).expect("step 2");
+    assert_eq!(step2.attempts, 2, "the interrupted wait ran again");
+    assert_eq!(writes_before, ["apply daemonsets temp-upgrade-self-hosted-kube-apiserver"], "a wait writes nothing");
+    let view =
+        serde_json::json!({"upgraded_components": ["kube-apiserver", "kube-controller-manager", "kube-scheduler"]});
+    assert_consistent(&b.sim, &view);
+}
