@@ -93,7 +93,14 @@ impl Application {
             }
             RuntimeKind::Simulated => Backend::Simulated(Default::default()),
         };
-        let local = engines.add(LOCAL_ENGINE, local);
+        let local = engines.add(LOCAL_ENGINE, Default::default(), local);
+        let registry = crate::engines::Registry {
+            db: db.clone(),
+            engines: engines.clone(),
+            data_dir: config.data_dir.clone(),
+            simulated: config.runtime == RuntimeKind::Simulated,
+        };
+        crate::engines::load(&registry).await.context("loading the registered engines")?;
         let listener = TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
         let addr = listener.local_addr().context("reading the bound address")?;
         tracing::info!(%addr, "drover listening on http://{addr} (API docs at http://{addr}/docs)");

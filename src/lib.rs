@@ -21,6 +21,7 @@ pub mod cli;
 pub mod config;
 pub mod db;
 pub mod domain;
+pub mod engines;
 pub mod error;
 pub mod http;
 pub mod k8s;

@@ -7,7 +7,9 @@ use std::time::Instant;
 
 use bollard::Docker;
 use bollard::models::ContainerCreateBody;
-use bollard::query_parameters::{CreateContainerOptionsBuilder, RemoveContainerOptionsBuilder, StopContainerOptionsBuilder};
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, RemoveContainerOptionsBuilder, StopContainerOptionsBuilder,
+};
 use futures_util::future::join_all;
 
 use crate::observe;
@@ -60,7 +62,12 @@ impl Engine {
 
     /// Replaces `old` (running some image) by as many of `image`, all at
     /// once: starts the new and stops the old within `grace` seconds.
-    pub async fn replace(&mut self, old: &[String], image: &str, grace: i32) -> anyhow::Result<(std::time::Duration, Vec<String>)> {
+    pub async fn replace(
+        &mut self,
+        old: &[String],
+        image: &str,
+        grace: i32,
+    ) -> anyhow::Result<(std::time::Duration, Vec<String>)> {
         let new = self.names(old.len());
         let started = Instant::now();
         let creates = join_all(new.iter().map(|name| self.run(name, image)));

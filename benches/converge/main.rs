@@ -72,7 +72,14 @@ struct Figures {
     complete_roll_ready: Best,
 }
 
-async fn measure(docker: &Docker, swarm: &swarm::Swarm, from: &str, to: &str, n: usize, rounds: usize) -> anyhow::Result<Figures> {
+async fn measure(
+    docker: &Docker,
+    swarm: &swarm::Swarm,
+    from: &str,
+    to: &str,
+    n: usize,
+    rounds: usize,
+) -> anyhow::Result<Figures> {
     let mut f = Figures::default();
     let grace = Duration::from_secs(u64::from(GRACE));
     for round in 1..=rounds {
@@ -157,7 +164,9 @@ async fn main() -> anyhow::Result<()> {
     println!();
     println!("(b) rolling image change of {n} machines, surge {SURGE}, unavailable 0");
     println!();
-    println!("| image | engine alone (all at once) | Swarm | Swarm says done | drover `termination_started` | drover / Swarm | status ready | drover `termination_complete` | status ready |");
+    println!(
+        "| image | engine alone (all at once) | Swarm | Swarm says done | drover `termination_started` | drover / Swarm | status ready | drover `termination_complete` | status ready |"
+    );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (what, f) in &results {
         let (s, d) = (f.swarm_roll.get(), f.started_roll.get());

@@ -33,7 +33,13 @@ pub async fn count(docker: &Docker, label: &str) -> anyhow::Result<usize> {
 
 /// Waits until exactly `n` containers with `label` run `image` and none
 /// runs another; answers the time since `started`.
-pub async fn until_running(docker: &Docker, label: &str, image: &str, n: usize, started: Instant) -> anyhow::Result<Duration> {
+pub async fn until_running(
+    docker: &Docker,
+    label: &str,
+    image: &str,
+    n: usize,
+    started: Instant,
+) -> anyhow::Result<Duration> {
     loop {
         if running(docker, label, image).await? == (n, 0) {
             return Ok(started.elapsed());

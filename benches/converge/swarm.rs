@@ -39,10 +39,26 @@ impl Swarm {
     /// `parallelism` at a time, new task first.
     pub async fn create(&self, image: &str, grace: u32, parallelism: usize) -> anyhow::Result<()> {
         cli(&[
-            "service", "create", "--detach", "--quiet", "--name", &self.service, "--replicas", "0",
-            "--no-resolve-image", "--stop-grace-period", &format!("{grace}s"),
-            "--update-parallelism", &parallelism.to_string(), "--update-order", "start-first",
-            "--update-delay", "0s", "--update-failure-action", "continue", image,
+            "service",
+            "create",
+            "--detach",
+            "--quiet",
+            "--name",
+            &self.service,
+            "--replicas",
+            "0",
+            "--no-resolve-image",
+            "--stop-grace-period",
+            &format!("{grace}s"),
+            "--update-parallelism",
+            &parallelism.to_string(),
+            "--update-order",
+            "start-first",
+            "--update-delay",
+            "0s",
+            "--update-failure-action",
+            "continue",
+            image,
         ])?;
         Ok(())
     }
@@ -61,7 +77,13 @@ impl Swarm {
         let mut completed = None;
         loop {
             if completed.is_none() {
-                let state = cli(&["service", "inspect", "--format", "{{if .UpdateStatus}}{{.UpdateStatus.State}}{{end}}", &self.service])?;
+                let state = cli(&[
+                    "service",
+                    "inspect",
+                    "--format",
+                    "{{if .UpdateStatus}}{{.UpdateStatus.State}}{{end}}",
+                    &self.service,
+                ])?;
                 if state == "completed" {
                     completed = Some(started.elapsed());
                 }
@@ -71,7 +93,13 @@ impl Swarm {
                 // Swarm's own account may come a moment later.
                 while completed.is_none() {
                     anyhow::ensure!(started.elapsed() < observe::LIMIT, "swarm never called its update complete");
-                    let state = cli(&["service", "inspect", "--format", "{{if .UpdateStatus}}{{.UpdateStatus.State}}{{end}}", &self.service])?;
+                    let state = cli(&[
+                        "service",
+                        "inspect",
+                        "--format",
+                        "{{if .UpdateStatus}}{{.UpdateStatus.State}}{{end}}",
+                        &self.service,
+                    ])?;
                     if state == "completed" {
                         completed = Some(started.elapsed());
                     }
@@ -92,10 +120,10 @@ impl Swarm {
     /// Leaves the swarm if the bench made it, as the machine was found.
     pub fn leave(&self) {
         let _ = cli(&["service", "rm", &self.service]);
-        if self.initialised_here {
-            if let Err(e) = cli(&["swarm", "leave", "--force"]) {
-                eprintln!("leaving the swarm the bench initialised failed: {e}");
-            }
+        if self.initialised_here
+            && let Err(e) = cli(&["swarm", "leave", "--force"])
+        {
+            eprintln!("leaving the swarm the bench initialised failed: {e}");
         }
     }
 }

@@ -4,6 +4,7 @@
 
 pub mod audit;
 pub mod clusters;
+pub mod engines;
 pub mod events;
 pub mod idempotency;
 pub mod machines;

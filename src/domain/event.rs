@@ -24,6 +24,7 @@ impl EventType {
 pub enum SubjectKind {
     Pool,
     Job,
+    Engine,
 }
 
 impl SubjectKind {
@@ -31,6 +32,7 @@ impl SubjectKind {
         match self {
             Self::Pool => "pool",
             Self::Job => "job",
+            Self::Engine => "engine",
         }
     }
 }
@@ -39,7 +41,7 @@ impl SubjectKind {
 pub struct Event {
     /// Increasing with time; newer events have larger ids.
     pub id: i64,
-    /// Pool name or job id the event is about.
+    /// Pool name, job id or engine name the event is about.
     pub subject: String,
     pub time: DateTime<Utc>,
     #[serde(rename = "type")]
@@ -62,5 +64,9 @@ pub struct NewEvent {
 impl NewEvent {
     pub fn pool(pool: &str, type_: EventType, reason: &'static str, message: impl Into<String>) -> Self {
         Self { kind: SubjectKind::Pool, subject: pool.to_owned(), type_, reason, message: message.into() }
+    }
+
+    pub fn engine(engine: &str, type_: EventType, reason: &'static str, message: impl Into<String>) -> Self {
+        Self { kind: SubjectKind::Engine, subject: engine.to_owned(), type_, reason, message: message.into() }
     }
 }

@@ -1,8 +1,10 @@
 //! Pure types and rules: names, versions, image references, rollout bounds
 //! and pool specs. Nothing here does IO, so every rule is unit-tested alone.
 
+pub mod engine;
 pub mod event;
 pub mod image;
+pub mod labels;
 pub mod machine;
 pub mod names;
 pub mod pool;

@@ -10,13 +10,9 @@ use super::names::check_dns_label;
 use super::strategy::{IntOrPercent, ReplacementPolicy, RolloutStrategy};
 use super::version::{KubeVersion, node_image};
 
-/// Label prefix reserved for drover's own labels on containers.
-pub const RESERVED_LABEL_PREFIX: &str = "drover.dev/";
-const MAX_LABEL_PART: usize = 63;
-const MAX_LABEL_PREFIX: usize = 253;
+pub use super::labels::RESERVED_LABEL_PREFIX;
 const MAX_MOUNTS: usize = 64;
 const MAX_FAILURE_DOMAINS: usize = 64;
-const MAX_LABELS: usize = 64;
 
 /// A host path bind-mounted into every machine of a pool.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -52,6 +48,12 @@ pub struct PoolSpec {
     pub paused: bool,
     /// Registered cluster whose nodes these machines are.
     pub cluster: Option<String>,
+    /// Engines the machines may run on, by name; empty: every engine.
+    #[serde(default)]
+    pub engines: Vec<String>,
+    /// Engines the machines may run on, by their labels; empty: every engine.
+    #[serde(default)]
+    pub engine_selector: BTreeMap<String, String>,
     /// A new machine counts as available once it has been ready this long.
     #[serde(default)]
     pub min_ready_seconds: u32,
@@ -77,6 +79,13 @@ fn default_progress_deadline() -> u32 {
 }
 
 impl PoolSpec {
+    /// May the pool's machines run on this engine (by the pool's placement;
+    /// draining is the engine's business)?
+    pub fn places_on(&self, engine: &str, labels: &BTreeMap<String, String>) -> bool {
+        (self.engines.is_empty() || self.engines.iter().any(|e| e == engine))
+            && super::labels::matches(&self.engine_selector, labels)
+    }
+
     /// The image every machine should run: the custom image when set,
     /// otherwise the version's node image.
     pub fn desired_image(&self) -> String {
@@ -120,6 +129,8 @@ pub struct RawSpec {
     pub min_ready_seconds: Option<i64>,
     pub progress_deadline_seconds: Option<i64>,
     pub machine_ready_timeout_seconds: Option<i64>,
+    pub engines: Vec<String>,
+    pub engine_selector: BTreeMap<String, String>,
 }
 
 /// Longest duration setting: one day.
@@ -149,7 +160,7 @@ pub fn validate(raw: RawSpec, limits: SpecLimits) -> Result<PoolSpec, Validation
     }
     check_failure_domains(&raw.failure_domains, &mut errs);
     check_mounts(&raw.extra_mounts, &mut errs);
-    check_labels(&raw.labels, &mut errs);
+    super::labels::check(&raw.labels, "labels", &mut errs);
     let defaults = RolloutStrategy::default();
     let strategy = RolloutStrategy {
         max_surge: raw.max_surge.unwrap_or(defaults.max_surge),
@@ -189,6 +200,7 @@ pub fn validate(raw: RawSpec, limits: SpecLimits) -> Result<PoolSpec, Validation
     if let Some(Err(e)) = raw.cluster.as_deref().map(check_dns_label) {
         errs.push("cluster", "dns_label", e);
     }
+    check_placement(&raw.engines, &raw.engine_selector, &mut errs);
 
     errs.into_result(PoolSpec {
         replicas,
@@ -203,7 +215,28 @@ pub fn validate(raw: RawSpec, limits: SpecLimits) -> Result<PoolSpec, Validation
         min_ready_seconds,
         progress_deadline_seconds,
         machine_ready_timeout_seconds,
+        engines: raw.engines,
+        engine_selector: raw.engine_selector,
     })
+}
+
+/// Engines by name or by labels, not both: one way to read a placement.
+fn check_placement(engines: &[String], selector: &BTreeMap<String, String>, errs: &mut ValidationErrors) {
+    if engines.len() > MAX_FAILURE_DOMAINS {
+        errs.push("engines", "max_items", format!("at most {MAX_FAILURE_DOMAINS} engines"));
+    }
+    let mut seen = HashSet::new();
+    for (i, e) in engines.iter().enumerate() {
+        if let Err(why) = check_dns_label(e) {
+            errs.push(format!("engines[{i}]"), "dns_label", why);
+        } else if !seen.insert(e.as_str()) {
+            errs.push(format!("engines[{i}]"), "unique", format!("duplicate engine {e:?}"));
+        }
+    }
+    super::labels::check(selector, "engine_selector", errs);
+    if !engines.is_empty() && !selector.is_empty() {
+        errs.push("engine_selector", "one_placement", "name the engines or select them by labels, not both");
+    }
 }
 
 fn check_failure_domains(domains: &[String], errs: &mut ValidationErrors) {
@@ -215,7 +248,7 @@ fn check_failure_domains(domains: &[String], errs: &mut ValidationErrors) {
         let field = format!("failure_domains[{i}]");
         if d.is_empty() {
             errs.push(field, "non_empty", "must not be empty");
-        } else if !is_label_value(d) {
+        } else if !super::labels::is_label_value(d) {
             errs.push(
                 field,
                 "label_value",
@@ -245,46 +278,6 @@ fn check_mounts(mounts: &[Mount], errs: &mut ValidationErrors) {
             errs.push(format!("extra_mounts[{i}].container_path"), "unique", "two mounts share this container path");
         }
     }
-}
-
-fn check_labels(labels: &BTreeMap<String, String>, errs: &mut ValidationErrors) {
-    if labels.len() > MAX_LABELS {
-        errs.push("labels", "max_items", format!("at most {MAX_LABELS} labels"));
-    }
-    for (k, v) in labels {
-        let field = format!("labels.{k}");
-        if k.starts_with(RESERVED_LABEL_PREFIX) {
-            errs.push(field, "reserved_label", format!("keys under {RESERVED_LABEL_PREFIX} are reserved for drover"));
-            continue;
-        }
-        let (prefix, name) = match k.rsplit_once('/') {
-            Some((p, n)) => (Some(p), n),
-            None => (None, k.as_str()),
-        };
-        let prefix_ok = prefix.is_none_or(|p| {
-            !p.is_empty() && p.len() <= MAX_LABEL_PREFIX && p.split('.').all(|l| check_dns_label(l).is_ok())
-        });
-        if !prefix_ok || name.is_empty() || !is_label_value(name) {
-            errs.push(
-                field,
-                "label_key",
-                "must be [prefix/]name: a DNS prefix and a name of at most 63 letters, digits, '-', '_' or '.'",
-            );
-        } else if !v.is_empty() && !is_label_value(v) {
-            errs.push(field, "label_value", "value must be empty or at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit");
-        }
-    }
-}
-
-/// Kubernetes' label-value rule, which also keeps values safe in Docker labels.
-fn is_label_value(s: &str) -> bool {
-    let bytes = s.as_bytes();
-    let edge = |b: &u8| b.is_ascii_alphanumeric();
-    !s.is_empty()
-        && s.len() <= MAX_LABEL_PART
-        && bytes.first().is_some_and(edge)
-        && bytes.last().is_some_and(edge)
-        && bytes.iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
 #[cfg(test)]

@@ -1,5 +1,7 @@
 //! What the reconciler last observed of a pool, and its conditions.
 
+use std::collections::BTreeMap;
+
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -27,6 +29,13 @@ pub struct Condition {
     pub last_transition_time: DateTime<Utc>,
 }
 
+/// A pool's machines on one engine.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct EngineReplicas {
+    pub replicas: u32,
+    pub ready_replicas: u32,
+}
+
 /// Observed state of a pool, written after every reconcile pass.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
@@ -45,6 +54,8 @@ pub struct PoolStatus {
     /// Machines being deleted (stopping within their grace period, or
     /// waiting for their engine); not counted in `replicas`.
     pub terminating_replicas: u32,
+    /// Machines on each engine (those counted in `replicas`).
+    pub engines: BTreeMap<String, EngineReplicas>,
     pub conditions: Vec<Condition>,
     /// The error of the last failed pass, cleared by a good one.
     pub last_error: Option<String>,

@@ -1,6 +1,7 @@
 //! The HTTP API: routes, middleware and the OpenAPI document they share.
 
 pub mod clusters;
+pub mod engines;
 pub mod extract;
 pub mod health;
 pub mod idempotency;
@@ -44,6 +45,7 @@ pub const REQUEST_ID: &str = "x-request-id";
         (name = "machines", description = "The machines (containers) of a pool"),
         (name = "rollouts", description = "Rolling updates: progress, revisions, rollback, batch approval, dry-run plans"),
         (name = "health", description = "Liveness and readiness probes"),
+        (name = "engines", description = "Docker engines pools may use, each a failure domain; credentials are write-only"),
         (name = "clusters", description = "Registered Kubernetes clusters; credentials are write-only"),
         (name = "upgrades", description = "Control-plane upgrade jobs: one component at a time, resumable, cancellable"),
         (name = "access", description = "API tokens (shown once, stored hashed) and the audit trail; admin only"),
@@ -60,6 +62,7 @@ fn api() -> OpenApiRouter<AppState> {
         .merge(tokens::router())
         .merge(metrics::router())
         .merge(clusters::router())
+        .merge(engines::router())
         .merge(upgrades::router())
         .merge(streams::router())
 }

@@ -10,6 +10,7 @@
 //! - `records`, `status`: what a pass writes back, only when it changed.
 //! - [`worker`]: which pool gets a pass when.
 
+mod engine_events;
 mod execute;
 mod node;
 pub mod observe;
@@ -106,8 +107,8 @@ pub(crate) fn result_label<T>(r: &Result<T, RuntimeError>) -> &'static str {
     }
 }
 
-/// What the pass knows of every engine, now.
-fn engine_views(ctx: &Context, now: DateTime<Utc>) -> Vec<EngineView> {
+/// What the pass knows of every engine, now, for `pool`.
+fn engine_views(ctx: &Context, pool: &Pool, now: DateTime<Utc>) -> Vec<EngineView> {
     ctx.engines
         .all()
         .iter()
@@ -128,6 +129,7 @@ fn engine_views(ctx: &Context, now: DateTime<Utc>) -> Vec<EngineView> {
                     .as_ref()
                     .filter(|_| !reachable)
                     .map(|why| format!("engine {} ({}) does not answer: {why}", e.name, e.address())),
+                allowed: pool.spec.places_on(&e.name, &e.labels) && !e.draining(),
             }
         })
         .collect()
@@ -143,9 +145,12 @@ pub fn desired_of(pool: &Pool, observed: &[Observed], engines: &[EngineView], ti
     });
     // While an engine has not been listed yet, what it holds is unknown:
     // creating machines now could double them.
-    let unlisted = engines.iter().any(|e| !e.listed && !e.lost);
-    let usable =
-        if unlisted { Vec::new() } else { engines.iter().filter(|e| e.reachable).map(|e| e.name.clone()).collect() };
+    let unlisted = engines.iter().any(|e| !e.listed && !e.lost && e.allowed);
+    let usable = if unlisted {
+        Vec::new()
+    } else {
+        engines.iter().filter(|e| e.reachable && e.allowed).map(|e| e.name.clone()).collect()
+    };
     Desired {
         replicas: pool.spec.replicas,
         failure_domains: pool.spec.failure_domains.clone(),
@@ -168,7 +173,7 @@ struct Look {
 }
 
 async fn look(ctx: &Context, pool: &Pool, now: DateTime<Utc>) -> Result<Look, ReconcileError> {
-    let engines = engine_views(ctx, now);
+    let engines = engine_views(ctx, pool, now);
     let containers: Vec<(String, crate::runtime::Container)> =
         ctx.engines.containers_of(&pool.name).into_iter().map(|(e, c)| (e.name.clone(), c)).collect();
     let records = db::machines::list_for_pool(&ctx.db, &pool.name).await?;

@@ -47,6 +47,9 @@ pub struct EngineView {
     pub lost_at: Option<DateTime<Utc>>,
     /// Why it does not answer, while it does not.
     pub error: Option<String>,
+    /// The pool may place machines here: its placement names or selects the
+    /// engine, and the engine is not draining. Machines elsewhere are moved.
+    pub allowed: bool,
 }
 
 /// One machine as observed, with the details the planner does not need
@@ -100,20 +103,14 @@ pub fn observe(
     for (engine_name, c) in containers {
         seen_names.insert(c.name.as_str());
         let view = engine(engine_name);
-        let reachable = view.is_some_and(|e| e.reachable);
-        let lost = view.is_none_or(|e| e.lost);
-        let seen = machine(
-            pool,
-            engine_name,
-            c,
-            by_name.get(c.name.as_str()).copied(),
-            reachable,
-            lost,
-            spec,
-            timing,
-            now,
-            &mut obs,
-        );
+        let found = Found {
+            engine: engine_name,
+            reachable: view.is_some_and(|e| e.reachable),
+            lost: view.is_none_or(|e| e.lost),
+            allowed: view.is_some_and(|e| e.allowed),
+        };
+        let look = Look { pool, spec, timing, now };
+        let seen = machine(look, found, c, by_name.get(c.name.as_str()).copied(), &mut obs);
         obs.machines.push(seen);
     }
     for r in records {
@@ -131,7 +128,7 @@ pub fn observe(
                     if r.terminating_since.is_some() { MachinePhase::Terminating } else { MachinePhase::Unknown };
                 record.ready = false;
                 record.ready_since = None;
-                obs.machines.push(Seen { observed: from_record(&record, e.lost, spec), record });
+                obs.machines.push(Seen { observed: from_record(&record, e, spec), record });
             }
             // Its engine was removed from drover: nothing will report it again.
             None => obs.vanished.push(r.clone()),
@@ -150,13 +147,14 @@ pub fn observe(
     obs
 }
 
-fn from_record(r: &Machine, lost: bool, spec: &PoolSpec) -> Observed {
+fn from_record(r: &Machine, engine: &EngineView, spec: &PoolSpec) -> Observed {
+    let lost = engine.lost;
     Observed {
         name: r.name.clone(),
         container_id: r.container_id.clone(),
         engine: r.engine.clone(),
         phase: r.phase,
-        up_to_date: r.image == spec.desired_image(),
+        up_to_date: r.image == spec.desired_image() && engine.allowed,
         ready: false,
         available: false,
         stuck: false,
@@ -194,19 +192,27 @@ fn running_phase(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn machine(
-    pool: &str,
-    engine: &str,
-    c: &Container,
-    record: Option<&Machine>,
+/// Where a container was found, and what the pass knows of that engine.
+#[derive(Clone, Copy)]
+struct Found<'a> {
+    engine: &'a str,
     reachable: bool,
     lost: bool,
-    spec: &PoolSpec,
-    timing: &Timing,
+    allowed: bool,
+}
+
+/// The pool being observed, its rules and the moment of the look.
+#[derive(Clone, Copy)]
+struct Look<'a> {
+    pool: &'a str,
+    spec: &'a PoolSpec,
+    timing: &'a Timing,
     now: DateTime<Utc>,
-    obs: &mut Observation,
-) -> Seen {
+}
+
+fn machine(look: Look<'_>, found: Found<'_>, c: &Container, record: Option<&Machine>, obs: &mut Observation) -> Seen {
+    let Look { pool, spec, timing, now } = look;
+    let Found { engine, reachable, lost, allowed } = found;
     let terminating = record.and_then(|r| r.terminating_since).is_some();
     let (mut phase, mut ready_since) = (MachinePhase::Unknown, None);
     if reachable {
@@ -231,7 +237,7 @@ fn machine(
         (phase, ready_since) = (MachinePhase::Terminating, None);
     }
     let ready = ready_since.is_some();
-    let up_to_date = c.image == spec.desired_image();
+    let up_to_date = c.image == spec.desired_image() && allowed;
     let min_ready = Duration::from_secs(u64::from(spec.min_ready_seconds));
     let available = ready_since.is_some_and(|since| {
         let at = after(since, min_ready);

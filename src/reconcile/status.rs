@@ -20,8 +20,9 @@ use crate::db::{self, pools::Pool};
 use crate::domain::event::{EventType, NewEvent};
 use crate::domain::machine::MachinePhase;
 use crate::domain::rollout::{self as rollout, Counts};
-use crate::domain::status::{ConditionStatus, PoolStatus};
+use crate::domain::status::{ConditionStatus, EngineReplicas, PoolStatus};
 use crate::runtime::RuntimeError;
+use std::collections::BTreeMap;
 
 pub fn counts(observed: &[Observed]) -> Counts {
     let active: Vec<&Observed> = observed.iter().filter(|m| m.phase != MachinePhase::Terminating && !m.lost).collect();
@@ -36,6 +37,17 @@ pub fn counts(observed: &[Observed]) -> Counts {
         terminating: u32::try_from(observed.iter().filter(|m| m.phase == MachinePhase::Terminating).count())
             .unwrap_or(u32::MAX),
     }
+}
+
+/// Machines (and ready ones) on each engine, of those that count.
+fn per_engine(observed: &[Observed]) -> BTreeMap<String, EngineReplicas> {
+    let mut out: BTreeMap<String, EngineReplicas> = BTreeMap::new();
+    for m in observed.iter().filter(|m| m.phase != MachinePhase::Terminating && !m.lost) {
+        let e = out.entry(m.engine.clone()).or_default();
+        e.replicas += 1;
+        e.ready_replicas += u32::from(m.ready);
+    }
+    out
 }
 
 /// What is wrong with the pool's machines, worst first: a reason and a
@@ -94,13 +106,16 @@ pub(super) async fn status_after_pass(
         updated_replicas: counts.updated,
         available_replicas: counts.available,
         terminating_replicas: counts.terminating,
+        engines: per_engine(observed),
         conditions: pool.status.conditions.clone(),
         last_error: None,
         last_reconciled_at: pool.status.last_reconciled_at,
         rollout: None,
     };
     let unhealthy = machine_health(ctx, observed);
-    let silent: Vec<&str> = engines.iter().filter_map(|e| e.error.as_deref()).collect();
+    // Only the engines this pool uses or may use concern it.
+    let concerns = |e: &EngineView| e.allowed || observed.iter().any(|m| m.engine == e.name);
+    let silent: Vec<&str> = engines.iter().filter(|e| concerns(e)).filter_map(|e| e.error.as_deref()).collect();
     let was_available = pool.status.condition("RuntimeAvailable").is_none_or(|c| c.status == ConditionStatus::True);
     if silent.is_empty() {
         status.set_condition("RuntimeAvailable", ConditionStatus::True, "RuntimeReachable", "the engines answer", now);

@@ -306,6 +306,10 @@ pub async fn run(
             wake = wakes.recv() => match wake {
                 Some(Wake::Pool(pool)) => s.wake(pool, Priority::Wake),
                 Some(Wake::All) => s.wake_all(Priority::Wake).await,
+                Some(Wake::Engine { name, reachable, message }) => {
+                    super::engine_events::record(&s.ctx, &name, reachable, message);
+                    s.wake_all(Priority::Wake).await;
+                }
                 None => break,
             },
             Some(pool) = s.soon.next(), if !s.soon.queue.is_empty() => s.wake(pool, Priority::Wake),

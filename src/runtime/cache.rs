@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use super::Container;
 
@@ -19,7 +20,14 @@ struct Inner {
     by_id: HashMap<String, Container>,
     /// Pool name -> ids of its containers.
     by_pool: HashMap<String, BTreeSet<String>>,
+    /// Containers drover removed itself, and when. The engine's events of
+    /// their last moments (`die`, then `destroy`) may still be in flight,
+    /// and an inspect made before the removal must not bring them back.
+    removed: HashMap<String, Instant>,
 }
+
+/// How long a removal outweighs late reports of the container.
+const TOMBSTONE: Duration = Duration::from_secs(60);
 
 impl Inner {
     fn unindex(&mut self, c: &Container) {
@@ -51,7 +59,7 @@ impl ContainerCache {
     /// Inserts or replaces a container; answers its pool when anything changed.
     pub fn upsert(&self, c: Container) -> Option<String> {
         let mut inner = self.lock();
-        if inner.by_id.get(&c.id) == Some(&c) {
+        if inner.by_id.get(&c.id) == Some(&c) || inner.removed.contains_key(&c.id) {
             return None;
         }
         if let Some(old) = inner.by_id.remove(&c.id) {
@@ -71,9 +79,23 @@ impl ContainerCache {
         c.pool().map(str::to_owned)
     }
 
-    /// Forgets a container; answers its pool when it was known.
+    /// Forgets a container the engine says is gone; answers its pool when
+    /// it was known.
     pub fn remove(&self, id: &str) -> Option<String> {
         let mut inner = self.lock();
+        inner.removed.remove(id);
+        let old = inner.by_id.remove(id)?;
+        inner.unindex(&old);
+        old.pool().map(str::to_owned)
+    }
+
+    /// Forgets a container drover has just removed, and ignores late
+    /// reports of it for a while.
+    pub fn forget(&self, id: &str) -> Option<String> {
+        let mut inner = self.lock();
+        let now = Instant::now();
+        inner.removed.retain(|_, at| now.duration_since(*at) < TOMBSTONE);
+        inner.removed.insert(id.to_owned(), now);
         let old = inner.by_id.remove(id)?;
         inner.unindex(&old);
         old.pool().map(str::to_owned)
@@ -84,7 +106,10 @@ impl ContainerCache {
     pub fn replace_all(&self, containers: Vec<Container>) -> HashSet<String> {
         let mut inner = self.lock();
         let mut changed = HashSet::new();
-        let fresh: HashMap<String, Container> = containers.into_iter().map(|c| (c.id.clone(), c)).collect();
+        let now = Instant::now();
+        inner.removed.retain(|_, at| now.duration_since(*at) < TOMBSTONE);
+        let fresh: HashMap<String, Container> =
+            containers.into_iter().filter(|c| !inner.removed.contains_key(&c.id)).map(|c| (c.id.clone(), c)).collect();
         for (id, old) in &inner.by_id {
             if fresh.get(id) != Some(old) {
                 changed.extend(old.pool().map(str::to_owned));
@@ -172,6 +197,18 @@ mod tests {
         assert_eq!(cache.remove("1"), Some("a".into()));
         assert!(cache.pool("a").is_empty());
         assert_eq!(cache.pools(), vec!["b".to_owned()]);
+    }
+
+    #[test]
+    fn a_late_report_of_a_container_drover_removed_does_not_bring_it_back() {
+        let cache = ContainerCache::default();
+        cache.upsert(c("1", "a"));
+        assert_eq!(cache.forget("1"), Some("a".into()));
+        let mut exited = c("1", "a");
+        exited.state = ContainerState::Exited;
+        assert_eq!(cache.upsert(exited.clone()), None, "the inspect made before the removal is ignored");
+        assert!(cache.replace_all(vec![exited]).is_empty(), "and so is a list taken before it");
+        assert!(cache.pool("a").is_empty());
     }
 
     #[test]

@@ -7,7 +7,9 @@
 //! exponential backoff and jitter, one loop per engine; pools are woken once
 //! when the engine is lost and once when it is back, not on every attempt.
 
+use std::collections::BTreeMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -56,6 +58,10 @@ pub struct EngineHealth {
 
 pub struct Engine {
     pub name: String,
+    /// For pools' engine selectors.
+    pub labels: BTreeMap<String, String>,
+    /// No new machine goes here, and the machines here move away.
+    draining: AtomicBool,
     backend: Backend,
     cache: ContainerCache,
     health: Mutex<EngineHealth>,
@@ -66,11 +72,19 @@ pub struct Engine {
 }
 
 impl Engine {
-    pub fn new(name: String, backend: Backend, max_parallel: usize, wakes: mpsc::UnboundedSender<Wake>) -> Self {
+    pub fn new(
+        name: String,
+        labels: BTreeMap<String, String>,
+        backend: Backend,
+        max_parallel: usize,
+        wakes: mpsc::UnboundedSender<Wake>,
+    ) -> Self {
         let simulated = matches!(backend, Backend::Simulated(_));
         let now = Utc::now();
         Self {
             name,
+            labels,
+            draining: AtomicBool::new(false),
             backend,
             cache: ContainerCache::default(),
             health: Mutex::new(EngineHealth {
@@ -99,6 +113,20 @@ impl Engine {
             Backend::Docker(d) => d.address(),
             Backend::Simulated(_) => format!("sim://{}", self.name),
         }
+    }
+
+    pub fn draining(&self) -> bool {
+        self.draining.load(Ordering::SeqCst)
+    }
+
+    pub fn set_draining(&self, draining: bool) {
+        self.draining.store(draining, Ordering::SeqCst);
+        let _ = self.wakes.send(Wake::All);
+    }
+
+    /// Pools with machines here.
+    pub fn pools(&self) -> Vec<String> {
+        self.cache.pools()
     }
 
     pub fn health(&self) -> EngineHealth {
@@ -162,7 +190,8 @@ impl Engine {
         });
         if before != Reachability::Reachable {
             tracing::info!(engine = %self.name, address = %self.address(), "engine reachable");
-            let _ = self.wakes.send(Wake::All);
+            let message = format!("{} answers again", self.address());
+            let _ = self.wakes.send(Wake::Engine { name: self.name.clone(), reachable: true, message });
         }
     }
 
@@ -177,7 +206,8 @@ impl Engine {
         });
         if before == Reachability::Reachable {
             tracing::warn!(engine = %self.name, error = %message, "engine unreachable; reconnecting with backoff");
-            let _ = self.wakes.send(Wake::All);
+            let message = format!("{} does not answer: {message}", self.address());
+            let _ = self.wakes.send(Wake::Engine { name: self.name.clone(), reachable: false, message });
         } else {
             tracing::debug!(engine = %self.name, error = %message, "engine still unreachable");
         }
@@ -251,7 +281,7 @@ impl Engine {
         match &self.backend {
             Backend::Docker(d) => {
                 d.remove(id, stop_timeout_secs).await?;
-                if let Some(pool) = self.cache.remove(id) {
+                if let Some(pool) = self.cache.forget(id) {
                     tracing::debug!(engine = %self.name, pool, container = id, "container removed");
                 }
                 Ok(())

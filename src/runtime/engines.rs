@@ -49,8 +49,9 @@ impl Engines {
 
     /// Adds (or replaces) an engine and starts its informer when the
     /// service already runs.
-    pub fn add(&self, name: &str, backend: Backend) -> Arc<Engine> {
-        let engine = Arc::new(Engine::new(name.to_owned(), backend, self.inner.max_parallel, self.inner.wakes.clone()));
+    pub fn add(&self, name: &str, labels: BTreeMap<String, String>, backend: Backend) -> Arc<Engine> {
+        let engine =
+            Arc::new(Engine::new(name.to_owned(), labels, backend, self.inner.max_parallel, self.inner.wakes.clone()));
         let replaced =
             self.inner.engines.write().unwrap_or_else(|p| p.into_inner()).insert(name.to_owned(), engine.clone());
         if replaced.is_some() {

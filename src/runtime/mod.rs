@@ -122,8 +122,15 @@ pub enum RuntimeError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Wake {
     Pool(String),
-    /// An engine was lost or came back: look at every pool.
+    /// Look at every pool (the engines or their settings changed).
     All,
+    /// An engine stopped answering or answers again: every pool is looked
+    /// at, and the engine's events tell it.
+    Engine {
+        name: String,
+        reachable: bool,
+        message: String,
+    },
 }
 
 /// Parses the engine's RFC 3339 timestamps; Docker writes the zero time

@@ -18,9 +18,9 @@ use crate::process::Process;
 const LIMIT: Duration = Duration::from_secs(120);
 
 /// A drover process, its client and its data directory, restartable.
-struct Served {
+pub struct Served {
     proc: Option<Process>,
-    client: reqwest::Client,
+    pub client: reqwest::Client,
     data: tempfile::TempDir,
 }
 
@@ -28,7 +28,7 @@ struct Served {
 const FLAGS: &[&str] = &["--stop-timeout", "3s", "--resync-interval", "5s"];
 
 impl Served {
-    async fn start() -> Self {
+    pub async fn start() -> Self {
         let data = tempfile::TempDir::new().expect("data dir");
         let proc = Process::spawn_with(data.path(), FLAGS);
         proc.wait_up().await;
@@ -36,11 +36,11 @@ impl Served {
         Self { proc: Some(proc), client, data }
     }
 
-    fn addr(&self) -> String {
+    pub fn addr(&self) -> String {
         self.proc.as_ref().map(|p| p.addr.clone()).unwrap_or_default()
     }
 
-    async fn send(&self, method: reqwest::Method, path: &str, body: Value) -> StatusCode {
+    pub async fn send(&self, method: reqwest::Method, path: &str, body: Value) -> StatusCode {
         let mut req = self.client.request(method.clone(), format!("{}{path}", self.addr()));
         req = if method == reqwest::Method::PATCH {
             req.header("content-type", "application/merge-patch+json").body(body.to_string())
@@ -50,13 +50,13 @@ impl Served {
         req.send().await.expect("request").status()
     }
 
-    async fn pool(&self, pool: &str) -> Value {
+    pub async fn pool(&self, pool: &str) -> Value {
         let url = format!("{}/v1/pools/{pool}", self.addr());
         self.client.get(url).send().await.expect("get pool").json().await.unwrap_or(Value::Null)
     }
 
     /// SIGKILL, then a new process on the same data directory.
-    async fn kill_and_restart(&mut self) {
+    pub async fn kill_and_restart(&mut self) {
         if let Some(p) = self.proc.take() {
             p.kill();
         }
@@ -69,7 +69,7 @@ impl Served {
 
 /// Exactly `n` containers, all running `image`, the records naming exactly
 /// them, and the status agreeing, within `LIMIT`.
-async fn assert_converged(served: &Served, d: &bollard::Docker, pool: &str, n: usize, image: &str) {
+pub async fn assert_converged(served: &Served, d: &bollard::Docker, pool: &str, n: usize, image: &str) {
     let deadline = tokio::time::Instant::now() + LIMIT;
     loop {
         let seen = docker::pool_containers(d, pool).await;

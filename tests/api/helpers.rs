@@ -19,6 +19,8 @@ pub struct TestApp {
     pub client: reqwest::Client,
     pub admin_token: String,
     pub data_dir: PathBuf,
+    /// The server's state: its engines, for tests that act on them.
+    pub state: drover::app::AppState,
     /// Keeps the temporary data directory alive as long as the app.
     _tmp: Option<TempDir>,
     stop: Option<oneshot::Sender<()>>,
@@ -53,13 +55,14 @@ pub async fn start(cfg: ServeConfig, tmp: Option<TempDir>) -> TestApp {
     let data_dir = cfg.data_dir.clone();
     let app = Application::build(cfg).await.expect("building the app");
     let addr = format!("http://{}", app.local_addr().expect("bound address"));
+    let state = app.state().clone();
     let (stop, stopped) = oneshot::channel();
     let handle = tokio::spawn(app.run_until_stopped(async move {
         let _ = stopped.await;
     }));
     let admin_token = admin_token(&data_dir);
     let client = client_with_token(&admin_token);
-    TestApp { addr, client, admin_token, data_dir, _tmp: tmp, stop: Some(stop), handle: Some(handle) }
+    TestApp { addr, client, admin_token, data_dir, state, _tmp: tmp, stop: Some(stop), handle: Some(handle) }
 }
 
 /// The admin token drover wrote on first start.

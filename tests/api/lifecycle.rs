@@ -40,12 +40,10 @@ fn reasons(events: &[Value]) -> Vec<String> {
 
 /// One thing done to one machine of a 3-machine pool, and the event
 /// reasons (with a word of their message) that must then be in its log.
-async fn heal_after(app: &TestApp, d: &bollard::Docker, what: &str, expect: &[(&str, &str)]) {
-    let pool = unique(what);
-    let _cleanup = Cleanup(vec![pool.clone()]);
-    app.create_pool_ok(&pool, 3, json!({"version": V1})).await;
-    app.wait_converged(&pool, 3, Duration::from_secs(60)).await;
-    let victim = app.machines(&pool).await[0]["name"].as_str().unwrap_or_default().to_owned();
+async fn heal_after(app: &TestApp, d: &bollard::Docker, pool: &str, what: &str, expect: &[(&str, &str)]) {
+    app.create_pool_ok(pool, 3, json!({"version": V1})).await;
+    app.wait_converged(pool, 3, Duration::from_secs(60)).await;
+    let victim = app.machines(pool).await[0]["name"].as_str().unwrap_or_default().to_owned();
     let args: Vec<&str> = match what {
         "stop" => vec!["stop", "-t", "1", &victim],
         "kill" => vec!["kill", &victim],
@@ -57,8 +55,8 @@ async fn heal_after(app: &TestApp, d: &bollard::Docker, what: &str, expect: &[(&
     crate::images::docker(&args);
     // Let the engine report it before looking for the recovery.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let took = wait_healthy(app, d, &pool, 3, HEAL_WITHIN).await;
-    let events = reasons(&app.events(&pool).await);
+    let took = wait_healthy(app, d, pool, 3, HEAL_WITHIN).await;
+    let events = reasons(&app.events(pool).await);
     for (reason, word) in expect {
         assert!(
             events.iter().any(|e| e.starts_with(reason) && e.contains(&victim) && e.contains(word)),
@@ -73,8 +71,6 @@ async fn a_stopped_killed_paused_crashed_or_removed_machine_is_healed_with_an_ev
     if !require_docker("a_stopped_killed_paused_crashed_or_removed_machine_is_healed_with_an_event_naming_the_cause") {
         return;
     }
-    let app = spawn_docker_app().await;
-    let d = docker::client().await;
     let cases: [(&str, &[(&str, &str)]); 5] = [
         ("stop", &[("MachineExited", "exited"), ("MachineRestarted", "restarted")]),
         ("kill", &[("MachineExited", "signal 9"), ("MachineRestarted", "restarted")]),
@@ -82,7 +78,13 @@ async fn a_stopped_killed_paused_crashed_or_removed_machine_is_healed_with_an_ev
         ("crash", &[("MachineExited", "code 7"), ("MachineRestarted", "restarted")]),
         ("rm", &[("MachineVanished", "gone")]),
     ];
-    let runs = cases.iter().map(|(what, expect)| heal_after(&app, &d, what, expect));
+    let pools: Vec<String> = cases.iter().map(|(what, _)| unique(what)).collect();
+    // Declared before the server, so dropped after it: nothing recreates
+    // the machines once they are swept.
+    let _cleanup = Cleanup(pools.clone());
+    let app = spawn_docker_app().await;
+    let d = docker::client().await;
+    let runs = cases.iter().zip(&pools).map(|((what, expect), pool)| heal_after(&app, &d, pool, what, expect));
     tokio::time::timeout(Duration::from_secs(120), futures_util::future::join_all(runs))
         .await
         .expect("healing five pools took over 2 minutes: a pass is stuck waiting on something");

@@ -5,6 +5,9 @@ mod clusters;
 mod crashes;
 mod docker;
 mod drain;
+mod engines;
+#[path = "../support/engines.rs"]
+mod engines_support;
 mod faults;
 mod helpers;
 #[path = "../support/images.rs"]
@@ -20,6 +23,7 @@ mod process;
 mod reconcile;
 mod rollouts;
 mod security;
+mod soak;
 mod streams;
 mod ui;
 mod upgrade_crash;

@@ -37,8 +37,9 @@ async fn scale_0_to_5_to_2_to_0_on_docker() {
         assert_records_match(&app, &d, &pool, n as usize).await;
     }
     let events = app.events(&pool).await;
-    assert_eq!(events.iter().filter(|e| e["reason"] == "MachineCreated").count(), 5);
-    assert_eq!(events.iter().filter(|e| e["reason"] == "MachineDeleted").count(), 5);
+    let story: Vec<String> = events.iter().map(|e| format!("{}: {}", e["reason"], e["message"])).collect();
+    assert_eq!(events.iter().filter(|e| e["reason"] == "MachineCreated").count(), 5, "{story:#?}");
+    assert_eq!(events.iter().filter(|e| e["reason"] == "MachineDeleted").count(), 5, "{story:#?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -41,6 +41,13 @@ pub struct PoolSpecInput {
     /// cordoned and drained before they are removed.
     #[serde(default)]
     pub cluster: Option<String>,
+    /// Engines the machines may run on, by name (default: every engine).
+    #[serde(default)]
+    pub engines: Vec<String>,
+    /// Engines the machines may run on, by label (default: every engine);
+    /// not together with `engines`.
+    #[serde(default)]
+    pub engine_selector: BTreeMap<String, String>,
     /// Seconds a new machine must be ready before it counts as available (default 0).
     #[serde(default)]
     pub min_ready_seconds: Option<i64>,
@@ -91,6 +98,8 @@ impl From<PoolSpecInput> for RawSpec {
             min_ready_seconds: i.min_ready_seconds,
             progress_deadline_seconds: i.progress_deadline_seconds,
             machine_ready_timeout_seconds: i.machine_ready_timeout_seconds,
+            engines: i.engines,
+            engine_selector: i.engine_selector,
         }
     }
 }

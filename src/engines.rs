@@ -1,0 +1,203 @@
+//! Engines as a resource: registering, draining and removing the Docker
+//! engines pools may use, and bringing the registered ones up at start.
+//! The store holds what was registered; [`runtime::Engines`] holds the live
+//! clients, their informers and caches.
+//!
+//! A TLS identity is stored in SQLite (write-only, like cluster
+//! credentials) and written, for the engine client, to files of mode 0600
+//! under `<data dir>/engines/<name>/`, since the client reads them by path.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use chrono::Utc;
+
+use crate::db::{self, Db, engines::StoredEngine};
+use crate::domain::ValidationErrors;
+use crate::domain::engine::{self, Endpoint as Address, EngineSpec, Tls};
+use crate::domain::event::{EventType, NewEvent};
+use crate::runtime::docker::{DockerBackend, Endpoint};
+use crate::runtime::engine::Backend;
+use crate::runtime::{Engine, Engines};
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("{0}")]
+    Invalid(ValidationErrors),
+    #[error("engine {0:?} is already registered")]
+    Exists(String),
+    #[error("no engine named {0:?}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("store: {0}")]
+    Store(#[from] sqlx::Error),
+    #[error("writing the TLS identity of engine {name:?}: {source}")]
+    Files {
+        name: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Where the service keeps what it needs.
+#[derive(Clone)]
+pub struct Registry {
+    pub db: Db,
+    pub engines: Engines,
+    pub data_dir: PathBuf,
+    /// The server runs simulated engines: `sim://` endpoints only.
+    pub simulated: bool,
+}
+
+fn tls_dir(data_dir: &Path, name: &str) -> PathBuf {
+    data_dir.join("engines").join(name)
+}
+
+/// Writes the identity where the client reads it, owner-only.
+fn write_tls(data_dir: &Path, name: &str, tls: &Tls) -> std::io::Result<(PathBuf, PathBuf, PathBuf)> {
+    let dir = tls_dir(data_dir, name);
+    std::fs::create_dir_all(&dir)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    let mut paths = Vec::new();
+    for (file, pem) in [("cert.pem", &tls.cert), ("key.pem", &tls.key), ("ca.pem", &tls.ca)] {
+        let path = dir.join(file);
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        std::io::Write::write_all(&mut options.open(&path)?, pem.as_bytes())?;
+        paths.push(path);
+    }
+    let [cert, key, ca]: [PathBuf; 3] = paths.try_into().map_err(|_| std::io::Error::other("three files"))?;
+    Ok((cert, key, ca))
+}
+
+/// The engine client for a registration.
+fn backend(
+    reg: &Registry,
+    name: &str,
+    address: &str,
+    endpoint: &Address,
+    tls: Option<&Tls>,
+) -> Result<Backend, EngineError> {
+    Ok(match (endpoint, tls) {
+        (Address::Simulated, _) => Backend::Simulated(Default::default()),
+        (Address::Tcp { .. }, Some(tls)) => {
+            let files = |source| EngineError::Files { name: name.to_owned(), source };
+            let (cert, key, ca) = write_tls(&reg.data_dir, name, tls).map_err(files)?;
+            Backend::Docker(DockerBackend::new(Endpoint::Tls { address: address.to_owned(), key, cert, ca }))
+        }
+        _ => Backend::Docker(DockerBackend::new(Endpoint::Plain(address.to_owned()))),
+    })
+}
+
+fn bring_up(reg: &Registry, stored: &StoredEngine) -> Result<Arc<Engine>, EngineError> {
+    let raw = engine::RawEngine {
+        name: stored.name.clone(),
+        endpoint: stored.endpoint.clone(),
+        labels: stored.labels.clone(),
+        tls: stored.tls.clone(),
+    };
+    let spec = engine::validate(raw, reg.simulated).map_err(EngineError::Invalid)?;
+    let backend = backend(reg, &spec.name, &spec.address, &spec.endpoint, spec.tls.as_ref())?;
+    let engine = reg.engines.add(&spec.name, spec.labels.clone(), backend);
+    engine.set_draining(stored.draining);
+    Ok(engine)
+}
+
+/// Adds every registered engine to the live set; one that cannot be
+/// brought up (a registration no longer valid for this server, files that
+/// cannot be written) is logged and left out, not fatal.
+pub async fn load(reg: &Registry) -> Result<(), EngineError> {
+    for stored in db::engines::list(&reg.db).await? {
+        if let Err(e) = bring_up(reg, &stored) {
+            tracing::error!(engine = %stored.name, error = %crate::error::error_chain(&e), "engine left out");
+        }
+    }
+    Ok(())
+}
+
+fn event(engine: &str, type_: EventType, reason: &'static str, message: String) -> NewEvent {
+    NewEvent::engine(engine, type_, reason, message)
+}
+
+/// Registers an engine and starts its informer.
+pub async fn register(reg: &Registry, spec: EngineSpec) -> Result<Arc<Engine>, EngineError> {
+    let now = Utc::now();
+    let mut tx = db::begin_write(&reg.db).await?;
+    if let Err(e) = db::engines::insert(&mut *tx, &spec.name, &spec.address, &spec.labels, spec.tls.as_ref(), now).await
+    {
+        return Err(match e {
+            sqlx::Error::Database(d) if d.is_unique_violation() => EngineError::Exists(spec.name),
+            other => other.into(),
+        });
+    }
+    let tls = if spec.tls.is_some() { " with TLS" } else { "" };
+    let ev = event(&spec.name, EventType::Normal, "Registered", format!("registered at {}{tls}", spec.address));
+    db::events::record(&mut *tx, &ev, now).await?;
+    let backend = backend(reg, &spec.name, &spec.address, &spec.endpoint, spec.tls.as_ref())?;
+    tx.commit().await?;
+    tracing::info!(engine = %spec.name, address = %spec.address, "engine registered");
+    Ok(reg.engines.add(&spec.name, spec.labels, backend))
+}
+
+/// Starts (or stops) moving every machine off the engine.
+pub async fn drain(reg: &Registry, name: &str, on: bool) -> Result<Arc<Engine>, EngineError> {
+    let engine = reg.engines.get(name).ok_or_else(|| EngineError::NotFound(name.to_owned()))?;
+    if name == engine::LOCAL {
+        // The local engine is not stored; its draining lasts until restart.
+        engine.set_draining(on);
+    } else {
+        let now = Utc::now();
+        let mut tx = db::begin_write(&reg.db).await?;
+        if !db::engines::set_draining(&mut *tx, name, on, now).await? {
+            return Err(EngineError::NotFound(name.to_owned()));
+        }
+        let (reason, what) = if on {
+            ("Draining", "draining: its machines move to other engines")
+        } else {
+            ("Undrained", "no longer draining")
+        };
+        db::events::record(&mut *tx, &event(name, EventType::Normal, reason, what.to_owned()), now).await?;
+        tx.commit().await?;
+        engine.set_draining(on);
+    }
+    Ok(engine)
+}
+
+/// Forgets an engine that holds no machine.
+pub async fn remove(reg: &Registry, name: &str) -> Result<(), EngineError> {
+    if name == engine::LOCAL {
+        return Err(EngineError::Conflict(
+            "`local` is the server's own engine (--docker-host); it cannot be removed, only drained".into(),
+        ));
+    }
+    let engine = reg.engines.get(name).ok_or_else(|| EngineError::NotFound(name.to_owned()))?;
+    let mut tx = db::begin_write(&reg.db).await?;
+    let mut held = db::engines::machines_on(&mut *tx, name, 10).await?;
+    if held.is_empty() {
+        held = engine.machine_names(10);
+    }
+    if !held.is_empty() {
+        let total = engine.container_count().max(held.len());
+        return Err(EngineError::Conflict(format!(
+            "engine {name:?} still holds {total} machine(s) ({}); drain it first (POST /v1/engines/{name}/drain) \
+             and delete it once it is empty",
+            held.join(", ")
+        )));
+    }
+    if !db::engines::delete(&mut *tx, name).await? {
+        return Err(EngineError::NotFound(name.to_owned()));
+    }
+    db::events::purge(&mut *tx, crate::domain::event::SubjectKind::Engine, name).await?;
+    tx.commit().await?;
+    reg.engines.remove(name);
+    let _ = std::fs::remove_dir_all(tls_dir(&reg.data_dir, name));
+    tracing::info!(engine = name, "engine removed");
+    Ok(())
+}
