@@ -143,6 +143,12 @@ impl Client {
         self.send(format!("GET {path}"), self.request(Method::GET, path)).await
     }
 
+    /// Reads an answer as the type the server serialized it from, so that a
+    /// renamed or missing field is an error, never a silent `-`.
+    pub fn decode<T: serde::de::DeserializeOwned>(what: &str, v: Value) -> Result<T, CliError> {
+        serde_json::from_value(v).map_err(|e| CliError::BadResponse { what: what.to_owned(), reason: e.to_string() })
+    }
+
     pub async fn delete(&self, path: &str) -> Result<Value, CliError> {
         self.send(format!("DELETE {path}"), self.request(Method::DELETE, path)).await
     }

@@ -1,4 +1,4 @@
-//! `drover pools|machines|rollout|clusters|upgrade ...`: a client for the
+//! `drover pools|machines|rollout|clusters|upgrade|engines ...`: a client for the
 //! API, in the same binary as the server, for people at a terminal and for
 //! CI steps.
 //!
@@ -11,6 +11,7 @@
 
 pub mod client;
 pub mod clusters;
+pub mod engines;
 pub mod output;
 pub mod pools;
 pub mod rollout;
@@ -131,6 +132,9 @@ pub enum ClientCommand {
     /// Control-plane upgrade jobs.
     #[command(subcommand)]
     Upgrade(clusters::UpgradeCommand),
+    /// Docker engines pools may use, each a failure domain.
+    #[command(subcommand)]
+    Engines(engines::EnginesCommand),
 }
 
 /// Runs one client command and answers the process's exit code; errors are
@@ -154,6 +158,7 @@ async fn dispatch(args: &ClientArgs, command: ClientCommand) -> Result<(), CliEr
         ClientCommand::Rollout(cmd) => rollout::run(&client, out, cmd).await,
         ClientCommand::Clusters(cmd) => clusters::run_clusters(&client, out, cmd).await,
         ClientCommand::Upgrade(cmd) => clusters::run_upgrade(&client, out, cmd).await,
+        ClientCommand::Engines(cmd) => engines::run(&client, out, cmd).await,
     }
 }
 

@@ -63,7 +63,7 @@ pub struct RegisterEngine {
 }
 
 /// What drover last saw of an engine.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct EngineStatus {
     pub reachability: Reachability,
     /// When `reachability` last changed.
@@ -78,7 +78,7 @@ pub struct EngineStatus {
     pub machines: u32,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct EngineView {
     pub name: String,
     /// The endpoint; never a credential.
@@ -95,7 +95,7 @@ pub struct EngineView {
     pub status: EngineStatus,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct EngineList {
     pub items: Vec<EngineView>,
     pub next_cursor: Option<String>,

@@ -303,3 +303,24 @@ async fn upgrade_wait_exits_3_when_the_job_fails() {
     let cancelled = drover(&env.app, &["upgrade", "cancel", &id, "-o", "json"]).await.ok().json();
     assert_eq!(cancelled["cancel_requested"], true, "{cancelled:#}");
 }
+
+#[tokio::test]
+async fn engines_commands_add_list_drain_and_remove_an_engine() {
+    let app = spawn_app().await;
+    let added =
+        drover(&app, &["engines", "add", "west", "--endpoint", "sim://west", "--label", "zone=west"]).await.ok();
+    assert!(added.stdout.contains("zone=west"), "{}", added.stdout);
+    let list = drover(&app, &["engines", "list"]).await.ok();
+    assert!(list.stdout.contains("local") && list.stdout.contains("west"), "{}", list.stdout);
+    let json = drover(&app, &["-o", "json", "engines", "get", "west"]).await.ok().json();
+    assert_eq!(json["labels"]["zone"], "west");
+    let drained = drover(&app, &["engines", "drain", "west"]).await.ok();
+    assert!(drained.stdout.contains("draining:") && drained.stdout.contains("true"), "{}", drained.stdout);
+    drover(&app, &["engines", "undrain", "west"]).await.ok();
+    let refused = drover(&app, &["engines", "add", "far", "--endpoint", "tcp://10.9.9.9:2375"]).await;
+    assert_eq!(refused.code, 1, "a refused registration exits 1: {}", refused.stderr);
+    assert!(refused.stderr.contains("tls"), "{}", refused.stderr);
+    drover(&app, &["engines", "remove", "west"]).await.ok();
+    let gone = drover(&app, &["engines", "get", "west"]).await;
+    assert_eq!(gone.code, 1);
+}
