@@ -125,6 +125,7 @@ impl Application {
             nodes: reconcile::NodeSettings::from_config(&config),
             terminator: Arc::new(Terminator::new(tasks.clone(), shutdown.clone())),
             wakes: queue.sender(),
+            clock: crate::clock::Clock::System,
         };
         let inflight = Arc::new(Semaphore::new(config.max_concurrent_requests as usize));
         let state = AppState {

@@ -18,6 +18,7 @@
 pub mod app;
 pub mod auth;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod db;
 pub mod domain;

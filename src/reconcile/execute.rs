@@ -23,7 +23,7 @@ pub(super) async fn execute(
     plan: &Plan,
     records: &[Machine],
 ) -> Result<(), ReconcileError> {
-    let now = Utc::now();
+    let now = ctx.clock.now();
     if !plan.delete.is_empty() {
         let mut tx = db::begin_write(&ctx.db).await?;
         for d in &plan.delete {

@@ -52,6 +52,8 @@ pub struct Context {
     pub terminator: Arc<Terminator>,
     /// Wakes a pool (a deletion finished); the engines' events use it too.
     pub wakes: mpsc::UnboundedSender<Wake>,
+    /// What time it is, for settling, backoff and deadlines.
+    pub clock: crate::clock::Clock,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -116,6 +118,7 @@ fn engine_views(ctx: &Context, pool: &Pool, now: DateTime<Utc>) -> Vec<EngineVie
             let health = e.health();
             let reachable = health.reachability == crate::runtime::Reachability::Reachable;
             let lost_after = chrono::Duration::from_std(ctx.timing.lost_after).unwrap_or(chrono::Duration::MAX);
+            // Engines keep their own (wall) time for reachability.
             EngineView {
                 name: e.name.clone(),
                 reachable,
@@ -183,7 +186,7 @@ async fn look(ctx: &Context, pool: &Pool, now: DateTime<Utc>) -> Result<Look, Re
 
 /// Observes a pool and plans a pass without changing anything: the dry run.
 pub async fn dry_run(ctx: &Context, pool: &Pool) -> Result<(Plan, Counts), ReconcileError> {
-    let look = look(ctx, pool, Utc::now()).await?;
+    let look = look(ctx, pool, ctx.clock.now()).await?;
     let observed = look.obs.observed();
     Ok((plan::plan(&observed, &desired_of(pool, &observed, &look.engines, &ctx.timing)), counts(&observed)))
 }
@@ -191,7 +194,7 @@ pub async fn dry_run(ctx: &Context, pool: &Pool) -> Result<(Plan, Counts), Recon
 /// The pool's counts as its engines report them now, for views that must
 /// not lag behind a pass (the rollout view right after a change).
 pub async fn live_counts(ctx: &Context, pool: &Pool) -> Result<Counts, ReconcileError> {
-    let look = look(ctx, pool, Utc::now()).await?;
+    let look = look(ctx, pool, ctx.clock.now()).await?;
     Ok(counts(&look.obs.observed()))
 }
 
@@ -202,7 +205,7 @@ pub async fn reconcile_once(ctx: &Context, name: &str) -> Result<Outcome, Reconc
     let Some(pool) = db::pools::get(&ctx.db, name).await? else {
         return Ok(Outcome::Gone);
     };
-    let now = Utc::now();
+    let now = ctx.clock.now();
     let mut seen = look(ctx, &pool, now).await?;
     records::sync(ctx, name, &seen.obs, &seen.records, now).await?;
     if pool.deleting && seen.obs.machines.is_empty() {
@@ -217,7 +220,7 @@ pub async fn reconcile_once(ctx: &Context, name: &str) -> Result<Outcome, Reconc
     let executed = execute::execute(ctx, &pool, &plan, &synced).await;
 
     if acted {
-        let now = Utc::now();
+        let now = ctx.clock.now();
         let fresh = look(ctx, &pool, now).await?;
         records::sync(ctx, name, &fresh.obs, &fresh.records, now).await?;
         seen = fresh;
@@ -228,9 +231,9 @@ pub async fn reconcile_once(ctx: &Context, name: &str) -> Result<Outcome, Reconc
     let awaiting_approval = plan.is_empty() && desired.max_updated.is_some_and(|allowed| counts.updated >= allowed);
     let status = status::status_after_pass(ctx, &pool, &observed, &seen.engines, awaiting_approval, now).await?;
     let held = pool.spec.paused || awaiting_approval;
-    status::write_if_changed(ctx, &pool, status, held, Utc::now()).await?;
+    status::write_if_changed(ctx, &pool, status, held, ctx.clock.now()).await?;
 
-    let until_change = seen.obs.next_change.map(|t| (t - Utc::now()).to_std().unwrap_or(Duration::ZERO));
+    let until_change = seen.obs.next_change.map(|t| (t - ctx.clock.now()).to_std().unwrap_or(Duration::ZERO));
     Ok(match (plan.is_empty(), until_change) {
         (false, Some(d)) => Outcome::Requeue(d.min(RECHECK)),
         (false, None) => Outcome::Requeue(RECHECK),

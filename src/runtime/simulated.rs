@@ -10,7 +10,9 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
+
+use crate::clock::Clock;
 
 use super::cache::ContainerCache;
 use super::{Container, ContainerState, CreateContainer, HealthState, RuntimeError};
@@ -25,9 +27,15 @@ pub struct SimulatedBackend {
     down: AtomicBool,
     /// Container ids are a counter: unique, short, cheap to hold by the 100,000.
     next_id: AtomicU64,
+    /// What time the engine says it is (tests move it by hand).
+    clock: Clock,
 }
 
 impl SimulatedBackend {
+    pub fn with_clock(clock: Clock) -> Self {
+        Self { clock, ..Self::default() }
+    }
+
     fn check(&self) -> Result<(), RuntimeError> {
         if self.down.load(Ordering::SeqCst) {
             return Err(RuntimeError::Unavailable("the simulated engine is switched off".into()));
@@ -57,7 +65,7 @@ impl SimulatedBackend {
             return Err(RuntimeError::NameInUse(spec.name.clone()));
         }
         let id = format!("sim{:013x}", self.next_id.fetch_add(1, Ordering::Relaxed));
-        let now = Utc::now();
+        let now = self.clock.now();
         let mut c = Container {
             id,
             name: spec.name.clone(),
@@ -71,16 +79,17 @@ impl SimulatedBackend {
             started_at: None,
             finished_at: None,
         };
-        run(&mut c);
+        run(&mut c, now);
         cache.upsert(c.clone());
         Ok(c)
     }
 
     pub fn start(&self, cache: &ContainerCache, id: &str) -> Result<(), RuntimeError> {
         self.check()?;
+        let now = self.clock.now();
         cache.update(id, |c| {
             if c.state != ContainerState::Running {
-                run(c);
+                run(c, now);
             }
         });
         Ok(())
@@ -104,8 +113,7 @@ impl SimulatedBackend {
 }
 
 /// Starts a container's process: it runs, unless its image crashes.
-fn run(c: &mut Container) {
-    let now = Utc::now();
+fn run(c: &mut Container, now: DateTime<Utc>) {
     c.started_at = Some(now);
     if c.image.contains(CRASHING_IMAGE_MARK) {
         c.state = ContainerState::Exited;

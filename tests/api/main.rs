@@ -18,6 +18,7 @@ mod kube_sim;
 mod lifecycle;
 mod metrics;
 mod openapi;
+mod passes;
 mod pools;
 mod process;
 mod reconcile;

@@ -1,0 +1,175 @@
+//! One reconcile pass at a time, called directly, on a simulated engine and
+//! a clock the test moves by hand: settling, restart backoff, replacement
+//! and the progress deadline, tested in milliseconds rather than against
+//! the wall clock through HTTP.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use drover::clock::Clock;
+use drover::config::ServeConfig;
+use drover::db::{self, Db};
+use drover::domain::pool::{RawSpec, SpecLimits, validate};
+use drover::reconcile::observe::Timing;
+use drover::reconcile::terminate::Terminator;
+use drover::reconcile::{Context, NodeSettings, Outcome, reconcile_once};
+use drover::runtime::engine::Backend;
+use drover::runtime::simulated::SimulatedBackend;
+use drover::runtime::{ContainerState, Engine, Engines};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+struct Rig {
+    ctx: Context,
+    engine: Arc<Engine>,
+    clock: Clock,
+    _dir: tempfile::TempDir,
+}
+
+async fn rig() -> Rig {
+    let dir = tempfile::TempDir::new().expect("temp dir");
+    let db: Db = db::connect(&dir.path().join("drover.db")).await.expect("database");
+    let (wakes, _rx) = tokio::sync::mpsc::unbounded_channel();
+    let engines = Engines::new(wakes.clone(), 8);
+    let clock = Clock::manual(Utc::now());
+    let engine =
+        engines.add("local", Default::default(), Backend::Simulated(SimulatedBackend::with_clock(clock.clone())));
+    let ctx = Context {
+        db,
+        engines,
+        timing: Timing::default(),
+        stop_timeout_secs: 1,
+        metrics: Arc::new(drover::metrics::Metrics::default()),
+        nodes: NodeSettings::from_config(&ServeConfig::for_data_dir(dir.path().to_path_buf())),
+        terminator: Arc::new(Terminator::new(TaskTracker::new(), CancellationToken::new())),
+        wakes,
+        clock: clock.clone(),
+    };
+    Rig { ctx, engine, clock, _dir: dir }
+}
+
+impl Rig {
+    async fn pool(&self, name: &str, replicas: i64, image: &str, deadline: i64) {
+        let raw = RawSpec {
+            replicas,
+            version: "v1.29.2".into(),
+            image: Some(image.into()),
+            progress_deadline_seconds: Some(deadline),
+            ..RawSpec::default()
+        };
+        let spec = validate(raw, SpecLimits::default()).expect("valid spec");
+        db::pools::insert(&self.ctx.db, name, &spec, self.clock.now()).await.expect("insert pool");
+    }
+
+    /// One pass, then the deletions it handed over, to their end.
+    async fn pass(&self, pool: &str) -> Outcome {
+        let outcome = reconcile_once(&self.ctx, pool).await.expect("pass");
+        for _ in 0..200 {
+            if self.ctx.terminator.in_flight() == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        outcome
+    }
+
+    async fn status(&self, pool: &str) -> drover::domain::status::PoolStatus {
+        db::pools::get(&self.ctx.db, pool).await.expect("read").expect("pool").status
+    }
+
+    async fn reasons(&self, pool: &str) -> Vec<String> {
+        let events = db::events::list(&self.ctx.db, drover::domain::event::SubjectKind::Pool, pool, None, 500)
+            .await
+            .expect("events");
+        events.into_iter().rev().map(|e| format!("{}: {}", e.reason, e.message)).collect()
+    }
+
+    /// The one container of the pool exits now, as a crash would.
+    fn crash(&self, pool: &str) {
+        let now = self.clock.now();
+        for c in self.engine.containers(pool) {
+            self.engine.simulate_change(&c.id, |c| {
+                c.state = ContainerState::Exited;
+                c.exit_code = Some(1);
+                c.finished_at = Some(now);
+            });
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_machine_counts_as_ready_only_once_it_has_settled() {
+    let rig = rig().await;
+    rig.pool("p", 2, "app:1", 600).await;
+    let outcome = rig.pass("p").await;
+    assert_eq!(rig.engine.containers("p").len(), 2);
+    assert_eq!(rig.status("p").await.ready_replicas, 0, "just started: not ready");
+    assert!(matches!(outcome, Outcome::Requeue(d) if d <= Duration::from_secs(2)), "{outcome:?}");
+    rig.clock.advance(Duration::from_millis(999));
+    rig.pass("p").await;
+    assert_eq!(rig.status("p").await.ready_replicas, 0, "999 ms in: still settling");
+    rig.clock.advance(Duration::from_millis(2));
+    let outcome = rig.pass("p").await;
+    assert_eq!(rig.status("p").await.ready_replicas, 2, "1 s without a break: ready");
+    assert_eq!(outcome, Outcome::Idle, "nothing changes by the clock any more");
+}
+
+#[tokio::test]
+async fn an_exited_machine_is_restarted_at_once_then_with_growing_backoff_then_replaced() {
+    let rig = rig().await;
+    rig.pool("p", 1, "app:1", 600).await;
+    rig.pass("p").await;
+    rig.clock.advance(Duration::from_secs(1));
+    rig.pass("p").await;
+    let first = rig.engine.containers("p")[0].name.clone();
+
+    // Stopped by hand once: back at once.
+    rig.crash("p");
+    rig.pass("p").await;
+    assert_eq!(rig.engine.containers("p")[0].state, ContainerState::Running, "restarted at once");
+    // It keeps dying before it settles: each restart waits twice as long.
+    for wait in [1u64, 2, 4, 8] {
+        rig.crash("p");
+        rig.clock.advance(Duration::from_millis(wait * 1000 - 10));
+        rig.pass("p").await;
+        assert_eq!(rig.engine.containers("p")[0].state, ContainerState::Exited, "not yet: the backoff is {wait} s");
+        rig.clock.advance(Duration::from_millis(10));
+        rig.pass("p").await;
+        assert_eq!(rig.engine.containers("p")[0].state, ContainerState::Running, "restarted after {wait} s");
+    }
+    // The fifth failure: replaced by a new machine instead.
+    rig.crash("p");
+    rig.clock.advance(Duration::from_secs(16));
+    rig.pass("p").await;
+    rig.pass("p").await;
+    let now: Vec<String> = rig.engine.containers("p").iter().map(|c| c.name.clone()).collect();
+    assert_eq!(now.len(), 1, "{now:?}");
+    assert_ne!(now[0], first, "the broken machine was replaced");
+    let story = rig.reasons("p").await;
+    assert_eq!(story.iter().filter(|e| e.starts_with("MachineRestarted")).count(), 5, "{story:#?}");
+    assert!(story.iter().any(|e| e.starts_with("MachineDeleting") && e.contains("kept failing")), "{story:#?}");
+}
+
+#[tokio::test]
+async fn a_rollout_that_never_becomes_ready_stalls_at_its_deadline_and_keeps_the_old_machines() {
+    let rig = rig().await;
+    rig.pool("p", 2, "app:1", 30).await;
+    rig.pass("p").await;
+    rig.clock.advance(Duration::from_secs(1));
+    rig.pass("p").await;
+    let old: Vec<String> = rig.engine.containers("p").iter().map(|c| c.name.clone()).collect();
+    let pool = db::pools::get(&rig.ctx.db, "p").await.unwrap().unwrap();
+    let spec = drover::domain::pool::PoolSpec { image: Some("app-crash:2".into()), ..pool.spec.clone() };
+    db::pools::update_spec(&rig.ctx.db, "p", pool.generation, &spec, rig.clock.now()).await.unwrap();
+    for _ in 0..40 {
+        rig.clock.advance(Duration::from_secs(1));
+        rig.pass("p").await;
+    }
+    let status = rig.status("p").await;
+    let progressing = status.condition("Progressing").cloned().expect("Progressing");
+    assert_eq!(progressing.reason, "ProgressDeadlineExceeded", "{status:#?}");
+    let names: Vec<String> = rig.engine.containers("p").iter().map(|c| c.name.clone()).collect();
+    assert!(old.iter().all(|o| names.contains(o)), "no healthy old machine was removed: {names:?}");
+    assert_eq!(status.ready_replicas, 2);
+}
