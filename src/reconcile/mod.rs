@@ -229,7 +229,9 @@ pub async fn reconcile_once(ctx: &Context, name: &str) -> Result<Outcome, Reconc
     let observed = seen.obs.observed();
     let counts = counts(&observed);
     let awaiting_approval = plan.is_empty() && desired.max_updated.is_some_and(|allowed| counts.updated >= allowed);
-    let status = status::status_after_pass(ctx, &pool, &observed, &seen.engines, awaiting_approval, now).await?;
+    let cluster = cluster_problem(ctx, &pool).await?;
+    let status =
+        status::status_after_pass(ctx, &pool, &observed, &seen.engines, awaiting_approval, cluster, now).await?;
     let held = pool.spec.paused || awaiting_approval;
     status::write_if_changed(ctx, &pool, status, held, ctx.clock.now()).await?;
 
@@ -241,6 +243,20 @@ pub async fn reconcile_once(ctx: &Context, name: &str) -> Result<Outcome, Reconc
         // the next pass is past the moment, not just before it).
         (true, Some(d)) => Outcome::Requeue(d + Duration::from_millis(20)),
         (true, None) => Outcome::Idle,
+    })
+}
+
+/// Why the pool's cluster could not be used, if it could not: the pool says
+/// so on every pass, not only when a drain needs the cluster.
+async fn cluster_problem(ctx: &Context, pool: &Pool) -> Result<Option<String>, ReconcileError> {
+    let Some(cluster) = pool.spec.cluster.as_deref() else { return Ok(None) };
+    Ok(match db::clusters::credentials(&ctx.db, cluster).await? {
+        None => Some(format!("cluster {cluster:?} is not registered")),
+        Some(Err(e)) => Some(format!("the credentials of cluster {cluster:?} cannot be used: {e}")),
+        Some(Ok(credentials)) => match credentials.config(ctx.nodes.retry.call_timeout).await {
+            Ok(_) => None,
+            Err(e) => Some(format!("the credentials of cluster {cluster:?} cannot be used: {e}")),
+        },
     })
 }
 

@@ -94,6 +94,7 @@ pub(super) async fn status_after_pass(
     observed: &[Observed],
     engines: &[EngineView],
     awaiting_approval: bool,
+    cluster_problem: Option<String>,
     now: DateTime<Utc>,
 ) -> Result<PoolStatus, ReconcileError> {
     let counts = counts(observed);
@@ -161,6 +162,12 @@ pub(super) async fn status_after_pass(
             "the last pass applied its plan",
             now,
         ),
+    }
+    // A cluster that cannot be reached with its stored credentials would
+    // fail every drain: the pool is not reconciled, whatever else holds.
+    if let Some(problem) = cluster_problem {
+        status.set_condition("Reconciled", ConditionStatus::False, "ClusterCredentialsInvalid", problem.clone(), now);
+        status.last_error = Some(problem);
     }
 
     let prev = pool.status.rollout.as_ref();

@@ -321,8 +321,15 @@ async fn bad_stored_credentials_fail_every_route_job_and_pool_with_a_reason_and_
         })
         .await;
     let condition = reconciled(&p).unwrap_or_default();
-    assert_eq!(condition["reason"], "DrainFailed", "{p:#}");
+    assert_eq!(condition["reason"], "ClusterCredentialsInvalid", "every pass says so: {p:#}");
     assert!(condition["message"].as_str().unwrap_or_default().contains("credentials"), "{p:#}");
+    let p = server
+        .wait_pool(&client, "nodes", Duration::from_secs(20), "the drain failure told", |p| {
+            p["status"]["conditions"]
+                .as_array()
+                .is_some_and(|cs| cs.iter().any(|c| c["type"] == "MachinesHealthy" && c["reason"] == "DrainFailed"))
+        })
+        .await;
     let (replicas, terminating) = (&p["status"]["replicas"], &p["status"]["terminating_replicas"]);
     assert_eq!(
         (replicas, terminating),
