@@ -6,6 +6,7 @@ pub mod image;
 pub mod names;
 pub mod pool;
 pub mod rollout;
+pub mod server_url;
 pub mod status;
 pub mod strategy;
 pub mod upgrade;
