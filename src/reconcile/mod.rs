@@ -25,6 +25,7 @@ use crate::db::{self, Db, machines::Machine, pools::Pool};
 use crate::domain::event::{EventType, NewEvent, SubjectKind};
 use crate::domain::pool::PoolSpec;
 use crate::domain::rollout::Counts;
+use crate::metrics::CallResult;
 use crate::runtime::{Container, ContainerState, Runtime, RuntimeError, labels};
 use plan::{Desired, Observed, Plan};
 
@@ -37,19 +38,21 @@ pub struct Context {
     pub parallel: Arc<Semaphore>,
     pub stop_timeout_secs: i64,
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Tells event streams that a pool changed.
+    pub changes: crate::changes::Changes,
     /// Cordon and drain of a machine's node, for pools that belong to a cluster.
     pub nodes: NodeSettings,
 }
 
 impl Context {
     /// Counts one container runtime call and passes its result on.
-    fn counted<T>(&self, op: &str, r: Result<T, RuntimeError>) -> Result<T, RuntimeError> {
+    fn counted<T>(&self, op: &'static str, r: Result<T, RuntimeError>) -> Result<T, RuntimeError> {
         let result = match &r {
-            Ok(_) => "ok",
-            Err(RuntimeError::Unavailable(_)) => "unavailable",
-            Err(_) => "error",
+            Ok(_) => CallResult::Ok,
+            Err(RuntimeError::Unavailable(_)) => CallResult::Unavailable,
+            Err(_) => CallResult::Error,
         };
-        self.metrics.inc("drover_runtime_calls_total", &[("op", op), ("result", result)]);
+        self.metrics.runtime_call(op, result);
         r
     }
 

@@ -114,11 +114,13 @@ impl Driver<'_> {
         let Some(api) = self.api.as_ref() else { return Err(StepError::Check("no client".into())) };
         let target = self.target(position).await?;
         db::upgrades::begin_step(&self.ctx.db, self.job.id, position, step, Utc::now()).await?;
+        self.ctx.changes.job(self.job.id);
         let result = StepRunner { ctx: self.ctx, api }.run(&target, step).await;
         let error = result.as_ref().err().map(|e| e.to_string());
         let retries = api.take_retries();
         db::upgrades::end_step(&self.ctx.db, self.job.id, position, step, error.as_deref(), retries, Utc::now())
             .await?;
+        self.ctx.changes.job(self.job.id);
         result
     }
 
@@ -144,6 +146,7 @@ impl Driver<'_> {
 
     async fn move_to(&mut self, index: usize, step: Step) -> sqlx::Result<()> {
         db::upgrades::set_position(&self.ctx.db, self.job.id, index, step, Utc::now()).await?;
+        self.ctx.changes.job(self.job.id);
         self.job.component_index = index;
         self.job.step = step;
         Ok(())
@@ -250,13 +253,16 @@ impl Driver<'_> {
         let message = error.clone().unwrap_or_else(|| format!("every component runs {}", self.job.version));
         db::events::record(&mut *tx, &job_event(self.job.id, type_, reason, message), now).await?;
         tx.commit().await?;
+        self.ctx.changes.job(self.job.id);
         tracing::info!(job = self.job.id, cluster = %self.job.cluster, state = state.as_str(), "upgrade job ended");
         self.job.state = state;
         Ok(())
     }
 
     async fn event(&self, type_: EventType, reason: &'static str, message: impl Into<String>) -> sqlx::Result<()> {
-        db::events::record(&self.ctx.db, &job_event(self.job.id, type_, reason, message.into()), Utc::now()).await
+        db::events::record(&self.ctx.db, &job_event(self.job.id, type_, reason, message.into()), Utc::now()).await?;
+        self.ctx.changes.job(self.job.id);
+        Ok(())
     }
 }
 

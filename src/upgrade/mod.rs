@@ -29,6 +29,8 @@ pub struct Context {
     pub settings: Settings,
     /// Counts Kubernetes API calls.
     pub metrics: std::sync::Arc<crate::metrics::Metrics>,
+    /// Tells event streams that a job changed.
+    pub changes: crate::changes::Changes,
 }
 
 #[derive(Debug, Clone, Copy)]
