@@ -161,6 +161,12 @@ pub struct ServeConfig {
     #[arg(long, env = "DROVER_STREAM_LIFETIME", value_parser = parse_duration, default_value = "10m")]
     pub stream_lifetime: Duration,
 
+    /// How often an event stream checks that its token still exists with
+    /// its role (and reads the store even without a change notice); at
+    /// most 30s.
+    #[arg(long, env = "DROVER_STREAM_RECHECK", value_parser = parse_recheck, default_value = "10s")]
+    pub stream_recheck: Duration,
+
     /// Refusals of requests without a valid token are audited as one
     /// record per window, which counts them.
     #[arg(long, env = "DROVER_AUDIT_BURST_WINDOW", value_parser = parse_duration, default_value = "10s")]
@@ -244,6 +250,16 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "d" => secs(86_400),
         _ => Err(format!("{s:?} has an unknown unit; use ms, s, m, h or d")),
     }
+}
+
+/// A stream re-check interval: a duration of at most 30 seconds, so that a
+/// revoked token loses its streams within half a minute.
+fn parse_recheck(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d.is_zero() || d > Duration::from_secs(30) {
+        return Err(format!("{s:?} must be more than 0 and at most 30s"));
+    }
+    Ok(d)
 }
 
 #[cfg(test)]

@@ -158,6 +158,7 @@ pub struct Metrics {
     streams: Gauge,
     streams_refused: Counter,
     streams_closed: Family<ReasonLabels, Counter>,
+    stream_reads: Counter,
     unauthenticated: Counter,
     reconcile_passes: Family<OutcomeLabels, Counter>,
     reconcile_duration: Histograms<OutcomeLabels>,
@@ -179,6 +180,7 @@ impl Default for Metrics {
             streams: Gauge::default(),
             streams_refused: Counter::default(),
             streams_closed: Family::default(),
+            stream_reads: Counter::default(),
             unauthenticated: Counter::default(),
             reconcile_passes: Family::default(),
             reconcile_duration: histograms(),
@@ -220,6 +222,11 @@ impl Default for Metrics {
             "drover_event_streams_closed",
             "Event streams the server ended, by reason",
             m.streams_closed.clone(),
+        );
+        r.register(
+            "drover_event_stream_reads",
+            "Store reads by event streams (on a change notice, or at each re-check)",
+            m.stream_reads.clone(),
         );
         r.register(
             "drover_http_unauthenticated",
@@ -357,6 +364,10 @@ impl Metrics {
 
     pub fn stream_closed(&self, reason: CloseReason) {
         self.streams_closed.get_or_create(&ReasonLabels { reason: reason.as_str() }).inc();
+    }
+
+    pub fn stream_read(&self) {
+        self.stream_reads.inc();
     }
 
     pub fn unauthenticated(&self) {

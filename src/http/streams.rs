@@ -5,8 +5,9 @@
 //! pool or a job publishes a notice ([`crate::changes`]), and the stream
 //! then reads the store, which stays the only source of truth, so a client
 //! that reconnects with `Last-Event-ID` misses nothing the event log still
-//! holds. It also reads the store every [`RECHECK`], in case a notice was
-//! missed, and checks there that its token still exists with its role.
+//! holds. Every `--stream-recheck` (10 s; at most 30 s) it checks that its
+//! token still exists with its role, and reads the store in case a notice
+//! was missed.
 //!
 //! Streams are bounded: at most `--max-streams` are open (more are answered
 //! 503), each lives at most `--stream-lifetime`, and each reads the store
@@ -37,9 +38,6 @@ use crate::error::{ApiError, ApiResult, Problem, error_chain};
 use crate::http::{pools, upgrades};
 use crate::metrics::{CloseReason, OpenGuard};
 
-/// How often a stream checks its token and reads the store even when no
-/// change was announced.
-pub const RECHECK: Duration = Duration::from_secs(10);
 /// Shortest time between two reads of the store by one stream: a subject
 /// that changes constantly costs at most ten reads a second per stream.
 pub const MIN_READ_GAP: Duration = Duration::from_millis(100);
@@ -104,7 +102,7 @@ impl Watch {
                     _ = self.changes.changed() => {}
                 }
                 if Instant::now() >= self.next_check {
-                    self.next_check = Instant::now() + RECHECK;
+                    self.next_check = Instant::now() + self.state.config.stream_recheck;
                     if !self.state.tokens.allows(&self.caller.name, Role::Viewer) {
                         return self.close(CloseReason::Revoked);
                     }
@@ -113,6 +111,7 @@ impl Watch {
             }
             self.started = true;
             self.last_read = Instant::now();
+            self.state.metrics.stream_read();
             match self.poll().await {
                 Ok(batch) => {
                     self.failed_polls = 0;
@@ -247,6 +246,7 @@ fn watch(state: AppState, subject: Subject, caller: Caller, last_event: i64, slo
     let now = Instant::now();
     Watch {
         end_of_life: now + state.config.stream_lifetime,
+        next_check: now + state.config.stream_recheck,
         state,
         subject,
         caller,
@@ -256,7 +256,6 @@ fn watch(state: AppState, subject: Subject, caller: Caller, last_event: i64, slo
         started: false,
         done: false,
         failed_polls: 0,
-        next_check: now + RECHECK,
         last_read: now,
         _slot: slot,
     }

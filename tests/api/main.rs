@@ -2,9 +2,11 @@
 
 mod cli;
 mod clusters;
+mod connections;
 mod docker;
 mod drain;
 mod faults;
+mod hardening;
 mod helpers;
 #[path = "../support/images.rs"]
 mod images;
