@@ -179,8 +179,8 @@ fn finish_with(res: Response, clock: Arc<Clock>) -> Response {
     let guard = RequestGuard(clock);
     res.map(|body| {
         Body::new(body.map_frame(move |frame| {
-            // The closure owns the guard: it lives as long as the body.
-            let _ = &guard;
+            // The closure owns the guard, so it lives as long as the body.
+            let _owned = &guard;
             frame
         }))
     })
@@ -355,6 +355,16 @@ mod tests {
             stall_timeout: Duration::from_secs(65),
             max_header_bytes: 8192,
         }
+    }
+
+    #[test]
+    fn an_answer_is_in_flight_until_its_body_is_gone() {
+        let clock = Arc::new(Clock::new());
+        clock.request_started();
+        let res = finish_with(Response::new(Body::from("streamed")), Arc::clone(&clock));
+        assert_eq!(clock.in_flight.load(Ordering::Acquire), 1, "the body is still to be sent");
+        drop(res);
+        assert_eq!(clock.in_flight.load(Ordering::Acquire), 0);
     }
 
     #[tokio::test(start_paused = true)]

@@ -287,7 +287,8 @@ pub struct SseMessage {
 /// `status` (the pool, as `GET` answers it) first at once and then whenever its spec or status changes;
 /// `event` for each new event of the pool, oldest first, with the event's
 /// id as the SSE `id` (reconnect with `Last-Event-ID` to resume); `deleted`
-/// last, when the pool is gone.
+/// last, when the pool is gone. A stream also ends after `--stream-lifetime`
+/// (10 minutes by default) and when its token is revoked.
 #[utoipa::path(get, path = "/v1/pools/{name}/stream", tag = "pools",
     params(
         ("name" = String, Path, description = "Pool name"),
@@ -317,7 +318,8 @@ async fn pool_stream(
 /// `status` (the job, as `GET` answers it) first at once and then whenever its state or a step
 /// changes; `event` for each new event of the job, with its id as the SSE
 /// `id`. The stream ends after the job reaches `succeeded`, `failed` or
-/// `cancelled`.
+/// `cancelled`, after `--stream-lifetime`, or when its token is revoked;
+/// reconnect with `Last-Event-ID` to resume.
 #[utoipa::path(get, path = "/v1/upgrades/{id}/stream", tag = "upgrades",
     params(
         ("id" = i64, Path, description = "Job id"),
