@@ -14,7 +14,8 @@ measures, with the Python standard library only:
    kept-alive connections idle after one request, and 200 event streams.
    Reports the server's resident memory before, with all of them open, and
    after; every socket must be closed by the server within its limit plus
-   a margin (header timeout, idle timeout, stream lifetime).
+   a margin (header timeout; idle timeout; a stream's lifetime, after which
+   its connection is idle and closes with the idle timeout).
 
 Limits are shortened so that the soak ends in about a minute; they are
 printed with the results. Exits non-zero when a bound is broken.
@@ -92,17 +93,23 @@ async def refusals(port, count, statuses):
 
 
 async def closed_within(reader, limit):
-    """Seconds until the server closes the connection, or None past `limit`."""
+    """Seconds until the server closes the connection (None past `limit`),
+    and until a chunked body ended (None if none did)."""
     started = time.monotonic()
+    ended = None
+    tail = b""
     try:
         while True:
             chunk = await asyncio.wait_for(reader.read(65536), timeout=limit - (time.monotonic() - started))
             if not chunk:
-                return time.monotonic() - started
+                return time.monotonic() - started, ended
+            tail = (tail + chunk)[-16:]
+            if ended is None and tail.endswith(b"\r\n0\r\n\r\n"):
+                ended = time.monotonic() - started
     except (asyncio.TimeoutError, ValueError):
-        return None
+        return None, ended
     except ConnectionError:
-        return time.monotonic() - started
+        return time.monotonic() - started, ended
 
 
 async def soak_sockets(port, token, pid):
@@ -121,7 +128,8 @@ async def soak_sockets(port, token, pid):
                       f"Authorization: Bearer {token}\r\n\r\n").encode())
         head = await reader.readuntil(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 200"), head[:80]
-        opened.append(("stream", STREAM_LIFETIME_S, (reader, writer)))
+        # The stream ends with its lifetime; its connection is then idle.
+        opened.append(("stream", STREAM_LIFETIME_S + IDLE_TIMEOUT_S, (reader, writer)))
     await asyncio.sleep(1)
     peak = rss_kib(pid)
     started = time.monotonic()
@@ -129,11 +137,13 @@ async def soak_sockets(port, token, pid):
     elapsed = time.monotonic() - started
     open_left = {}
     slowest = {}
-    for (kind, _, _), took in zip(opened, results):
+    for (kind, _, _), (took, ended) in zip(opened, results):
         if took is None:
             open_left[kind] = open_left.get(kind, 0) + 1
         else:
             slowest[kind] = max(slowest.get(kind, 0), took)
+        if ended is not None:
+            slowest[kind + " body"] = max(slowest.get(kind + " body", 0), ended)
     for _, _, (_, writer) in opened:
         writer.close()
     await asyncio.sleep(1)
@@ -173,7 +183,9 @@ def main():
         statuses = []
         started = time.monotonic()
         per = REQUESTS // CONNECTIONS
-        asyncio.run(asyncio.wait_for(asyncio.gather(*(refusals(port, per, statuses) for _ in range(CONNECTIONS))), 600))
+        async def flood():
+            await asyncio.gather(*(refusals(port, per, statuses) for _ in range(CONNECTIONS)))
+        asyncio.run(asyncio.wait_for(flood(), 600))
         took = time.monotonic() - started
         time.sleep(BURST_WINDOW_S + 2)  # let the last burst close and write its count
         grown = store_bytes(data) - before
@@ -200,8 +212,9 @@ def main():
               f"{after} KiB after they closed")
         print(f"closed by the server: slowest silent {slowest.get('silent', 0):.1f} s "
               f"(limit {HEADER_TIMEOUT_S} s), kept-alive {slowest.get('kept-alive', 0):.1f} s "
-              f"(limit {IDLE_TIMEOUT_S} s), stream {slowest.get('stream', 0):.1f} s (limit {STREAM_LIFETIME_S} s); "
-              f"still open: {left or 'none'}")
+              f"(limit {IDLE_TIMEOUT_S} s), stream ended {slowest.get('stream body', 0):.1f} s "
+              f"(lifetime {STREAM_LIFETIME_S} s) and its connection closed {slowest.get('stream', 0):.1f} s "
+              f"(lifetime + idle {STREAM_LIFETIME_S + IDLE_TIMEOUT_S} s); still open: {left or 'none'}")
         if left:
             failures.append(f"sockets left open: {left}")
         if peak - before > RSS_BOUND_KIB:
