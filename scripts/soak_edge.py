@@ -25,6 +25,7 @@ Environment: DROVER (binary, default target/release/drover).
 import asyncio
 import json
 import os
+import shutil
 import socket
 import sqlite3
 import subprocess
@@ -222,6 +223,7 @@ def main():
     finally:
         server.terminate()
         server.wait(timeout=60)
+        shutil.rmtree(data, ignore_errors=True)
     if failures:
         print("FAILED: " + "; ".join(failures))
         sys.exit(1)
