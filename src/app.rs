@@ -20,7 +20,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::{RuntimeKind, ServeConfig};
 use crate::db::{self, Db};
-use crate::domain::pool::SpecLimits;
+use crate::domain::pool::{HostPolicy, SpecLimits};
 use crate::reconcile::{
     self,
     observe::Timing,
@@ -45,6 +45,16 @@ pub struct AppState {
     pub reconcile: reconcile::Context,
     /// Requests being served; `max_concurrent_requests` permits.
     pub inflight: Arc<Semaphore>,
+    /// Event streams open; `max_streams` permits.
+    pub streams: Arc<Semaphore>,
+    /// Every token, so that authenticating reads no store.
+    pub tokens: Arc<crate::auth::cache::TokenCache>,
+    /// Audits refusals of token-less requests once per burst.
+    pub refusals: Arc<crate::auth::refusals::RefusalAudit>,
+    /// "Pool X / job Y changed", for event streams.
+    pub changes: crate::changes::Changes,
+    /// Rules of pool specs that come from settings.
+    limits: Arc<SpecLimits>,
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Wakes the upgrade runner when a job is created.
     pub upgrades: crate::upgrade::UpgradeQueue,
@@ -54,9 +64,25 @@ pub struct AppState {
 }
 
 impl AppState {
-    pub fn limits(&self) -> SpecLimits {
-        SpecLimits { max_replicas: self.config.max_replicas }
+    pub fn limits(&self) -> &SpecLimits {
+        &self.limits
     }
+}
+
+/// The host-safety policy from the settings: besides the built-in
+/// protected paths, the Docker endpoint drover itself uses (when it is a
+/// socket) and drover's own data directory.
+fn host_policy(config: &ServeConfig) -> HostPolicy {
+    let mut protect = Vec::new();
+    let endpoint = config.docker_host.clone().or_else(|| std::env::var("DOCKER_HOST").ok());
+    if let Some(socket) = endpoint.as_deref().and_then(|e| e.strip_prefix("unix://")) {
+        protect.push(socket.to_owned());
+    }
+    let data = std::fs::canonicalize(&config.data_dir)
+        .or_else(|_| std::env::current_dir().map(|cwd| cwd.join(&config.data_dir)))
+        .unwrap_or_else(|_| config.data_dir.clone());
+    protect.push(data.display().to_string());
+    HostPolicy::new(&config.allowed_mount_paths, &config.allowed_images, &protect)
 }
 
 pub struct Application {
@@ -84,6 +110,7 @@ impl Application {
         let db = db::connect(&db_path).await?;
         restrict_database_files(&db_path)?;
         crate::auth::bootstrap(&db, &config.data_dir).await?;
+        let tokens = Arc::new(crate::auth::cache::TokenCache::load(&db).await.context("loading the tokens")?);
         let (queue, wakes) = PoolQueue::channel();
         let engines = Engines::new(queue.sender(), config.max_parallel as usize);
         let local = match config.runtime {
@@ -94,7 +121,9 @@ impl Application {
             RuntimeKind::Simulated => Backend::Simulated(Default::default()),
         };
         let local = engines.add(LOCAL_ENGINE, Default::default(), local);
+        let metrics = Arc::new(crate::metrics::Metrics::default());
         let registry = crate::engines::Registry {
+            metrics: metrics.clone(),
             db: db.clone(),
             engines: engines.clone(),
             data_dir: config.data_dir.clone(),
@@ -109,11 +138,12 @@ impl Application {
             "docker" => tracing::info!(endpoint = %local.address(), "local engine: docker"),
             _ => tracing::warn!("local engine: simulated (machines are not real containers)"),
         }
-        let metrics = Arc::new(crate::metrics::Metrics::default());
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
+        let changes = crate::changes::Changes::default();
         let reconcile = reconcile::Context {
             metrics: metrics.clone(),
+            changes: changes.clone(),
             db: db.clone(),
             engines: engines.clone(),
             timing: Timing {
@@ -128,14 +158,20 @@ impl Application {
             clock: crate::clock::Clock::System,
         };
         let inflight = Arc::new(Semaphore::new(config.max_concurrent_requests as usize));
+        let limits = Arc::new(SpecLimits { max_replicas: config.max_replicas, host: host_policy(&config) });
         let state = AppState {
             db,
             engines,
             queue,
-            config: Arc::new(config),
             reconcile,
             upgrades: Default::default(),
             inflight,
+            streams: Arc::new(Semaphore::new(config.max_streams as usize)),
+            tokens,
+            refusals: Arc::new(crate::auth::refusals::RefusalAudit::new(config.audit_burst_window)),
+            changes,
+            limits,
+            config: Arc::new(config),
             metrics,
             shutdown,
         };
@@ -169,18 +205,27 @@ impl Application {
             state.db.clone(),
             crate::upgrade::Settings::from_config(&config),
             state.metrics.clone(),
+            state.changes.clone(),
         );
         tasks.spawn(crate::upgrade::runner::run(upgrades, state.upgrades.clone(), cancel.clone()));
+        tasks.spawn(crate::auth::cache::run(
+            state.tokens.clone(),
+            state.db.clone(),
+            state.refusals.clone(),
+            cancel.clone(),
+        ));
+        let retention = crate::retention::Settings::from_config(&config);
+        tasks.spawn(crate::retention::run(state.db.clone(), retention, state.metrics.clone(), cancel.clone()));
 
         let router = crate::http::router(state.clone());
         let stop = cancel.clone();
-        let served = axum::serve(listener, router)
-            .with_graceful_shutdown(async move {
-                shutdown.await;
-                tracing::info!("shutting down: finishing requests in flight");
-                stop.cancel();
-            })
-            .await;
+        tokio::spawn(async move {
+            shutdown.await;
+            tracing::info!("shutting down: finishing requests in flight");
+            stop.cancel();
+        });
+        let limits = crate::http::serve::Limits::from_config(&config);
+        crate::http::serve::serve(listener, router, limits, state.metrics.clone(), cancel.clone()).await;
         cancel.cancel();
         tasks.close();
         if tokio::time::timeout(DRAIN_TIMEOUT, tasks.wait()).await.is_err() {
@@ -189,7 +234,7 @@ impl Application {
         state.db.close().await;
         drop(lock);
         tracing::info!("stopped");
-        served.context("serving HTTP")
+        Ok(())
     }
 }
 

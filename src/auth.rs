@@ -3,7 +3,9 @@
 //! Every route except the probes and the API documents needs a token. The
 //! role a route needs is decided from its method and route pattern alone,
 //! before the handler runs, so a 401 or 403 never tells whether the named
-//! resource exists.
+//! resource exists. Tokens are looked up in memory ([`cache`]); refusals of
+//! requests without a valid token are audited once per burst
+//! ([`refusals`]), so that nobody without a token can grow the store fast.
 
 use std::path::Path;
 
@@ -17,12 +19,15 @@ use chrono::Utc;
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
 use utoipa::ToSchema;
 
 use crate::app::AppState;
 use crate::db::{self, Db, audit::NewAudit};
 use crate::error::ApiError;
+use crate::telemetry::{Clipped, truncate};
+
+pub mod cache;
+pub mod refusals;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
@@ -119,28 +124,29 @@ fn resource_of(path: &str) -> Option<String> {
     })
 }
 
-async fn lookup(db: &Db, header: Option<&HeaderValue>) -> Result<Option<Caller>, ApiError> {
-    let Some(token) = header.and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer ")).map(str::trim)
-    else {
-        return Ok(None);
-    };
-    let hash = hash_token(token);
-    let Some(stored) = db::tokens::by_hash(db, &hash).await? else { return Ok(None) };
-    // The lookup matched on the hash; compare again in constant time so
-    // that no code path's timing depends on how much of it matched.
-    if !bool::from(stored.hash.as_bytes().ct_eq(hash.as_bytes())) {
-        return Ok(None);
-    }
-    let Some(role) = Role::parse(&stored.role) else { return Ok(None) };
-    // At most about once a minute per token, so that reads do not each
-    // take SQLite's write lock.
-    let now = Utc::now();
-    if stored.last_used_at.is_none_or(|t| now - t > db::tokens::TOUCH_INTERVAL)
-        && let Err(e) = db::tokens::touch(db, &stored.name, now).await
-    {
-        tracing::debug!(error = %e, "could not stamp token use");
-    }
-    Ok(Some(Caller { name: stored.name, role }))
+/// Longest path an audit record keeps: enough to name any route of the
+/// API, so a longer one is cut and marked with its full length.
+pub const AUDIT_MAX_PATH: usize = 256;
+/// Longest resource (`pools/<name>`) an audit record keeps.
+const AUDIT_MAX_RESOURCE: usize = 128;
+/// Longest method an audit record keeps (clients may invent methods).
+const AUDIT_MAX_METHOD: usize = 16;
+
+/// The token of an `Authorization: Bearer <token>` header. The scheme is
+/// case-insensitive (RFC 9110, section 11.1).
+fn bearer(header: Option<&HeaderValue>) -> Option<&str> {
+    let value = header?.to_str().ok()?.trim();
+    let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// The caller a request's token names, from the in-memory token cache: no
+/// store read. The cache is keyed by the token's SHA-256, so the lookup's
+/// timing depends on the hash, never on how much of a token was right.
+fn lookup(state: &AppState, header: Option<&HeaderValue>) -> Option<Caller> {
+    let token = bearer(header)?;
+    state.tokens.lookup(&hash_token(token), Utc::now())
 }
 
 fn unauthenticated() -> Response {
@@ -163,13 +169,13 @@ pub async fn middleware(
     let method = req.method().clone();
     let route = matched.as_ref().map_or(path.as_str(), |m| m.as_str()).to_owned();
     let mutating = !matches!(method, Method::GET | Method::HEAD | Method::OPTIONS);
-    let caller = match lookup(&state.db, req.headers().get(header::AUTHORIZATION)).await {
-        Ok(c) => c,
-        Err(e) => return e.into_response(),
-    };
+    let caller = lookup(&state, req.headers().get(header::AUTHORIZATION));
     let need = required_role(&method, &route);
     let (response, outcome) = match &caller {
-        None => (unauthenticated(), "unauthenticated"),
+        None => {
+            state.metrics.unauthenticated();
+            (unauthenticated(), "unauthenticated")
+        }
         Some(c) if c.role < need => (ApiError::Forbidden { need: need.as_str() }.into_response(), "forbidden"),
         Some(c) => {
             req.extensions_mut().insert(c.clone());
@@ -177,18 +183,21 @@ pub async fn middleware(
         }
     };
     if mutating {
-        let resource = resource_of(&path);
+        let path = Clipped(&path, AUDIT_MAX_PATH).to_string();
+        let resource = resource_of(&path).map(|r| truncate(&r, AUDIT_MAX_RESOURCE).to_owned());
         let record = NewAudit {
             token_name: caller.as_ref().map(|c| c.name.as_str()),
             role: caller.as_ref().map(|c| c.role.as_str()),
-            method: method.as_str(),
+            method: truncate(method.as_str(), AUDIT_MAX_METHOD),
             path: &path,
             resource: resource.as_deref(),
             status: response.status().as_u16(),
             outcome,
         };
-        if let Err(e) = db::audit::record(&state.db, &record, Utc::now()).await {
-            tracing::error!(error = %e, method = %method, path = %path, "could not write the audit record");
+        if caller.is_none() {
+            state.refusals.record(&state.db, &record).await;
+        } else if let Err(e) = db::audit::record(&state.db, &record, Utc::now()).await {
+            tracing::error!(error = %e, method = %record.method, path = %record.path, "could not write the audit record");
         }
     }
     response
@@ -256,6 +265,18 @@ mod tests {
         assert_eq!(r("GET", "/v1/audit"), Role::Admin);
         assert_eq!(r("POST", "/v1/something-new"), Role::Admin);
         assert!(Role::Viewer < Role::Operator && Role::Operator < Role::Admin);
+    }
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        let hv = |s: &'static str| HeaderValue::from_static(s);
+        assert_eq!(bearer(Some(&hv("Bearer abc"))), Some("abc"));
+        assert_eq!(bearer(Some(&hv("bearer abc"))), Some("abc"));
+        assert_eq!(bearer(Some(&hv("BEARER   abc "))), Some("abc"));
+        assert_eq!(bearer(Some(&hv("Basic abc"))), None);
+        assert_eq!(bearer(Some(&hv("Bearer"))), None);
+        assert_eq!(bearer(Some(&hv("Bearer "))), None);
+        assert_eq!(bearer(None), None);
     }
 
     #[test]

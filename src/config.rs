@@ -149,6 +149,87 @@ pub struct ServeConfig {
     /// How often a drain looks again at the pods left on the node.
     #[arg(long, env = "DROVER_DRAIN_POLL_INTERVAL", value_parser = parse_duration, default_value = "1s")]
     pub drain_poll_interval: Duration,
+
+    /// Client connections open at once; a connection beyond it is answered
+    /// 503 and closed.
+    #[arg(long, env = "DROVER_MAX_CONNECTIONS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_connections: u32,
+
+    /// Longest time a client may take to send a request's head (its line
+    /// and headers), counted from the connection's start or the request's
+    /// first byte; a client that sends nothing is closed after it too.
+    #[arg(long, env = "DROVER_HEADER_READ_TIMEOUT", value_parser = parse_duration, default_value = "10s")]
+    pub header_read_timeout: Duration,
+
+    /// Longest time a kept-alive connection may wait for its next request.
+    #[arg(long, env = "DROVER_IDLE_TIMEOUT", value_parser = parse_duration, default_value = "60s")]
+    pub idle_timeout: Duration,
+
+    /// Largest request head (request line and headers), in bytes.
+    #[arg(long, env = "DROVER_MAX_HEADER_BYTES", default_value_t = 64 * 1024, value_parser = clap::value_parser!(u32).range(4096..=1024 * 1024))]
+    pub max_header_bytes: u32,
+
+    /// Event streams open at once; more are answered 503 with Retry-After.
+    #[arg(long, env = "DROVER_MAX_STREAMS", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub max_streams: u32,
+
+    /// Longest life of one event stream; the client reconnects with
+    /// `Last-Event-ID` and misses nothing.
+    #[arg(long, env = "DROVER_STREAM_LIFETIME", value_parser = parse_duration, default_value = "10m")]
+    pub stream_lifetime: Duration,
+
+    /// How often an event stream checks that its token still exists with
+    /// its role (and reads the store even without a change notice); at
+    /// most 30s.
+    #[arg(long, env = "DROVER_STREAM_RECHECK", value_parser = parse_recheck, default_value = "10s")]
+    pub stream_recheck: Duration,
+
+    /// Refusals of requests without a valid token are audited as one
+    /// record per window, which counts them.
+    #[arg(long, env = "DROVER_AUDIT_BURST_WINDOW", value_parser = parse_duration, default_value = "10s")]
+    pub audit_burst_window: Duration,
+
+    /// Audit records older than this are deleted.
+    #[arg(long, env = "DROVER_AUDIT_RETENTION", value_parser = parse_duration, default_value = "90d")]
+    pub audit_retention: Duration,
+
+    /// Most audit records kept; the oldest go first.
+    #[arg(long, env = "DROVER_AUDIT_MAX_ROWS", default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1000..))]
+    pub audit_max_rows: u64,
+
+    /// Events older than this are deleted.
+    #[arg(long, env = "DROVER_EVENT_RETENTION", value_parser = parse_duration, default_value = "30d")]
+    pub event_retention: Duration,
+
+    /// Most events kept; the oldest go first.
+    #[arg(long, env = "DROVER_EVENT_MAX_ROWS", default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1000..))]
+    pub event_max_rows: u64,
+
+    /// Finished upgrade jobs (with their steps) older than this are deleted.
+    #[arg(long, env = "DROVER_JOB_RETENTION", value_parser = parse_duration, default_value = "30d")]
+    pub job_retention: Duration,
+
+    /// Earlier revisions kept per pool, besides the current one; rollback
+    /// can return to these.
+    #[arg(long, env = "DROVER_REVISION_HISTORY", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub revision_history: u32,
+
+    /// How often the retention pruner runs.
+    #[arg(long, env = "DROVER_PRUNE_INTERVAL", value_parser = parse_duration, default_value = "10m")]
+    pub prune_interval: Duration,
+
+    /// Host directories (comma-separated, absolute) whose contents pools may
+    /// bind-mount into machines. Empty (the default): no host mounts. The
+    /// Docker socket, `/` and drover's data directory are refused even
+    /// inside these, unless listed themselves.
+    #[arg(long, env = "DROVER_ALLOWED_MOUNT_PATHS", value_delimiter = ',')]
+    pub allowed_mount_paths: Vec<String>,
+
+    /// Image references pools may run (comma-separated): exact references,
+    /// or prefixes ending in `*` such as `registry.example.com/team/*`.
+    /// `*` allows every image.
+    #[arg(long, env = "DROVER_ALLOWED_IMAGES", value_delimiter = ',', default_value = "*")]
+    pub allowed_images: Vec<String>,
 }
 
 impl ServeConfig {
@@ -182,18 +263,31 @@ fn parse_settle(s: &str) -> Result<Duration, String> {
 }
 
 /// Parses `500ms`, `30s`, `5m`, `1h`, or a bare number of seconds.
+/// Parses `500ms`, `30s`, `5m`, `1h`, `30d`, or a bare number of seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
-    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a duration like 500ms, 30s, 5m or 1h"))?;
+    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a duration like 500ms, 30s, 5m, 1h or 30d"))?;
+    let secs = |per: u64| n.checked_mul(per).map(Duration::from_secs).ok_or_else(|| format!("{s:?} is too long"));
     match unit {
         "ms" => Ok(Duration::from_millis(n)),
         "" | "s" => Ok(Duration::from_secs(n)),
-        "m" => Ok(Duration::from_secs(n * 60)),
-        "h" => Ok(Duration::from_secs(n * 3600)),
-        _ => Err(format!("{s:?} has an unknown unit; use ms, s, m or h")),
+        "m" => secs(60),
+        "h" => secs(3600),
+        "d" => secs(86_400),
+        _ => Err(format!("{s:?} has an unknown unit; use ms, s, m, h or d")),
     }
+}
+
+/// A stream re-check interval: a duration of at most 30 seconds, so that a
+/// revoked token loses its streams within half a minute.
+fn parse_recheck(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d.is_zero() || d > Duration::from_secs(30) {
+        return Err(format!("{s:?} must be more than 0 and at most 30s"));
+    }
+    Ok(d)
 }
 
 #[cfg(test)]
@@ -206,6 +300,7 @@ mod tests {
         assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
         assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
         assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("30d"), Ok(Duration::from_secs(30 * 86_400)));
         assert!(parse_duration("5 minutes").is_err());
         assert!(parse_duration("").is_err());
     }
@@ -218,5 +313,9 @@ mod tests {
         assert_eq!(cfg.data_dir, PathBuf::from("./drover-data"));
         assert_eq!(cfg.max_replicas, 1000);
         assert_eq!(cfg.runtime, RuntimeKind::Docker);
+        assert!(cfg.allowed_mount_paths.is_empty(), "no host path may be mounted unless allowed");
+        assert_eq!(cfg.allowed_images, ["*"]);
+        assert_eq!((cfg.max_connections, cfg.max_streams), (1024, 256));
+        assert_eq!(cfg.header_read_timeout, Duration::from_secs(10));
     }
 }

@@ -48,6 +48,7 @@ pub struct Registry {
     pub data_dir: PathBuf,
     /// The server runs simulated engines: `sim://` endpoints only.
     pub simulated: bool,
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 fn tls_dir(data_dir: &Path, name: &str) -> PathBuf {
@@ -197,6 +198,7 @@ pub async fn remove(reg: &Registry, name: &str) -> Result<(), EngineError> {
     db::events::purge(&mut *tx, crate::domain::event::SubjectKind::Engine, name).await?;
     tx.commit().await?;
     reg.engines.remove(name);
+    reg.metrics.forget_engine(name);
     let _ = std::fs::remove_dir_all(tls_dir(&reg.data_dir, name));
     tracing::info!(engine = name, "engine removed");
     Ok(())

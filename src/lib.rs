@@ -5,9 +5,12 @@
 //! - [`config`]: command-line flags and their environment fallbacks.
 //! - [`cli`]: the client commands (`drover pools ...`) that talk to a server.
 //! - [`app`]: builds the service and runs it until a shutdown signal.
-//! - [`http`]: the API routes, one module per resource, and the OpenAPI document.
+//! - [`http`]: the API routes, one module per resource, the OpenAPI document,
+//!   and the accept loop with its connection limits.
 //! - [`error`]: the API's one error type, answered as RFC 9457 problems.
-//! - [`auth`]: bearer tokens, roles and the audit trail.
+//! - [`auth`]: bearer tokens (held in memory), roles and the audit trail.
+//! - [`changes`]: "pool X / job Y changed" notices that wake event streams.
+//! - [`retention`]: the pruner that keeps audit, events, jobs and keys bounded.
 //! - [`reconcile`]: the pool reconciler: observe, plan (pure), execute, record.
 //! - [`runtime`]: the container runtimes: Docker (bollard) and a simulation.
 //! - [`upgrade`]: control-plane upgrade jobs: persisted steps, each safe to redo.
@@ -17,6 +20,7 @@
 
 pub mod app;
 pub mod auth;
+pub mod changes;
 pub mod cli;
 pub mod clock;
 pub mod config;
@@ -28,6 +32,7 @@ pub mod http;
 pub mod k8s;
 pub mod metrics;
 pub mod reconcile;
+pub mod retention;
 pub mod runtime;
 pub mod telemetry;
 pub mod upgrade;

@@ -1,159 +1,534 @@
-//! Prometheus metrics: counters and histograms the code records as it
-//! works, plus gauges read from the store when `/metrics` is scraped (so
-//! they are right after a restart, and cost nothing between scrapes).
+//! Prometheus metrics: typed families the code records into as it works,
+//! plus gauges read from the store when `/metrics` is scraped (so they are
+//! right after a restart, and disappear with what they describe).
 //!
-//! A small registry of our own rather than a global recorder: each server
-//! (and each test's server) has its own, passed around like the database.
+//! Every label comes from a closed set: HTTP methods, route patterns,
+//! status codes, outcomes and operation kinds written in the code. No label
+//! carries the name of a pod, node, selector or machine, so the size of a
+//! scrape does not grow with what the clusters hold. The one exception is
+//! the pool: `drover_pool_reconcile_failures_total` has a `pool` label, and
+//! its series goes when the pool does ([`Metrics::forget_pool`]).
+//!
+//! Each server (and each test's server) has its own registry, passed
+//! around like the database.
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
-use std::sync::{Mutex, MutexGuard};
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::http::{Method, StatusCode};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
 
 /// Upper bounds of the duration histograms, in seconds.
 const BUCKETS: &[f64] = &[0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
 
-type Labels = Vec<(&'static str, String)>;
-
-#[derive(Default)]
-struct Histogram {
-    counts: Vec<u64>,
-    sum: f64,
-    count: u64,
+fn duration_histogram() -> Histogram {
+    Histogram::new(BUCKETS.iter().copied())
 }
 
-#[derive(Default)]
-struct Registry {
-    counters: BTreeMap<(&'static str, Labels), u64>,
-    histograms: BTreeMap<(&'static str, Labels), Histogram>,
+type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn histograms<L: Clone + std::hash::Hash + Eq>() -> Histograms<L> {
+    Family::new_with_constructor(duration_histogram as fn() -> Histogram)
 }
 
-#[derive(Default)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HttpLabels {
+    method: &'static str,
+    route: String,
+    status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabels {
+    method: &'static str,
+    route: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PoolLabels {
+    pool: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CallLabels {
+    op: &'static str,
+    result: &'static str,
+}
+
+/// Engines are few and registered by an admin: a bounded label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EngineCallLabels {
+    engine: String,
+    op: &'static str,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TableLabels {
+    table: &'static str,
+}
+
+/// How a reconcile pass ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PassOutcome {
+    Converged,
+    Progressing,
+    /// The pool no longer exists; its series are removed.
+    Gone,
+    Error,
+    /// The pass was dropped before it finished (shutdown).
+    Cancelled,
+}
+
+impl PassOutcome {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Converged => "converged",
+            Self::Progressing => "progressing",
+            Self::Gone => "gone",
+            Self::Error => "error",
+            Self::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// How a container runtime call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallResult {
+    Ok,
+    Error,
+    /// The runtime could not be reached at all.
+    Unavailable,
+}
+
+impl CallResult {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::Error => "error",
+            Self::Unavailable => "unavailable",
+        }
+    }
+}
+
+/// Why the server closed a connection or an event stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseReason {
+    /// A request head did not arrive in time.
+    HeaderTimeout,
+    /// A kept-alive connection stayed idle too long.
+    IdleTimeout,
+    /// Nothing moved on a connection with a request in flight: its client
+    /// stopped reading.
+    Stalled,
+    /// A stream reached its longest lifetime.
+    Lifetime,
+    /// A stream's token was revoked or lost its role.
+    Revoked,
+    Shutdown,
+}
+
+impl CloseReason {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::HeaderTimeout => "header_timeout",
+            Self::IdleTimeout => "idle_timeout",
+            Self::Stalled => "stalled",
+            Self::Lifetime => "lifetime",
+            Self::Revoked => "revoked",
+            Self::Shutdown => "shutdown",
+        }
+    }
+}
+
 pub struct Metrics {
-    registry: Mutex<Registry>,
+    registry: Registry,
+    http_requests: Family<HttpLabels, Counter>,
+    http_duration: Histograms<RouteLabels>,
+    connections: Gauge,
+    connections_refused: Counter,
+    connections_closed: Family<ReasonLabels, Counter>,
+    streams: Gauge,
+    streams_refused: Counter,
+    streams_closed: Family<ReasonLabels, Counter>,
+    stream_reads: Counter,
+    unauthenticated: Counter,
+    reconcile_passes: Family<OutcomeLabels, Counter>,
+    reconcile_duration: Histograms<OutcomeLabels>,
+    pool_failures: Family<PoolLabels, Counter>,
+    runtime_calls: Family<EngineCallLabels, Counter>,
+    kube_calls: Family<CallLabels, Counter>,
+    pruned: Family<TableLabels, Counter>,
 }
 
-fn labels(pairs: &[(&'static str, &str)]) -> Labels {
-    pairs.iter().map(|(k, v)| (*k, (*v).to_owned())).collect()
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::default();
+        let m = Self {
+            http_requests: Family::default(),
+            http_duration: histograms(),
+            connections: Gauge::default(),
+            connections_refused: Counter::default(),
+            connections_closed: Family::default(),
+            streams: Gauge::default(),
+            streams_refused: Counter::default(),
+            streams_closed: Family::default(),
+            stream_reads: Counter::default(),
+            unauthenticated: Counter::default(),
+            reconcile_passes: Family::default(),
+            reconcile_duration: histograms(),
+            pool_failures: Family::default(),
+            runtime_calls: Family::default(),
+            kube_calls: Family::default(),
+            pruned: Family::default(),
+            registry: Registry::default(),
+        };
+        let r = &mut registry;
+        r.register(
+            "drover_http_requests",
+            "HTTP requests answered, by method, route and status",
+            m.http_requests.clone(),
+        );
+        r.register(
+            "drover_http_request_duration_seconds",
+            "Time to answer HTTP requests (up to the response head), by method and route",
+            m.http_duration.clone(),
+        );
+        r.register("drover_http_connections", "Open client connections", m.connections.clone());
+        r.register(
+            "drover_http_connections_refused",
+            "Connections refused because --max-connections were open",
+            m.connections_refused.clone(),
+        );
+        r.register(
+            "drover_http_connections_closed",
+            "Connections the server closed on a limit, by reason",
+            m.connections_closed.clone(),
+        );
+        r.register("drover_event_streams", "Open event streams", m.streams.clone());
+        r.register(
+            "drover_event_streams_refused",
+            "Event streams refused because --max-streams were open",
+            m.streams_refused.clone(),
+        );
+        r.register(
+            "drover_event_streams_closed",
+            "Event streams the server ended, by reason",
+            m.streams_closed.clone(),
+        );
+        r.register(
+            "drover_event_stream_reads",
+            "Store reads by event streams (on a change notice, or at each re-check)",
+            m.stream_reads.clone(),
+        );
+        r.register(
+            "drover_http_unauthenticated",
+            "Requests refused for want of a valid token (audited once per burst)",
+            m.unauthenticated.clone(),
+        );
+        r.register("drover_reconcile_passes", "Reconcile passes, by outcome", m.reconcile_passes.clone());
+        r.register(
+            "drover_reconcile_duration_seconds",
+            "Duration of reconcile passes, by outcome",
+            m.reconcile_duration.clone(),
+        );
+        r.register(
+            "drover_pool_reconcile_failures",
+            "Failed reconcile passes of each existing pool",
+            m.pool_failures.clone(),
+        );
+        r.register(
+            "drover_runtime_calls",
+            "Container engine (Docker) calls, by engine, operation and result",
+            m.runtime_calls.clone(),
+        );
+        r.register(
+            "drover_kube_calls",
+            "Kubernetes API calls (each try), by operation and result",
+            m.kube_calls.clone(),
+        );
+        r.register("drover_pruned_rows", "Rows removed by the retention pruner, by table", m.pruned.clone());
+        Self { registry, ..m }
+    }
+}
+
+/// A label for an HTTP method: the standard ones by name, any other
+/// (clients may invent methods) as `other`.
+fn method_label(m: &Method) -> &'static str {
+    const KNOWN: [&str; 9] = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"];
+    KNOWN.into_iter().find(|k| *k == m.as_str()).unwrap_or("other")
+}
+
+/// The kind of a Kubernetes call, from its description (which names the
+/// objects, for error messages): `list pods on node n1` counts as
+/// `list pods on node`. Descriptions no rule knows count as `other`.
+fn kube_op_label(op: &str) -> &'static str {
+    const KINDS: [&str; 10] = [
+        "list pods on node",
+        "list pods",
+        "get pod",
+        "evict pod",
+        "cordon node",
+        "delete node",
+        "get daemonset",
+        "create or update daemonset",
+        "update daemonset",
+        "delete daemonset",
+    ];
+    if op == "get /version" {
+        return "get version";
+    }
+    KINDS
+        .into_iter()
+        .find(|k| op == *k || op.strip_prefix(k).is_some_and(|rest| rest.starts_with(' ')))
+        .unwrap_or("other")
 }
 
 impl Metrics {
-    fn registry(&self) -> MutexGuard<'_, Registry> {
-        // A panic while holding the lock leaves plain numbers behind; they
-        // are still worth serving.
-        self.registry.lock().unwrap_or_else(|p| p.into_inner())
+    /// One answered request. `route` is the matched route pattern (never
+    /// the path, which would make one series per pool).
+    pub fn http_request(&self, method: &Method, route: Option<&str>, status: StatusCode, took: Duration) {
+        let method = method_label(method);
+        let route = route.unwrap_or("unmatched").to_owned();
+        self.http_requests.get_or_create(&HttpLabels { method, route: route.clone(), status: status.as_u16() }).inc();
+        self.http_duration.get_or_create(&RouteLabels { method, route }).observe(took.as_secs_f64());
     }
 
-    pub fn inc(&self, name: &'static str, pairs: &[(&'static str, &str)]) {
-        *self.registry().counters.entry((name, labels(pairs))).or_default() += 1;
-    }
-
-    pub fn observe(&self, name: &'static str, pairs: &[(&'static str, &str)], took: Duration) {
-        let secs = took.as_secs_f64();
-        let mut reg = self.registry();
-        let h = reg.histograms.entry((name, labels(pairs))).or_default();
-        if h.counts.is_empty() {
-            h.counts = vec![0; BUCKETS.len()];
-        }
-        for (i, bound) in BUCKETS.iter().enumerate() {
-            if secs <= *bound {
-                h.counts[i] += 1;
+    /// One finished reconcile pass of `pool`.
+    pub fn reconcile_pass(&self, pool: &str, outcome: PassOutcome, took: Duration) {
+        let labels = OutcomeLabels { outcome: outcome.as_str() };
+        self.reconcile_passes.get_or_create(&labels).inc();
+        self.reconcile_duration.get_or_create(&labels).observe(took.as_secs_f64());
+        match outcome {
+            PassOutcome::Error => {
+                self.pool_failures.get_or_create(&PoolLabels { pool: pool.to_owned() }).inc();
             }
-        }
-        h.sum += secs;
-        h.count += 1;
-    }
-
-    /// The recorded counters and histograms in Prometheus text format.
-    pub fn render(&self, out: &mut String) {
-        let reg = self.registry();
-        let mut last = "";
-        for ((name, l), v) in &reg.counters {
-            if *name != last {
-                header(out, name, "counter");
-                last = name;
-            }
-            let _ = writeln!(out, "{name}{} {v}", fmt_labels(l, None));
-        }
-        for ((name, l), h) in &reg.histograms {
-            if *name != last {
-                header(out, name, "histogram");
-                last = name;
-            }
-            for (bound, n) in BUCKETS.iter().zip(&h.counts) {
-                let _ = writeln!(out, "{name}_bucket{} {n}", fmt_labels(l, Some(&bound.to_string())));
-            }
-            let _ = writeln!(out, "{name}_bucket{} {}", fmt_labels(l, Some("+Inf")), h.count);
-            let _ = writeln!(out, "{name}_sum{} {}", fmt_labels(l, None), h.sum);
-            let _ = writeln!(out, "{name}_count{} {}", fmt_labels(l, None), h.count);
+            PassOutcome::Gone => self.forget_pool(pool),
+            _ => {}
         }
     }
-}
 
-/// One gauge family, for the scrape-time values.
-pub fn gauge(out: &mut String, name: &'static str, samples: &[(Labels, f64)]) {
-    header(out, name, "gauge");
-    for (l, v) in samples {
-        let _ = writeln!(out, "{name}{} {v}", fmt_labels(l, None));
+    /// Times a reconcile pass: call [`PassTimer::finish`] with its outcome;
+    /// a timer dropped unfinished counts the pass as cancelled.
+    pub fn reconcile_timer(self: &Arc<Self>, pool: &str) -> PassTimer {
+        PassTimer { metrics: Arc::clone(self), pool: pool.to_owned(), started: Instant::now(), done: false }
+    }
+
+    /// Removes every series that names `pool`; for when the pool is deleted.
+    pub fn forget_pool(&self, pool: &str) {
+        self.pool_failures.remove(&PoolLabels { pool: pool.to_owned() });
+    }
+
+    /// One container engine call. `op` is a fixed word (`create`, `start`...).
+    pub fn runtime_call(&self, engine: &str, op: &'static str, result: CallResult) {
+        let labels = EngineCallLabels { engine: engine.to_owned(), op, result: result.as_str() };
+        self.runtime_calls.get_or_create(&labels).inc();
+    }
+
+    /// Forgets the series of an engine that was removed.
+    pub fn forget_engine(&self, engine: &str) {
+        for op in ["create", "start", "unpause", "remove"] {
+            for result in [CallResult::Ok, CallResult::Error, CallResult::Unavailable] {
+                self.runtime_calls.remove(&EngineCallLabels { engine: engine.to_owned(), op, result: result.as_str() });
+            }
+        }
+    }
+
+    /// One try of a Kubernetes API call, by the description the caller uses
+    /// in its errors; see [`kube_op_label`] for how it is bounded.
+    pub fn kube_call(&self, op: &str, ok: bool) {
+        let result = if ok { "ok" } else { "error" };
+        self.kube_calls.get_or_create(&CallLabels { op: kube_op_label(op), result }).inc();
+    }
+
+    /// A new client connection; the guard counts it until dropped.
+    pub fn connection_opened(self: &Arc<Self>) -> OpenGuard {
+        self.connections.inc();
+        OpenGuard { metrics: Arc::clone(self), stream: false }
+    }
+
+    pub fn connection_refused(&self) {
+        self.connections_refused.inc();
+    }
+
+    pub fn connection_closed(&self, reason: CloseReason) {
+        self.connections_closed.get_or_create(&ReasonLabels { reason: reason.as_str() }).inc();
+    }
+
+    /// A new event stream; the guard counts it until dropped.
+    pub fn stream_opened(self: &Arc<Self>) -> OpenGuard {
+        self.streams.inc();
+        OpenGuard { metrics: Arc::clone(self), stream: true }
+    }
+
+    pub fn stream_refused(&self) {
+        self.streams_refused.inc();
+    }
+
+    pub fn stream_closed(&self, reason: CloseReason) {
+        self.streams_closed.get_or_create(&ReasonLabels { reason: reason.as_str() }).inc();
+    }
+
+    pub fn stream_read(&self) {
+        self.stream_reads.inc();
+    }
+
+    pub fn unauthenticated(&self) {
+        self.unauthenticated.inc();
+    }
+
+    pub fn pruned(&self, table: &'static str, rows: u64) {
+        self.pruned.get_or_create(&TableLabels { table }).inc_by(rows);
+    }
+
+    /// The recorded families in Prometheus text format.
+    pub fn render(&self, out: &mut String) -> std::fmt::Result {
+        prometheus_client::encoding::prometheus_text::encode(out, &self.registry)
     }
 }
 
-fn header(out: &mut String, name: &str, kind: &str) {
-    let _ = writeln!(out, "# HELP {name} {}", help(name));
-    let _ = writeln!(out, "# TYPE {name} {kind}");
+/// Counts an open connection or stream until dropped.
+pub struct OpenGuard {
+    metrics: Arc<Metrics>,
+    stream: bool,
 }
 
-fn help(name: &str) -> &'static str {
-    match name {
-        "drover_http_requests_total" => "HTTP requests answered, by method, route and status.",
-        "drover_http_request_duration_seconds" => "Time to answer HTTP requests, by method and route.",
-        "drover_reconcile_passes_total" => "Reconcile passes, by pool and outcome.",
-        "drover_reconcile_duration_seconds" => "Duration of reconcile passes, by pool.",
-        "drover_runtime_calls_total" => "Container runtime (Docker) calls, by operation and result.",
-        "drover_kube_calls_total" => "Kubernetes API calls (each try), by operation and result.",
-        "drover_machines" => "Machines, by pool and state.",
-        "drover_pool_replicas_desired" => "The replicas each pool asks for.",
-        "drover_rollout_updated_machines" => "Machines running the pool's desired image.",
-        "drover_rollout_outdated_machines" => "Machines still running another image.",
-        "drover_upgrade_jobs" => "Upgrade jobs, by state.",
-        "drover_upgrade_step_duration_seconds_sum" => "Total time of finished upgrade steps, by step.",
-        "drover_upgrade_step_duration_seconds_count" => "Finished upgrade steps, by step.",
-        _ => "drover metric.",
+impl Drop for OpenGuard {
+    fn drop(&mut self) {
+        if self.stream {
+            self.metrics.streams.dec();
+        } else {
+            self.metrics.connections.dec();
+        }
     }
 }
 
-fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+/// Times one reconcile pass; see [`Metrics::reconcile_timer`].
+pub struct PassTimer {
+    metrics: Arc<Metrics>,
+    pool: String,
+    started: Instant,
+    done: bool,
 }
 
-fn fmt_labels(l: &Labels, le: Option<&str>) -> String {
-    let mut parts: Vec<String> = l.iter().map(|(k, v)| format!("{k}=\"{}\"", escape(v))).collect();
-    if let Some(le) = le {
-        parts.push(format!("le=\"{le}\""));
+impl PassTimer {
+    pub fn finish(mut self, outcome: PassOutcome) {
+        self.done = true;
+        self.metrics.reconcile_pass(&self.pool, outcome, self.started.elapsed());
     }
-    if parts.is_empty() { String::new() } else { format!("{{{}}}", parts.join(",")) }
 }
 
-pub fn pairs(l: &[(&'static str, &str)]) -> Labels {
-    labels(l)
+impl Drop for PassTimer {
+    fn drop(&mut self) {
+        if !self.done {
+            self.metrics.reconcile_pass(&self.pool, PassOutcome::Cancelled, self.started.elapsed());
+        }
+    }
+}
+
+/// Gauges computed at scrape time, rendered after the recorded families.
+#[derive(Default)]
+pub struct ScrapeGauges {
+    registry: Registry,
+}
+
+impl ScrapeGauges {
+    /// Adds one gauge family; `labels` are the label names, each sample gives
+    /// their values in the same order.
+    pub fn family(
+        &mut self,
+        name: &'static str,
+        help: &'static str,
+        labels: &[&'static str],
+        samples: &[(Vec<String>, f64)],
+    ) {
+        let family: Family<Vec<(&'static str, String)>, Gauge<f64, std::sync::atomic::AtomicU64>> = Family::default();
+        for (values, v) in samples {
+            let set: Vec<(&'static str, String)> = labels.iter().copied().zip(values.iter().cloned()).collect();
+            family.get_or_create(&set).set(*v);
+        }
+        self.registry.register(name, help, family);
+    }
+
+    pub fn render(&self, out: &mut String) -> std::fmt::Result {
+        prometheus_client::encoding::prometheus_text::encode(out, &self.registry)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn renders_prometheus_text() {
-        let m = Metrics::default();
-        m.inc("drover_http_requests_total", &[("method", "GET"), ("route", "/v1/pools"), ("status", "200")]);
-        m.inc("drover_http_requests_total", &[("method", "GET"), ("route", "/v1/pools"), ("status", "200")]);
-        m.observe("drover_reconcile_duration_seconds", &[("pool", "a\"b")], Duration::from_millis(30));
+    fn rendered(m: &Metrics) -> String {
         let mut out = String::new();
-        m.render(&mut out);
-        assert!(out.contains("# TYPE drover_http_requests_total counter"));
-        assert!(out.contains("drover_http_requests_total{method=\"GET\",route=\"/v1/pools\",status=\"200\"} 2"));
-        assert!(out.contains("drover_reconcile_duration_seconds_bucket{pool=\"a\\\"b\",le=\"0.05\"} 1"));
-        assert!(out.contains("drover_reconcile_duration_seconds_bucket{pool=\"a\\\"b\",le=\"0.025\"} 0"));
-        assert!(out.contains("drover_reconcile_duration_seconds_count{pool=\"a\\\"b\"} 1"));
+        m.render(&mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn renders_prometheus_text_with_bounded_labels() {
+        let m = Arc::new(Metrics::default());
+        for _ in 0..2 {
+            m.http_request(&Method::GET, Some("/v1/pools"), StatusCode::OK, Duration::from_millis(3));
+        }
+        m.http_request(&Method::from_bytes(b"BREW").unwrap(), None, StatusCode::NOT_FOUND, Duration::ZERO);
+        m.kube_call("list pods on node worker-abc123", true);
+        m.kube_call("evict pod kube-system/etcd-0", false);
+        m.kube_call("list pods k8s-app=self-hosted-kube-apiserver", true);
+        m.kube_call("something new about secret-name", true);
+        let out = rendered(&m);
+        assert!(out.contains("# TYPE drover_http_requests_total counter"), "{out}");
+        assert!(
+            out.contains("drover_http_requests_total{method=\"GET\",route=\"/v1/pools\",status=\"200\"} 2"),
+            "{out}"
+        );
+        assert!(out.contains("drover_http_requests_total{method=\"other\",route=\"unmatched\",status=\"404\"} 1"));
+        assert!(out.contains("drover_kube_calls_total{op=\"list pods on node\",result=\"ok\"} 1"), "{out}");
+        assert!(out.contains("drover_kube_calls_total{op=\"evict pod\",result=\"error\"} 1"), "{out}");
+        assert!(out.contains("drover_kube_calls_total{op=\"list pods\",result=\"ok\"} 1"), "{out}");
+        assert!(out.contains("drover_kube_calls_total{op=\"other\",result=\"ok\"} 1"), "{out}");
+        for object in ["worker-abc123", "etcd-0", "self-hosted", "secret-name"] {
+            assert!(!out.contains(object), "{object} leaked into a label: {out}");
+        }
+    }
+
+    #[test]
+    fn a_pools_series_go_with_the_pool() {
+        let m = Arc::new(Metrics::default());
+        m.reconcile_pass("web", PassOutcome::Error, Duration::from_millis(30));
+        m.reconcile_timer("web").finish(PassOutcome::Converged);
+        drop(m.reconcile_timer("web"));
+        let out = rendered(&m);
+        assert!(out.contains("drover_pool_reconcile_failures_total{pool=\"web\"} 1"), "{out}");
+        assert!(out.contains("drover_reconcile_passes_total{outcome=\"cancelled\"} 1"), "{out}");
+        assert!(out.contains("drover_reconcile_duration_seconds_bucket{outcome=\"error\",le=\"0.05\"} 1"), "{out}");
+        m.reconcile_pass("web", PassOutcome::Gone, Duration::ZERO);
+        assert!(!rendered(&m).contains("pool=\"web\""), "the pool's series outlived it");
+    }
+
+    #[test]
+    fn guards_count_open_connections_and_streams() {
+        let m = Arc::new(Metrics::default());
+        let a = m.connection_opened();
+        let s = m.stream_opened();
+        assert!(rendered(&m).contains("drover_http_connections 1"));
+        drop((a, s));
+        let out = rendered(&m);
+        assert!(out.contains("drover_http_connections 0") && out.contains("drover_event_streams 0"), "{out}");
     }
 }

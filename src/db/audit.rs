@@ -20,6 +20,9 @@ pub struct AuditRecord {
     pub status: i64,
     /// `allowed`, `unauthenticated` or `forbidden`.
     pub outcome: String,
+    /// How many requests this record stands for: refusals of requests
+    /// without a valid token are recorded once per burst, with their count.
+    pub repeats: i64,
 }
 
 pub struct NewAudit<'a> {
@@ -32,9 +35,11 @@ pub struct NewAudit<'a> {
     pub outcome: &'static str,
 }
 
-pub async fn record(db: impl SqliteExecutor<'_>, a: &NewAudit<'_>, now: DateTime<Utc>) -> sqlx::Result<()> {
-    sqlx::query(
-        "insert into audit (time, token_name, role, method, path, resource, status, outcome) values (?, ?, ?, ?, ?, ?, ?, ?)",
+/// Appends a record; returns its id.
+pub async fn record(db: impl SqliteExecutor<'_>, a: &NewAudit<'_>, now: DateTime<Utc>) -> sqlx::Result<i64> {
+    sqlx::query_scalar(
+        "insert into audit (time, token_name, role, method, path, resource, status, outcome)
+         values (?, ?, ?, ?, ?, ?, ?, ?) returning id",
     )
     .bind(now)
     .bind(a.token_name)
@@ -44,15 +49,20 @@ pub async fn record(db: impl SqliteExecutor<'_>, a: &NewAudit<'_>, now: DateTime
     .bind(a.resource)
     .bind(i64::from(a.status))
     .bind(a.outcome)
-    .execute(db)
-    .await?;
+    .fetch_one(db)
+    .await
+}
+
+/// Counts `more` requests into an existing record (a burst of refusals).
+pub async fn add_repeats(db: impl SqliteExecutor<'_>, id: i64, more: i64) -> sqlx::Result<()> {
+    sqlx::query("update audit set repeats = repeats + ? where id = ?").bind(more).bind(id).execute(db).await?;
     Ok(())
 }
 
 /// Newest first, ids below `before`.
 pub async fn page(db: impl SqliteExecutor<'_>, before: Option<i64>, limit: u32) -> sqlx::Result<Vec<AuditRecord>> {
     sqlx::query_as(
-        "select id, time, token_name, role, method, path, resource, status, outcome from audit
+        "select id, time, token_name, role, method, path, resource, status, outcome, repeats from audit
          where id < ? order by id desc limit ?",
     )
     .bind(before.unwrap_or(i64::MAX))

@@ -1,4 +1,5 @@
-//! The `idempotency` table: first responses of keyed POST requests.
+//! The `idempotency` table: first responses of keyed POST requests, and
+//! the claims of those still running.
 
 use chrono::{DateTime, Utc};
 use sqlx::SqliteExecutor;
@@ -17,48 +18,76 @@ pub struct Entry {
     pub location: Option<String>,
     pub etag: Option<String>,
     pub body: Option<Vec<u8>>,
+    /// When the key was claimed.
+    pub created_at: DateTime<Utc>,
+}
+
+/// A keyed request about to run.
+pub struct Request<'a> {
+    pub token: &'a str,
+    pub key: &'a str,
+    pub method: &'a str,
+    pub path: &'a str,
+    pub body_hash: &'a str,
 }
 
 /// Claims a key for a request about to run. `Ok(None)`: claimed, go on.
-/// `Ok(Some(entry))`: the key was used before (within retention).
+/// `Ok(Some(entry))`: the key was used before (within retention) and its
+/// claim still stands. A claim older than `stale` whose request never
+/// finished is taken over; a key older than the retention is reused.
 pub async fn claim(
     tx: &mut sqlx::SqliteConnection,
-    token: &str,
-    key: &str,
-    method: &str,
-    path: &str,
-    body_hash: &str,
+    r: &Request<'_>,
     now: DateTime<Utc>,
+    stale: DateTime<Utc>,
 ) -> sqlx::Result<Option<Entry>> {
-    // Forget expired keys first, so that a key may be reused after a day.
-    // The cutoff is bound as a timestamp in the stored encoding: SQLite's
-    // datetime() writes a space where ours has a 'T', so comparing against
-    // it as text would be off by up to a day.
-    let cutoff = now - chrono::TimeDelta::hours(RETENTION_HOURS);
-    sqlx::query("delete from idempotency where created_at < ?").bind(cutoff).execute(&mut *tx).await?;
+    let expired = now - chrono::TimeDelta::hours(RETENTION_HOURS);
     let existing: Option<Entry> = sqlx::query_as(
-        "select method, path, body_hash, status, content_type, location, etag, body
+        "select method, path, body_hash, status, content_type, location, etag, body, created_at
          from idempotency where token_name = ? and key = ?",
     )
-    .bind(token)
-    .bind(key)
+    .bind(r.token)
+    .bind(r.key)
     .fetch_optional(&mut *tx)
     .await?;
-    if existing.is_some() {
-        return Ok(existing);
+    if let Some(entry) = existing {
+        let live = entry.created_at >= expired && (entry.status.is_some() || entry.created_at >= stale);
+        if live {
+            return Ok(Some(entry));
+        }
+        // Expired, or a claim its request abandoned: the key is free again.
+        sqlx::query("delete from idempotency where token_name = ? and key = ?")
+            .bind(r.token)
+            .bind(r.key)
+            .execute(&mut *tx)
+            .await?;
     }
     sqlx::query(
         "insert into idempotency (token_name, key, method, path, body_hash, created_at) values (?, ?, ?, ?, ?, ?)",
     )
-    .bind(token)
-    .bind(key)
-    .bind(method)
-    .bind(path)
-    .bind(body_hash)
+    .bind(r.token)
+    .bind(r.key)
+    .bind(r.method)
+    .bind(r.path)
+    .bind(r.body_hash)
     .bind(now)
     .execute(&mut *tx)
     .await?;
     Ok(None)
+}
+
+/// Deletes up to `limit` keys created before `cutoff`, oldest first,
+/// through the `created_at` index; returns how many went.
+pub async fn prune(db: impl SqliteExecutor<'_>, cutoff: DateTime<Utc>, limit: u32) -> sqlx::Result<u64> {
+    let done = sqlx::query(
+        "delete from idempotency where rowid in
+           (select rowid from idempotency where created_at < ? order by created_at limit ?)",
+    )
+    .bind(cutoff)
+    .bind(limit)
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected())
 }
 
 pub struct Stored<'a> {
@@ -86,9 +115,14 @@ pub async fn complete(db: impl SqliteExecutor<'_>, token: &str, key: &str, r: &S
     Ok(())
 }
 
-/// Releases a claim whose request failed on the server's side, so that a
-/// retry with the same key runs again.
+/// Releases a claim whose request ended without an answer worth keeping
+/// (a server error, a dropped request), so that a retry with the same key
+/// runs again. A stored answer is never released.
 pub async fn release(db: impl SqliteExecutor<'_>, token: &str, key: &str) -> sqlx::Result<()> {
-    sqlx::query("delete from idempotency where token_name = ? and key = ?").bind(token).bind(key).execute(db).await?;
+    sqlx::query("delete from idempotency where token_name = ? and key = ? and status is null")
+        .bind(token)
+        .bind(key)
+        .execute(db)
+        .await?;
     Ok(())
 }

@@ -14,7 +14,7 @@ pub struct TokenInfo {
     pub last_used_at: Option<DateTime<Utc>>,
 }
 
-/// A stored token matched by its hash.
+/// A stored token with its hash.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct Stored {
     pub name: String,
@@ -42,15 +42,10 @@ pub async fn insert(
     .await
 }
 
-pub async fn by_hash(db: impl SqliteExecutor<'_>, hash: &str) -> sqlx::Result<Option<Stored>> {
-    sqlx::query_as("select name, role, hash, last_used_at from tokens where hash = ?")
-        .bind(hash)
-        .fetch_optional(db)
-        .await
+/// Every token with its hash: what the in-memory token cache holds.
+pub async fn all(db: impl SqliteExecutor<'_>) -> sqlx::Result<Vec<Stored>> {
+    sqlx::query_as("select name, role, hash, last_used_at from tokens").fetch_all(db).await
 }
-
-/// How stale `last_used_at` may get before a request stamps it again.
-pub const TOUCH_INTERVAL: chrono::TimeDelta = chrono::TimeDelta::seconds(60);
 
 /// Stamps the last use of a token.
 pub async fn touch(db: impl SqliteExecutor<'_>, name: &str, now: DateTime<Utc>) -> sqlx::Result<()> {

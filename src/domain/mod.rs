@@ -9,6 +9,7 @@ pub mod machine;
 pub mod names;
 pub mod pool;
 pub mod rollout;
+pub mod server_url;
 pub mod status;
 pub mod strategy;
 pub mod upgrade;

@@ -98,14 +98,112 @@ impl PoolSpec {
 }
 
 /// Limits that come from settings rather than from the rules themselves.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct SpecLimits {
     pub max_replicas: u32,
+    /// What machines may reach on the host, and what they may run.
+    pub host: HostPolicy,
 }
 
 impl Default for SpecLimits {
     fn default() -> Self {
-        Self { max_replicas: 1000 }
+        Self { max_replicas: 1000, host: HostPolicy::default() }
+    }
+}
+
+/// The host-safety policy: which host paths pools may bind-mount and which
+/// images they may run. A machine that mounts the Docker socket, `/` or
+/// drover's own data directory owns the host (or every credential drover
+/// holds), whoever chose its image; so those are refused even inside an
+/// allowed directory, unless the settings name them exactly.
+///
+/// Paths are compared as written, after removing `.` and repeated `/`
+/// (`..` is refused): they name files on the Docker host, which drover
+/// cannot inspect, so symbolic links there are not followed.
+#[derive(Debug, Clone)]
+pub struct HostPolicy {
+    /// Directories whose contents may be mounted; empty: no host mounts.
+    pub mount_dirs: Vec<String>,
+    /// Paths no mount may equal, contain or lie inside, unless `mount_dirs`
+    /// names them exactly.
+    pub protected: Vec<String>,
+    /// Allowed image references: exact, a prefix ending in `*`, or `*`.
+    pub images: Vec<String>,
+}
+
+/// The Docker socket's usual places; the configured endpoint is added.
+pub const DOCKER_SOCKETS: [&str; 2] = ["/var/run/docker.sock", "/run/docker.sock"];
+
+impl Default for HostPolicy {
+    fn default() -> Self {
+        let mut protected = vec!["/".to_owned()];
+        protected.extend(DOCKER_SOCKETS.iter().map(|s| (*s).to_owned()));
+        Self { mount_dirs: Vec::new(), protected, images: vec!["*".to_owned()] }
+    }
+}
+
+/// `path` without `.` components and repeated slashes, or `None` when it is
+/// not absolute or climbs with `..`.
+pub fn normalize_host_path(path: &str) -> Option<String> {
+    if !path.starts_with('/') {
+        return None;
+    }
+    let mut out = String::new();
+    for part in path.split('/').filter(|p| !p.is_empty() && *p != ".") {
+        if part == ".." {
+            return None;
+        }
+        out.push('/');
+        out.push_str(part);
+    }
+    Some(if out.is_empty() { "/".to_owned() } else { out })
+}
+
+/// Whether `path` is `dir` or lies inside it (both normalized).
+fn within(path: &str, dir: &str) -> bool {
+    dir == "/" || path == dir || path.strip_prefix(dir).is_some_and(|rest| rest.starts_with('/'))
+}
+
+impl HostPolicy {
+    /// Builds a policy from settings: `protect` adds paths to the built-in
+    /// protected ones (the Docker endpoint, the data directory).
+    pub fn new(mount_dirs: &[String], images: &[String], protect: &[String]) -> Self {
+        let mut protected = Self::default().protected;
+        protected.extend(protect.iter().filter_map(|p| normalize_host_path(p)));
+        Self {
+            mount_dirs: mount_dirs.iter().filter_map(|d| normalize_host_path(d.trim())).collect(),
+            protected,
+            images: images.iter().map(|i| i.trim().to_owned()).filter(|i| !i.is_empty()).collect(),
+        }
+    }
+
+    /// Why `host_path` (normalized) may not be mounted, if it may not.
+    fn refuse_mount(&self, host_path: &str) -> Option<(&'static str, String)> {
+        if !self.mount_dirs.iter().any(|d| within(host_path, d)) {
+            let allowed = if self.mount_dirs.is_empty() { "none".to_owned() } else { self.mount_dirs.join(", ") };
+            return Some((
+                "host_path_allowed",
+                format!("{host_path:?} is outside the directories this server allows mounting from ({allowed})"),
+            ));
+        }
+        let exposed = self.protected.iter().find(|p| {
+            let overlaps =
+                if p.as_str() == "/" { host_path == "/" } else { within(host_path, p) || within(p, host_path) };
+            overlaps && !self.mount_dirs.contains(p)
+        })?;
+        Some((
+            "host_path_protected",
+            format!(
+                "{host_path:?} would expose {exposed:?} (the host's root, the Docker socket or drover's data); only a server that names it in its allowed mount paths accepts that"
+            ),
+        ))
+    }
+
+    pub fn image_allowed(&self, image: &str) -> bool {
+        self.images.iter().any(|p| match p.strip_suffix('*') {
+            Some(prefix) => image.starts_with(prefix),
+            None => image == p,
+        })
     }
 }
 
@@ -137,7 +235,7 @@ pub struct RawSpec {
 const MAX_SECONDS: i64 = 86_400;
 
 /// Checks every rule and returns the spec, or every broken rule.
-pub fn validate(raw: RawSpec, limits: SpecLimits) -> Result<PoolSpec, ValidationErrors> {
+pub fn validate(raw: RawSpec, limits: &SpecLimits) -> Result<PoolSpec, ValidationErrors> {
     let mut errs = ValidationErrors::default();
 
     let replicas = match u32::try_from(raw.replicas) {
@@ -151,15 +249,29 @@ pub fn validate(raw: RawSpec, limits: SpecLimits) -> Result<PoolSpec, Validation
             0
         }
     };
-    let version = raw.version.parse::<KubeVersion>().unwrap_or_else(|e| {
+    let parsed = raw.version.parse::<KubeVersion>();
+    let version = parsed.clone().unwrap_or_else(|e| {
         errs.push("version", "version", e);
         KubeVersion { major: 0, minor: 0, patch: 0 }
     });
-    if let Some(Err(e)) = raw.image.as_deref().map(check_image_reference) {
-        errs.push("image", "image_reference", e);
+    match (raw.image.as_deref().map(check_image_reference), &parsed) {
+        (Some(Err(e)), _) => errs.push("image", "image_reference", e),
+        // No image can be named while the version it would come from is bad.
+        (None, Err(_)) => {}
+        (Some(Ok(())), _) | (None, Ok(_)) => {
+            let image = raw.image.clone().unwrap_or_else(|| node_image(version));
+            if !limits.host.image_allowed(&image) {
+                let field = if raw.image.is_some() { "image" } else { "version" };
+                errs.push(
+                    field,
+                    "image_allowed",
+                    format!("machines would run {image:?}, which this server does not allow (see --allowed-images)"),
+                );
+            }
+        }
     }
     check_failure_domains(&raw.failure_domains, &mut errs);
-    check_mounts(&raw.extra_mounts, &mut errs);
+    check_mounts(&raw.extra_mounts, &limits.host, &mut errs);
     super::labels::check(&raw.labels, "labels", &mut errs);
     let defaults = RolloutStrategy::default();
     let strategy = RolloutStrategy {
@@ -260,18 +372,33 @@ fn check_failure_domains(domains: &[String], errs: &mut ValidationErrors) {
     }
 }
 
-fn check_mounts(mounts: &[Mount], errs: &mut ValidationErrors) {
+/// Checks each mount's shape, then the host path against `policy`.
+pub fn check_mounts(mounts: &[Mount], policy: &HostPolicy, errs: &mut ValidationErrors) {
     if mounts.len() > MAX_MOUNTS {
         errs.push("extra_mounts", "max_items", format!("at most {MAX_MOUNTS} mounts"));
     }
     let mut targets = HashSet::new();
     for (i, m) in mounts.iter().enumerate() {
+        let mut shaped = true;
         for (name, path) in [("container_path", &m.container_path), ("host_path", &m.host_path)] {
             let field = format!("extra_mounts[{i}].{name}");
             if !path.starts_with('/') {
                 errs.push(field, "absolute_path", format!("must be an absolute path (got {path:?})"));
+                shaped = false;
             } else if path.contains(['\0', ',', ':']) {
                 errs.push(field, "path_chars", "must not contain NUL, ',' or ':'");
+                shaped = false;
+            }
+        }
+        if shaped {
+            let field = format!("extra_mounts[{i}].host_path");
+            match normalize_host_path(&m.host_path) {
+                None => errs.push(field, "parent_reference", "must not contain `..`"),
+                Some(host) => {
+                    if let Some((rule, why)) = policy.refuse_mount(&host) {
+                        errs.push(field, rule, why);
+                    }
+                }
             }
         }
         if !targets.insert(m.container_path.as_str()) {
@@ -294,23 +421,23 @@ mod tests {
 
     #[test]
     fn a_minimal_spec_gets_the_defaults() {
-        let spec = validate(raw(), SpecLimits::default()).unwrap();
+        let spec = validate(raw(), &SpecLimits::default()).unwrap();
         assert_eq!(spec.strategy, RolloutStrategy::default());
         assert_eq!(spec.desired_image(), "kindest/node:v1.29.2");
-        let spec = validate(RawSpec { image: Some("app:1".into()), ..raw() }, SpecLimits::default()).unwrap();
+        let spec = validate(RawSpec { image: Some("app:1".into()), ..raw() }, &SpecLimits::default()).unwrap();
         assert_eq!(spec.desired_image(), "app:1");
     }
 
     #[test]
     fn replicas_edges() {
-        let limits = SpecLimits { max_replicas: 1000 };
+        let limits = &SpecLimits { max_replicas: 1000, ..SpecLimits::default() };
         for ok in [0, 1, 1000] {
             assert!(validate(RawSpec { replicas: ok, ..raw() }, limits).is_ok(), "{ok}");
         }
         for bad in [-1, 1001, i64::MAX, i64::MIN] {
             assert_eq!(fields(validate(RawSpec { replicas: bad, ..raw() }, limits)), [("replicas".into(), "range")]);
         }
-        let small = SpecLimits { max_replicas: 5 };
+        let small = &SpecLimits { max_replicas: 5, ..SpecLimits::default() };
         assert!(validate(RawSpec { replicas: 6, ..raw() }, small).is_err());
     }
 
@@ -318,7 +445,7 @@ mod tests {
     fn version_and_image_are_checked() {
         let r = validate(
             RawSpec { version: "1.29".into(), image: Some("Bad Image".into()), ..raw() },
-            SpecLimits::default(),
+            &SpecLimits::default(),
         );
         assert_eq!(fields(r), [("version".into(), "version"), ("image".into(), "image_reference")]);
     }
@@ -326,21 +453,21 @@ mod tests {
     #[test]
     fn failure_domains_must_be_unique_and_non_empty() {
         let fd = |v: &[&str]| RawSpec { failure_domains: v.iter().map(|s| s.to_string()).collect(), ..raw() };
-        assert!(validate(fd(&["a", "b", "zone-1.x_y"]), SpecLimits::default()).is_ok());
+        assert!(validate(fd(&["a", "b", "zone-1.x_y"]), &SpecLimits::default()).is_ok());
         assert_eq!(
-            fields(validate(fd(&["a", ""]), SpecLimits::default())),
+            fields(validate(fd(&["a", ""]), &SpecLimits::default())),
             [("failure_domains[1]".into(), "non_empty")]
         );
         assert_eq!(
-            fields(validate(fd(&["a", "b", "a"]), SpecLimits::default())),
+            fields(validate(fd(&["a", "b", "a"]), &SpecLimits::default())),
             [("failure_domains[2]".into(), "unique")]
         );
         assert_eq!(
-            fields(validate(fd(&["-a"]), SpecLimits::default())),
+            fields(validate(fd(&["-a"]), &SpecLimits::default())),
             [("failure_domains[0]".into(), "label_value")]
         );
         assert_eq!(
-            fields(validate(fd(&[&"a".repeat(64)]), SpecLimits::default())),
+            fields(validate(fd(&[&"a".repeat(64)]), &SpecLimits::default())),
             [("failure_domains[0]".into(), "label_value")]
         );
     }
@@ -349,40 +476,87 @@ mod tests {
     fn mounts_must_be_absolute_and_distinct() {
         let m = |c: &str, h: &str| Mount { container_path: c.into(), host_path: h.into(), read_only: false };
         let spec = |ms: Vec<Mount>| RawSpec { extra_mounts: ms, ..raw() };
-        assert!(validate(spec(vec![m("/data", "/srv/data")]), SpecLimits::default()).is_ok());
+        let srv = &SpecLimits { host: HostPolicy::new(&["/srv".into()], &["*".into()], &[]), ..SpecLimits::default() };
+        assert!(validate(spec(vec![m("/data", "/srv/data")]), srv).is_ok());
         assert_eq!(
-            fields(validate(spec(vec![m("data", "/srv")]), SpecLimits::default())),
+            fields(validate(spec(vec![m("/d", "/srv/../etc")]), srv)),
+            [("extra_mounts[0].host_path".into(), "parent_reference")]
+        );
+        assert_eq!(
+            fields(validate(spec(vec![m("data", "/srv")]), &SpecLimits::default())),
             [("extra_mounts[0].container_path".into(), "absolute_path")]
         );
         assert_eq!(
-            fields(validate(spec(vec![m("/data", "./srv")]), SpecLimits::default())),
+            fields(validate(spec(vec![m("/data", "./srv")]), &SpecLimits::default())),
             [("extra_mounts[0].host_path".into(), "absolute_path")]
         );
         assert_eq!(
-            fields(validate(spec(vec![m("/a:b", "/srv")]), SpecLimits::default())),
+            fields(validate(spec(vec![m("/a:b", "/srv")]), srv)),
             [("extra_mounts[0].container_path".into(), "path_chars")]
         );
         assert_eq!(
-            fields(validate(spec(vec![m("/d", "/a"), m("/d", "/b")]), SpecLimits::default())),
+            fields(validate(spec(vec![m("/d", "/srv/a"), m("/d", "/srv/b")]), srv)),
             [("extra_mounts[1].container_path".into(), "unique")]
         );
     }
 
     #[test]
+    fn host_paths_need_an_allowed_directory_and_never_expose_the_host() {
+        let m = |h: &str| RawSpec {
+            extra_mounts: vec![Mount { container_path: "/m".into(), host_path: h.into(), read_only: false }],
+            ..raw()
+        };
+        let rule = |h: &str, policy: &HostPolicy| {
+            let limits = SpecLimits { host: policy.clone(), ..SpecLimits::default() };
+            validate(m(h), &limits).err().map(|e| e.0[0].rule)
+        };
+        let default = HostPolicy::default();
+        assert_eq!(rule("/srv/data", &default), Some("host_path_allowed"), "no mounts unless allowed");
+        let data_dir = "/home/drover/data".to_owned();
+        let all = HostPolicy::new(&["/".into()], &["*".into()], std::slice::from_ref(&data_dir));
+        assert_eq!(rule("/etc", &all), None);
+        assert_eq!(rule("/", &all), Some("host_path_protected"), "`/` is named, but it holds the Docker socket");
+        for exposing in ["/var/run/docker.sock", "/var/run", "/var", "/run/docker.sock", "//var//run/./docker.sock"] {
+            assert_eq!(rule(exposing, &all), Some("host_path_protected"), "{exposing}");
+        }
+        for exposing in ["/home/drover/data", "/home/drover", "/home/drover/data/drover.db"] {
+            assert_eq!(rule(exposing, &all), Some("host_path_protected"), "{exposing}");
+        }
+        assert_eq!(rule("/home/drover-other", &all), None, "a sibling with a common prefix is not inside");
+        let srv = HostPolicy::new(&["/srv".into()], &["*".into()], &[]);
+        assert_eq!(rule("/", &srv), Some("host_path_allowed"));
+        let socket = HostPolicy::new(&["/var/run/docker.sock".into()], &["*".into()], &[]);
+        assert_eq!(rule("/var/run/docker.sock", &socket), None, "named exactly, so allowed");
+    }
+
+    #[test]
+    fn images_must_match_the_allowed_references() {
+        let policy = HostPolicy::new(&[], &["registry.example.com/team/*".into(), "kindest/node:v1.29.2".into()], &[]);
+        let limits = SpecLimits { host: policy, ..SpecLimits::default() };
+        assert!(validate(raw(), &limits).is_ok(), "kindest/node:v1.29.2 is listed");
+        let ok = RawSpec { image: Some("registry.example.com/team/app:1".into()), ..raw() };
+        assert!(validate(ok, &limits).is_ok());
+        let other = RawSpec { image: Some("evil.example.com/team/app:1".into()), ..raw() };
+        assert_eq!(fields(validate(other, &limits)), [("image".into(), "image_allowed")]);
+        let version = RawSpec { version: "v1.30.0".into(), ..raw() };
+        assert_eq!(fields(validate(version, &limits)), [("version".into(), "image_allowed")]);
+    }
+
+    #[test]
     fn labels_follow_kubernetes_rules_and_keep_drover_prefix_reserved() {
         let l = |k: &str, v: &str| RawSpec { labels: [(k.to_string(), v.to_string())].into(), ..raw() };
-        assert!(validate(l("team", "infra"), SpecLimits::default()).is_ok());
-        assert!(validate(l("example.com/tier", ""), SpecLimits::default()).is_ok());
+        assert!(validate(l("team", "infra"), &SpecLimits::default()).is_ok());
+        assert!(validate(l("example.com/tier", ""), &SpecLimits::default()).is_ok());
         assert_eq!(
-            fields(validate(l("drover.dev/pool", "x"), SpecLimits::default())),
+            fields(validate(l("drover.dev/pool", "x"), &SpecLimits::default())),
             [("labels.drover.dev/pool".into(), "reserved_label")]
         );
         assert_eq!(
-            fields(validate(l("bad key", "x"), SpecLimits::default())),
+            fields(validate(l("bad key", "x"), &SpecLimits::default())),
             [("labels.bad key".into(), "label_key")]
         );
-        assert_eq!(fields(validate(l("/x", "x"), SpecLimits::default())), [("labels./x".into(), "label_key")]);
-        assert_eq!(fields(validate(l("k", "-v"), SpecLimits::default())), [("labels.k".into(), "label_value")]);
+        assert_eq!(fields(validate(l("/x", "x"), &SpecLimits::default())), [("labels./x".into(), "label_key")]);
+        assert_eq!(fields(validate(l("k", "-v"), &SpecLimits::default())), [("labels.k".into(), "label_value")]);
     }
 
     #[test]
@@ -392,13 +566,13 @@ mod tests {
             max_unavailable: Some(IntOrPercent::Percent(0)),
             ..raw()
         };
-        assert_eq!(fields(validate(s, SpecLimits::default())), [("strategy".into(), "strategy_bounds")]);
+        assert_eq!(fields(validate(s, &SpecLimits::default())), [("strategy".into(), "strategy_bounds")]);
         let seed = RawSpec {
             max_surge: Some(IntOrPercent::Percent(100)),
             max_unavailable: Some(IntOrPercent::Count(0)),
             ..raw()
         };
-        assert!(validate(seed, SpecLimits::default()).is_ok());
+        assert!(validate(seed, &SpecLimits::default()).is_ok());
     }
 
     #[test]
@@ -409,17 +583,17 @@ mod tests {
             machine_ready_timeout_seconds: Some(1),
             ..raw()
         };
-        let spec = validate(ok, SpecLimits::default()).unwrap();
+        let spec = validate(ok, &SpecLimits::default()).unwrap();
         assert_eq!(
             (spec.min_ready_seconds, spec.progress_deadline_seconds, spec.machine_ready_timeout_seconds),
             (5, 6, Some(1))
         );
-        let d = validate(raw(), SpecLimits::default()).unwrap();
+        let d = validate(raw(), &SpecLimits::default()).unwrap();
         assert_eq!(
             (d.min_ready_seconds, d.progress_deadline_seconds, d.machine_ready_timeout_seconds),
             (0, 600, Some(300))
         );
-        let r = |s: RawSpec| fields(validate(s, SpecLimits::default()));
+        let r = |s: RawSpec| fields(validate(s, &SpecLimits::default()));
         assert_eq!(r(RawSpec { min_ready_seconds: Some(-1), ..raw() }), [("min_ready_seconds".into(), "range")]);
         assert_eq!(
             r(RawSpec { progress_deadline_seconds: Some(0), ..raw() }),
@@ -438,7 +612,7 @@ mod tests {
     #[test]
     fn cluster_must_be_a_dns_label() {
         assert_eq!(
-            fields(validate(RawSpec { cluster: Some("Prod".into()), ..raw() }, SpecLimits::default())),
+            fields(validate(RawSpec { cluster: Some("Prod".into()), ..raw() }, &SpecLimits::default())),
             [("cluster".into(), "dns_label")]
         );
     }

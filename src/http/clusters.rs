@@ -15,6 +15,7 @@ use crate::app::AppState;
 use crate::db::{self, clusters::ClusterRecord, clusters::Deleted};
 use crate::domain::ValidationErrors;
 use crate::domain::names::check_dns_label;
+use crate::domain::server_url::{check_server_url, redact_server_url};
 use crate::domain::upgrade::{Component, image_version};
 use crate::error::{ApiError, ApiResult, Problem};
 use crate::http::extract::{ApiJson, ApiQuery};
@@ -42,7 +43,9 @@ pub struct CreateCluster {
     pub kubeconfig: Option<String>,
     /// Context of `kubeconfig` to use; its current context by default.
     pub context: Option<String>,
-    /// API server URL, `https://host:port` (or `http://` for tests).
+    /// API server URL, `https://host:port` (or `http://` for tests). It is
+    /// shown to every viewer, so it may hold no credential: a user name or
+    /// password, or a query parameter such as `access_token`, is refused.
     #[schema(example = "https://10.0.0.1:6443")]
     pub server: Option<String>,
     /// Bearer token, with `server`. It is sent in an HTTP header, so it may
@@ -55,7 +58,8 @@ pub struct CreateCluster {
 // Written by hand so that a derived Debug can never print a secret.
 impl std::fmt::Debug for CreateCluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CreateCluster").field("name", &self.name).field("server", &self.server).finish_non_exhaustive()
+        let server = self.server.as_deref().map(redact_server_url);
+        f.debug_struct("CreateCluster").field("name", &self.name).field("server", &server).finish_non_exhaustive()
     }
 }
 
@@ -73,7 +77,9 @@ pub struct ClusterView {
 
 impl From<ClusterRecord> for ClusterView {
     fn from(r: ClusterRecord) -> Self {
-        Self { name: r.name, server: r.server, auth: r.auth_kind, created_at: r.created_at, updated_at: r.updated_at }
+        // Redacted in case the row predates the check at registration.
+        let server = redact_server_url(&r.server);
+        Self { name: r.name, server, auth: r.auth_kind, created_at: r.created_at, updated_at: r.updated_at }
     }
 }
 
@@ -189,6 +195,9 @@ async fn create_cluster(State(state): State<AppState>, ApiJson(body): ApiJson<Cr
         .validate(state.config.kube_request_timeout)
         .await
         .map_err(|e| ApiError::invalid(e.field, "credentials", e.message))?;
+    // The URL is shown to viewers and logged: it may carry no credential.
+    let field = if creds.kind() == "token" { "server" } else { "kubeconfig" };
+    check_server_url(&server).map_err(|e| ApiError::invalid(field, "server_url_credentials", e))?;
     let record = match db::clusters::insert(&state.db, &name, &server, &creds, Utc::now()).await {
         Ok(r) => r,
         Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {

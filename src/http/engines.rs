@@ -103,6 +103,7 @@ pub struct EngineList {
 
 fn registry(state: &AppState) -> Registry {
     Registry {
+        metrics: state.metrics.clone(),
         db: state.db.clone(),
         engines: state.engines.clone(),
         data_dir: state.config.data_dir.clone(),

@@ -1,67 +1,148 @@
 //! Extractors that turn every bad request into a problem document naming
-//! the field at fault, instead of axum's plain-text rejections.
+//! the field at fault, instead of axum's plain-text rejections. Every body
+//! is read by one policy: `application/json` only (merge patches may also
+//! say `application/merge-patch+json`), no duplicate keys, no arrays where
+//! an object belongs (see [`crate::http::json`]).
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Query, Request};
 use axum::http::{StatusCode, header, request::Parts};
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 
 use crate::domain::ValidationErrors;
 use crate::error::ApiError;
+use crate::http::json;
 
 /// Largest request body drover reads.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 
-/// A JSON body: `application/json` or any `application/*+json`
-/// (such as `application/merge-patch+json`).
+/// The media type of every JSON request body.
+const JSON: &str = "application/json";
+/// RFC 7396 merge patches: accepted (besides `application/json`) where the
+/// body is a merge patch.
+const MERGE_PATCH: &str = "application/merge-patch+json";
+
+/// A JSON body sent as `application/json`.
 pub struct ApiJson<T>(pub T);
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        check_json_content_type(req.headers().get(header::CONTENT_TYPE))?;
-        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
-            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::PayloadTooLarge { limit: MAX_BODY_BYTES }
-            } else {
-                ApiError::Malformed(rejection.body_text())
-            }
-        })?;
+        let bytes = read_body(req, state, &[JSON]).await?;
         parse_json(&bytes).map(ApiJson)
     }
 }
 
-fn check_json_content_type(value: Option<&header::HeaderValue>) -> Result<(), ApiError> {
-    let Some(value) = value else {
-        return Err(ApiError::UnsupportedMediaType("the body must be JSON: set Content-Type: application/json".into()));
-    };
-    let mime = value.to_str().unwrap_or_default();
-    let essence = mime.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
-    let is_json = essence == "application/json" || (essence.starts_with("application/") && essence.ends_with("+json"));
-    if is_json {
-        Ok(())
-    } else {
-        Err(ApiError::UnsupportedMediaType(format!("Content-Type {mime:?} is not JSON; use application/json")))
+/// A JSON body that may be left out: empty (or only whitespace) is `None`.
+pub struct OptionalJson<T>(pub Option<T>);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for OptionalJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let Some(bytes) = read_optional_body(req, state, &[JSON]).await? else { return Ok(OptionalJson(None)) };
+        parse_json(&bytes).map(|v| OptionalJson(Some(v)))
     }
 }
 
-/// A body that may be left out: empty (or only whitespace) is `None`,
-/// anything else must be JSON of the right shape.
-pub fn optional_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<Option<T>, ApiError> {
-    if bytes.iter().all(u8::is_ascii_whitespace) { Ok(None) } else { parse_json(bytes).map(Some) }
+/// A JSON merge patch (RFC 7396): an object, sent as
+/// `application/merge-patch+json` or `application/json`.
+pub struct MergePatch(pub Value);
+
+impl<S: Send + Sync> FromRequest<S> for MergePatch {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = read_body(req, state, &[MERGE_PATCH, JSON]).await?;
+        merge_patch_object(&bytes).map(MergePatch)
+    }
+}
+
+/// A merge patch that may be left out.
+pub struct OptionalMergePatch(pub Option<Value>);
+
+impl<S: Send + Sync> FromRequest<S> for OptionalMergePatch {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match read_optional_body(req, state, &[MERGE_PATCH, JSON]).await? {
+            Some(bytes) => merge_patch_object(&bytes).map(|v| OptionalMergePatch(Some(v))),
+            None => Ok(OptionalMergePatch(None)),
+        }
+    }
+}
+
+fn merge_patch_object(bytes: &[u8]) -> Result<Value, ApiError> {
+    match parse_json::<Value>(bytes)? {
+        v @ Value::Object(_) => Ok(v),
+        _ => Err(ApiError::invalid("body", "type", "a merge patch must be a JSON object")),
+    }
+}
+
+/// The body, once its declared type is one of `accepted`.
+async fn read_body<S: Send + Sync>(req: Request, state: &S, accepted: &[&str]) -> Result<Bytes, ApiError> {
+    check_content_type(req.headers().get(header::CONTENT_TYPE), accepted)?;
+    collect(req, state).await
+}
+
+/// The body, unless it is empty; a body that is there must be declared as
+/// one of `accepted`.
+async fn read_optional_body<S: Send + Sync>(
+    req: Request,
+    state: &S,
+    accepted: &[&str],
+) -> Result<Option<Bytes>, ApiError> {
+    let declared = req.headers().get(header::CONTENT_TYPE).cloned();
+    let bytes = collect(req, state).await?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    check_content_type(declared.as_ref(), accepted)?;
+    Ok(Some(bytes))
+}
+
+async fn collect<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, ApiError> {
+    Bytes::from_request(req, state).await.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::PayloadTooLarge { limit: MAX_BODY_BYTES }
+        } else {
+            ApiError::Malformed(rejection.body_text())
+        }
+    })
+}
+
+/// Accepts exactly the media types in `accepted` (parameters such as
+/// `charset` aside): a `+json` suffix alone says nothing about the shape.
+fn check_content_type(value: Option<&header::HeaderValue>, accepted: &[&str]) -> Result<(), ApiError> {
+    let expected = accepted.join(" or ");
+    let Some(value) = value else {
+        return Err(ApiError::UnsupportedMediaType(format!("the body must be JSON: set Content-Type: {expected}")));
+    };
+    let mime = value.to_str().unwrap_or_default();
+    let essence = mime.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+    if accepted.contains(&essence.as_str()) {
+        Ok(())
+    } else {
+        let shown: String = crate::telemetry::truncate(mime, 100).into();
+        Err(ApiError::UnsupportedMediaType(format!("Content-Type {shown:?} is not accepted here; use {expected}")))
+    }
 }
 
 /// Deserializes `bytes`, telling apart broken JSON (400) from JSON of the
-/// wrong shape (422, with the path of the field at fault).
+/// wrong shape (422, with the path of the field at fault). Objects that
+/// repeat a key, and arrays sent where an object belongs, are of the wrong
+/// shape.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    let mut de = serde_json::Deserializer::from_slice(bytes);
-    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let path = e.path().to_string();
-        shape_error(&path, e.into_inner())
-    })?;
-    de.end().map_err(|e| ApiError::Malformed(e.to_string()))?;
-    Ok(value)
+    let value = json::parse_value(bytes).map_err(|e| shape_error(&e.path, e.error))?;
+    from_json_value(value)
+}
+
+/// Reads `T` from an already parsed document, by the same rules as
+/// [`parse_json`].
+pub fn from_json_value<T: DeserializeOwned>(value: Value) -> Result<T, ApiError> {
+    json::from_value(value).map_err(|e| shape_error(&e.path, e.error))
 }
 
 /// Turns a serde error at `path` into the matching API error.
@@ -77,6 +158,8 @@ pub fn shape_error(path: &str, err: serde_json::Error) -> ApiError {
             );
             let rule = if message.starts_with("unknown field") {
                 "unknown_field"
+            } else if message.starts_with("duplicate") {
+                "duplicate_key"
             } else if message.starts_with("missing field") {
                 "required"
             } else {
@@ -98,7 +181,9 @@ fn strip_position(message: &str) -> String {
 
 /// The field an "unknown field `x`" or "missing field `x`" error is about.
 fn named_field(message: &str) -> Option<&str> {
-    let rest = message.strip_prefix("unknown field `").or_else(|| message.strip_prefix("missing field `"))?;
+    let rest = ["unknown field `", "missing field `", "duplicate key `", "duplicate field `"]
+        .iter()
+        .find_map(|prefix| message.strip_prefix(prefix))?;
     rest.split('`').next()
 }
 
@@ -173,12 +258,24 @@ mod tests {
     }
 
     #[test]
-    fn json_content_types() {
+    fn only_the_named_json_types_are_accepted() {
         let hv = |s: &'static str| header::HeaderValue::from_static(s);
-        assert!(check_json_content_type(Some(&hv("application/json"))).is_ok());
-        assert!(check_json_content_type(Some(&hv("application/json; charset=utf-8"))).is_ok());
-        assert!(check_json_content_type(Some(&hv("application/merge-patch+json"))).is_ok());
-        assert!(check_json_content_type(Some(&hv("text/plain"))).is_err());
-        assert!(check_json_content_type(None).is_err());
+        let json = |v| check_content_type(Some(&hv(v)), &[JSON]).is_ok();
+        let patch = |v| check_content_type(Some(&hv(v)), &[MERGE_PATCH, JSON]).is_ok();
+        assert!(json("application/json") && json("Application/JSON; charset=utf-8"));
+        assert!(!json("application/merge-patch+json") && !json("application/evil+json") && !json("text/plain"));
+        assert!(patch("application/merge-patch+json") && patch("application/json"));
+        assert!(!patch("application/evil+json") && !patch("application/json-patch+json"));
+        assert!(check_content_type(None, &[JSON]).is_err());
+    }
+
+    #[test]
+    fn duplicate_keys_and_arrays_for_objects_are_shape_errors() {
+        assert_eq!(field_of(r#"{"replicas": 1, "replicas": 2}"#), ("replicas".into(), "duplicate_key"));
+        assert_eq!(
+            field_of(r#"{"replicas": 1, "inner": {"size": 1, "size": 1}}"#),
+            ("inner.size".into(), "duplicate_key")
+        );
+        assert_eq!(field_of(r#"{"replicas": 1, "inner": [1]}"#), ("inner".into(), "type"));
     }
 }

@@ -2,9 +2,24 @@
 //! hours gets the first response again, without the work being redone; the
 //! same key with another request is refused. Keys belong to the token that
 //! sent them.
+//!
+//! Three rules keep the store honest:
+//! - **No secret is kept.** Routes whose answer holds a secret (a new
+//!   token) refuse keyed requests: replaying them would mean storing the
+//!   secret for a day.
+//! - **A claim does not outlive its request.** The key is claimed before
+//!   the request runs; if the request is dropped (its client went away, or
+//!   it timed out) the claim is released at once, and a claim left by a
+//!   process that died is taken over once it is older than the request
+//!   timeout. A retry is never blocked for longer than that.
+//! - **Expiry is an indexed delete** run by the retention pruner
+//!   ([`crate::retention`]); a key older than 24 hours is free again even
+//!   before the pruner comes by.
+
+use std::time::Duration;
 
 use axum::body::{Body, to_bytes};
-use axum::extract::{Request, State};
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -13,7 +28,7 @@ use sha2::{Digest, Sha256};
 
 use crate::app::AppState;
 use crate::auth::Caller;
-use crate::db;
+use crate::db::{self, Db};
 use crate::error::ApiError;
 use crate::http::extract::MAX_BODY_BYTES;
 
@@ -22,7 +37,15 @@ pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 pub const REPLAYED: &str = "idempotent-replayed";
 const MAX_KEY_LEN: usize = 255;
 
-pub async fn middleware(State(state): State<AppState>, req: Request, next: Next) -> Response {
+/// Routes (method, pattern) whose answers hold a secret.
+const SECRET_ANSWERS: &[(&str, &str)] = &[("POST", "/v1/tokens")];
+
+pub async fn middleware(
+    State(state): State<AppState>,
+    matched: Option<MatchedPath>,
+    req: Request,
+    next: Next,
+) -> Response {
     if req.method() != Method::POST {
         return next.run(req).await;
     }
@@ -32,9 +55,26 @@ pub async fn middleware(State(state): State<AppState>, req: Request, next: Next)
     let Some(caller) = req.extensions().get::<Caller>().cloned() else {
         return next.run(req).await;
     };
+    let route = matched.as_ref().map_or("", MatchedPath::as_str);
+    if SECRET_ANSWERS.contains(&(req.method().as_str(), route)) {
+        return ApiError::invalid(
+            "Idempotency-Key",
+            "idempotency_secret",
+            "is not accepted here: this answer holds a secret, which drover does not keep for replays; \
+             retry without the key (a retry of a request that got through answers 409)",
+        )
+        .into_response();
+    }
     match run(&state, &caller, key, req, next).await {
         Ok(res) | Err(res) => res,
     }
+}
+
+/// How long a claim whose request never finished blocks its key: no
+/// request runs longer than the request timeout, so an older claim was
+/// left by a process that stopped.
+fn claim_deadline(state: &AppState) -> Duration {
+    state.config.request_timeout + Duration::from_secs(5)
 }
 
 async fn run(
@@ -65,9 +105,18 @@ async fn run(
     let path = parts.uri.path().to_owned();
     let method = parts.method.as_str().to_owned();
 
+    let request = db::idempotency::Request {
+        token: &caller.name,
+        key: &key,
+        method: &method,
+        path: &path,
+        body_hash: &body_hash,
+    };
     let claimed = async {
         let mut tx = crate::db::begin_write(&state.db).await?;
-        let found = db::idempotency::claim(&mut tx, &caller.name, &key, &method, &path, &body_hash, Utc::now()).await?;
+        let now = Utc::now();
+        let stale = now - chrono::TimeDelta::from_std(claim_deadline(state)).unwrap_or(chrono::TimeDelta::MAX);
+        let found = db::idempotency::claim(&mut tx, &request, now, stale).await?;
         tx.commit().await?;
         Ok::<_, sqlx::Error>(found)
     }
@@ -75,47 +124,22 @@ async fn run(
     .map_err(|e| ApiError::Database(e).into_response())?;
 
     if let Some(first) = claimed {
-        if first.method != method || first.path != path || first.body_hash != body_hash {
-            return Err(ApiError::invalid(
-                "Idempotency-Key",
-                "idempotency_key_reuse",
-                "this key was used for a different request in the last 24 hours; use a new key",
-            )
-            .into_response());
-        }
-        let Some(status) = first.status.and_then(|s| u16::try_from(s).ok()).and_then(|s| StatusCode::from_u16(s).ok())
-        else {
-            return Err(ApiError::Conflict(
-                "a request with this Idempotency-Key is still being served; retry shortly".into(),
-            )
-            .into_response());
-        };
-        let mut res = (status, first.body.unwrap_or_default()).into_response();
-        let h = res.headers_mut();
-        for (name, value) in
-            [(header::CONTENT_TYPE, first.content_type), (header::LOCATION, first.location), (header::ETAG, first.etag)]
-        {
-            if let Some(v) = value.and_then(|v| HeaderValue::from_str(&v).ok()) {
-                h.insert(name, v);
-            }
-        }
-        h.insert(HeaderName::from_static(REPLAYED), HeaderValue::from_static("true"));
-        return Ok(res);
+        return Err(replay(first, &method, &path, &body_hash));
     }
 
+    // From here the key is ours until the answer is stored. If this future
+    // is dropped first (client gone, timeout), the guard frees the key.
+    let mut claim = Claim { db: state.db.clone(), token: caller.name.clone(), key: key.clone(), held: true };
     let res = next.run(Request::from_parts(parts, Body::from(bytes))).await;
     let (parts, body) = res.into_parts();
     // Responses of keyed POSTs are small JSON documents; a body too large to
     // keep is served but not remembered.
     let Ok(bytes) = to_bytes(body, MAX_BODY_BYTES * 4).await else {
-        let _ = db::idempotency::release(&state.db, &caller.name, &key).await;
         return Ok(ApiError::Internal(anyhow::anyhow!("response body too large to remember")).into_response());
     };
     let text = |n: header::HeaderName| parts.headers.get(n).and_then(|v| v.to_str().ok()).map(str::to_owned);
-    let stored = if parts.status.is_server_error() {
-        // A server-side failure is not an answer to remember: let a retry run.
-        db::idempotency::release(&state.db, &caller.name, &key).await
-    } else {
+    // A server-side failure is not an answer to remember: let a retry run.
+    if !parts.status.is_server_error() {
         let (ct, loc, etag) = (text(header::CONTENT_TYPE), text(header::LOCATION), text(header::ETAG));
         let record = db::idempotency::Stored {
             status: parts.status.as_u16(),
@@ -124,10 +148,66 @@ async fn run(
             etag: etag.as_deref(),
             body: &bytes,
         };
-        db::idempotency::complete(&state.db, &caller.name, &key, &record).await
-    };
-    if let Err(e) = stored {
-        tracing::error!(error = %e, key = %key, "could not record the idempotent response");
+        match db::idempotency::complete(&state.db, &caller.name, &key, &record).await {
+            Ok(()) => claim.held = false,
+            Err(e) => tracing::error!(error = %e, "could not record the idempotent response"),
+        }
     }
+    drop(claim);
     Ok(Response::from_parts(parts, Body::from(bytes)))
+}
+
+/// The answer to a key seen before: the first response, a refusal of
+/// another request under the same key, or "still running".
+fn replay(first: db::idempotency::Entry, method: &str, path: &str, body_hash: &str) -> Response {
+    if first.method != method || first.path != path || first.body_hash != body_hash {
+        return ApiError::invalid(
+            "Idempotency-Key",
+            "idempotency_key_reuse",
+            "this key was used for a different request in the last 24 hours; use a new key",
+        )
+        .into_response();
+    }
+    let Some(status) = first.status.and_then(|s| u16::try_from(s).ok()).and_then(|s| StatusCode::from_u16(s).ok())
+    else {
+        return ApiError::Conflict("a request with this Idempotency-Key is still being served; retry shortly".into())
+            .into_response();
+    };
+    let mut res = (status, first.body.unwrap_or_default()).into_response();
+    let h = res.headers_mut();
+    for (name, value) in
+        [(header::CONTENT_TYPE, first.content_type), (header::LOCATION, first.location), (header::ETAG, first.etag)]
+    {
+        if let Some(v) = value.and_then(|v| HeaderValue::from_str(&v).ok()) {
+            h.insert(name, v);
+        }
+    }
+    h.insert(HeaderName::from_static(REPLAYED), HeaderValue::from_static("true"));
+    res
+}
+
+/// A claimed key whose answer is not stored yet; released when dropped.
+struct Claim {
+    db: Db,
+    token: String,
+    key: String,
+    held: bool,
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if !self.held {
+            return;
+        }
+        let (db, token, key) = (self.db.clone(), std::mem::take(&mut self.token), std::mem::take(&mut self.key));
+        // Drop cannot wait; the release is one short write of its own.
+        // Without a runtime (never, in practice) the claim simply expires.
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                if let Err(e) = db::idempotency::release(&db, &token, &key).await {
+                    tracing::warn!(error = %e, "could not release an idempotency key; it expires with the request timeout");
+                }
+            });
+        }
+    }
 }

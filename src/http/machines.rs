@@ -175,6 +175,7 @@ async fn request_machine_deletion(
     db::events::record(&mut *tx, &ev, now).await?;
     tx.commit().await?;
     state.queue.enqueue(&name);
+    state.changes.pool(&name);
     Ok(Json(view(m, &image)))
 }
 
@@ -224,6 +225,7 @@ async fn delete_machine(
         }
     };
     state.queue.enqueue(&name);
+    state.changes.pool(&name);
     let mut headers = HeaderMap::new();
     if let Ok(loc) = HeaderValue::from_str(&format!("/v1/pools/{name}/machines/{machine}")) {
         headers.insert(header::LOCATION, loc);

@@ -5,11 +5,13 @@ pub mod engines;
 pub mod extract;
 pub mod health;
 pub mod idempotency;
+pub mod json;
 pub mod machines;
 pub mod metrics;
 pub mod pagination;
 pub mod pools;
 pub mod rollouts;
+pub mod serve;
 pub mod streams;
 pub mod tokens;
 pub mod ui;
@@ -153,7 +155,28 @@ async fn shed_load(
 /// `--request-timeout`.
 const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Request ids: 16 random hex digits, unless the client sent one.
+/// Longest `X-Request-Id` kept from a client.
+const MAX_REQUEST_ID: usize = 64;
+
+/// Drops a client's `X-Request-Id` unless it is short and printable (ASCII
+/// letters, digits and punctuation, no spaces), so that the id stamped on
+/// every log line of the request is never a vehicle for log injection; a
+/// dropped id is replaced by a random one.
+fn keep_sane_request_id<B>(mut req: Request<B>) -> Request<B> {
+    let sane = req.headers().get(REQUEST_ID).is_none_or(|v| {
+        let b = v.as_bytes();
+        !b.is_empty() && b.len() <= MAX_REQUEST_ID && b.iter().all(|c| c.is_ascii_graphic())
+    });
+    if !sane {
+        req.headers_mut().remove(REQUEST_ID);
+    }
+    req
+}
+
+/// Longest path written in a log line; the rest is counted, not written.
+const MAX_LOGGED_PATH: usize = 200;
+
+/// Request ids: 16 random hex digits, unless the client sent a sane one.
 #[derive(Clone, Copy, Default)]
 struct RandomRequestId;
 
@@ -171,12 +194,14 @@ pub fn router(state: AppState) -> Router {
     let config = state.config.clone();
     let request_id = HeaderName::from_static(REQUEST_ID);
     let middleware = ServiceBuilder::new()
+        .map_request(keep_sane_request_id)
         .layer(SetRequestIdLayer::new(request_id.clone(), RandomRequestId))
         .layer(
             TraceLayer::new_for_http()
                 .make_span_with(|req: &Request<_>| {
                     let id = req.headers().get(REQUEST_ID).and_then(|v| v.to_str().ok()).unwrap_or("-");
-                    tracing::info_span!("http", request_id = %id, method = %req.method(), path = %req.uri().path())
+                    let path = crate::telemetry::Clipped(req.uri().path(), MAX_LOGGED_PATH);
+                    tracing::info_span!("http", request_id = %id, method = %req.method(), path = %path)
                 })
                 .on_response(DefaultOnResponse::new().level(Level::INFO)),
         )

@@ -17,8 +17,9 @@ use crate::domain::event::{EventType, NewEvent, SubjectKind};
 use crate::domain::names::PoolName;
 use crate::domain::pool::{PoolSpec, validate};
 use crate::error::{ApiError, ApiResult, Problem};
-use crate::http::extract::{ApiJson, ApiQuery, shape_error};
+use crate::http::extract::{ApiJson, ApiQuery, MergePatch, from_json_value};
 use crate::http::pagination::{PageParams, finish_page};
+use crate::telemetry::Clipped;
 
 mod wire;
 
@@ -52,20 +53,40 @@ pub(crate) fn pool_response(status: StatusCode, pool: Pool, with_location: bool)
     (status, headers, Json(PoolView::from(pool))).into_response()
 }
 
-/// The generation an `If-Match` header pins, if one was sent.
-/// `*` matches any existing pool, so it pins nothing.
-fn if_match(headers: &HeaderMap) -> ApiResult<Option<i64>> {
+/// The generations an `If-Match` header accepts: `None` when it was not
+/// sent or is `*` (any existing pool). RFC 9110 asks If-Match for the
+/// strong comparison, so a weak tag (`W/"3"`) matches nothing; a list of
+/// tags accepts any of its strong ones.
+fn if_match(headers: &HeaderMap) -> ApiResult<Option<Vec<i64>>> {
     let Some(value) = headers.get(header::IF_MATCH) else { return Ok(None) };
     let raw = value.to_str().unwrap_or_default().trim();
     if raw == "*" {
         return Ok(None);
     }
-    let tag = raw.strip_prefix("W/").unwrap_or(raw);
-    tag.strip_prefix('"').and_then(|t| t.strip_suffix('"')).and_then(|t| t.parse().ok()).map(Some).ok_or_else(|| {
-        ApiError::PreconditionFailed(format!(
-            "If-Match {raw:?} is not an ETag this server issued (they look like \"3\")"
-        ))
-    })
+    let shown = || crate::telemetry::truncate(raw, 100).to_owned();
+    let mut strong = Vec::new();
+    for tag in raw.split(',').map(str::trim) {
+        if tag.starts_with("W/") {
+            continue;
+        }
+        let generation = tag.strip_prefix('"').and_then(|t| t.strip_suffix('"')).and_then(|t| t.parse().ok());
+        match generation {
+            Some(g) => strong.push(g),
+            None => {
+                return Err(ApiError::PreconditionFailed(format!(
+                    "If-Match {:?} is not an ETag this server issued (they look like \"3\")",
+                    shown()
+                )));
+            }
+        }
+    }
+    if strong.is_empty() {
+        return Err(ApiError::PreconditionFailed(format!(
+            "If-Match {:?} names only weak ETags, which never match (If-Match uses strong comparison); send the ETag as it was received",
+            shown()
+        )));
+    }
+    Ok(Some(strong))
 }
 
 pub(crate) async fn load(state: &AppState, name: &str) -> ApiResult<Pool> {
@@ -106,10 +127,7 @@ pub(crate) fn patched_spec(state: &AppState, current: &PoolSpec, patch: &Value) 
 /// Parses a spec document (a create body without its name, or a patched
 /// spec) and checks every rule.
 fn spec_from_value(state: &AppState, doc: Value) -> ApiResult<PoolSpec> {
-    let input: PoolSpecInput = serde_path_to_error::deserialize(doc).map_err(|e| {
-        let path = e.path().to_string();
-        shape_error(&path, e.into_inner())
-    })?;
+    let input: PoolSpecInput = from_json_value(doc)?;
     validate(input.into(), state.limits()).map_err(ApiError::Validation)
 }
 
@@ -181,12 +199,14 @@ async fn update_spec(
     const ATTEMPTS: usize = 5;
     for _ in 0..ATTEMPTS {
         let pool = load(state, name).await?;
-        if let Some(g) = pinned
-            && g != pool.generation
+        if let Some(tags) = &pinned
+            && !tags.contains(&pool.generation)
         {
+            let asked: Vec<String> = tags.iter().map(i64::to_string).collect();
             return Err(ApiError::PreconditionFailed(format!(
-                "pool {name:?} is at generation {}, not {g}",
-                pool.generation
+                "pool {name:?} is at generation {}, not {}",
+                pool.generation,
+                asked.join(" or ")
             )));
         }
         if pool.deleting {
@@ -222,6 +242,7 @@ async fn update_spec(
         // The revision and approvals may have moved in this transaction.
         let updated = db::pools::get(&state.db, name).await?.unwrap_or(updated);
         state.queue.enqueue(name);
+        state.changes.pool(name);
         tracing::info!(pool = name, generation = updated.generation, "spec updated");
         return Ok(pool_response(StatusCode::OK, updated, false));
     }
@@ -260,6 +281,7 @@ async fn create_pool(State(state): State<AppState>, ApiJson(body): ApiJson<Value
     db::events::record(&mut *tx, &NewEvent::pool(name.as_str(), EventType::Normal, "Created", message), now).await?;
     tx.commit().await?;
     state.queue.enqueue(name.as_str());
+    state.changes.pool(name.as_str());
     tracing::info!(pool = %name, "pool created");
     Ok(pool_response(StatusCode::CREATED, pool, true))
 }
@@ -312,19 +334,30 @@ async fn patch_pool(
     Path(name): Path<String>,
     caller: Option<axum::Extension<Caller>>,
     headers: HeaderMap,
-    ApiJson(patch): ApiJson<Value>,
+    MergePatch(patch): MergePatch,
 ) -> ApiResult<Response> {
     let Value::Object(fields) = &patch else {
         return Err(ApiError::invalid("body", "type", "a merge patch must be a JSON object"));
     };
     // Operators change size, image, version and pause; the rest is admin's.
-    if caller.is_some_and(|c| c.role < Role::Admin)
+    if caller.as_ref().is_some_and(|c| c.role < Role::Admin)
         && let Some(field) = fields.keys().find(|k| !OPERATOR_PATCHABLE.contains(&k.as_str()))
     {
-        tracing::info!(field = %field, "operator tried to patch an admin-only field");
+        tracing::info!(field = %Clipped(field, 64), "operator tried to patch an admin-only field");
         return Err(ApiError::Forbidden { need: "admin" });
     }
-    update_spec(&state, &name, &headers, "SpecChanged", |current| patched_spec(&state, current, &patch)).await
+    // A pool with host mounts gives its image what they expose: choosing
+    // that image is an admin's decision (SECURITY.md, "Roles").
+    let operator = caller.is_some_and(|c| c.role < Role::Admin);
+    update_spec(&state, &name, &headers, "SpecChanged", |current| {
+        let spec = patched_spec(&state, current, &patch)?;
+        if operator && spec.image != current.image && !current.extra_mounts.is_empty() {
+            tracing::info!("operator tried to change the image of a pool with host mounts");
+            return Err(ApiError::Forbidden { need: "admin" });
+        }
+        Ok(spec)
+    })
+    .await
 }
 
 /// Set only `replicas`.
@@ -383,6 +416,7 @@ async fn delete_pool(State(state): State<AppState>, Path(name): Path<String>) ->
     };
     tx.commit().await?;
     state.queue.enqueue(&name);
+    state.changes.pool(&name);
     Ok(pool_response(StatusCode::ACCEPTED, pool, true))
 }
 
@@ -423,16 +457,17 @@ mod tests {
     }
 
     #[test]
-    fn if_match_accepts_strong_weak_and_star() {
-        let mut h = HeaderMap::new();
-        assert_eq!(if_match(&h).unwrap(), None);
-        h.insert(header::IF_MATCH, HeaderValue::from_static("\"4\""));
-        assert_eq!(if_match(&h).unwrap(), Some(4));
-        h.insert(header::IF_MATCH, HeaderValue::from_static("W/\"4\""));
-        assert_eq!(if_match(&h).unwrap(), Some(4));
-        h.insert(header::IF_MATCH, HeaderValue::from_static("*"));
-        assert_eq!(if_match(&h).unwrap(), None);
-        h.insert(header::IF_MATCH, HeaderValue::from_static("4"));
-        assert!(if_match(&h).is_err());
+    fn if_match_compares_strongly() {
+        let tags = |v: &'static str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::IF_MATCH, HeaderValue::from_static(v));
+            if_match(&h)
+        };
+        assert_eq!(if_match(&HeaderMap::new()).unwrap(), None);
+        assert_eq!(tags("\"4\"").unwrap(), Some(vec![4]));
+        assert_eq!(tags("*").unwrap(), None);
+        assert_eq!(tags("\"4\", W/\"5\", \"6\"").unwrap(), Some(vec![4, 6]));
+        assert!(matches!(tags("W/\"4\""), Err(ApiError::PreconditionFailed(_))), "a weak tag never matches");
+        assert!(tags("4").is_err());
     }
 }

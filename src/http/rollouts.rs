@@ -1,22 +1,22 @@
 //! Rollouts of a pool: progress, revisions, rollback, batch approval and
 //! the dry-run plan.
 
-use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::Response;
+use axum::{Extension, Json};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::app::AppState;
+use crate::auth::{Caller, Role};
 use crate::db::{self, pools::Pool, revisions::Revision};
 use crate::domain::event::{EventType, NewEvent};
 use crate::domain::rollout::{self, Counts, RolloutState};
 use crate::error::{ApiError, ApiResult, Problem};
-use crate::http::extract::optional_json;
+use crate::http::extract::{OptionalJson, OptionalMergePatch};
 use crate::http::pools::{load, patched_spec, pool_response};
 use crate::reconcile::{self, plan::Plan, rollback::RollbackError};
 
@@ -222,16 +222,40 @@ pub struct RollbackRequest {
         (status = 409, description = "Nothing to roll back to, or the pool changed meanwhile", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "No such revision", body = Problem, content_type = "application/problem+json"),
     ))]
-#[tracing::instrument(skip(state, body))]
+#[tracing::instrument(skip(state, body, caller))]
 async fn rollback_pool(
     State(state): State<AppState>,
     Path(name): Path<String>,
-    body: axum::body::Bytes,
+    caller: Option<Extension<Caller>>,
+    OptionalJson(body): OptionalJson<RollbackRequest>,
 ) -> ApiResult<Response> {
-    let req: RollbackRequest = optional_json(&body)?.unwrap_or_default();
+    let req = body.unwrap_or_default();
     let pool = load(&state, &name).await?;
     if pool.deleting {
         return Err(ApiError::Conflict(format!("pool {name:?} is being deleted")));
+    }
+    let target = match req.revision {
+        Some(r) => db::revisions::get(&state.db, &name, r).await?,
+        None => db::revisions::previous(&state.db, &name, pool.revision).await?,
+    };
+    if let Some(target) = &target {
+        // The same rules as a PATCH of `image`: the image must be allowed,
+        // and on a pool with host mounts only an admin picks it.
+        if !state.limits().host.image_allowed(&target.desired_image) {
+            return Err(ApiError::invalid(
+                "revision",
+                "image_allowed",
+                format!(
+                    "revision {} runs {:?}, which this server no longer allows",
+                    target.revision, target.desired_image
+                ),
+            ));
+        }
+        let operator = caller.is_some_and(|c| c.role < Role::Admin);
+        if operator && target.image.is_some() && target.image != pool.spec.image && !pool.spec.extra_mounts.is_empty() {
+            tracing::info!("operator tried to roll a pool with host mounts back to another custom image");
+            return Err(ApiError::Forbidden { need: "admin" });
+        }
     }
     let rolled = reconcile::rollback::rollback(&state.db, &pool, req.revision, "rollback requested").await.map_err(
         |e| match e {
@@ -242,6 +266,7 @@ async fn rollback_pool(
         },
     )?;
     state.queue.enqueue(&name);
+    state.changes.pool(&name);
     Ok(pool_response(StatusCode::ACCEPTED, rolled.pool, true))
 }
 
@@ -272,10 +297,10 @@ pub struct PlanView {
 async fn plan_pool(
     State(state): State<AppState>,
     Path(name): Path<String>,
-    body: axum::body::Bytes,
+    OptionalMergePatch(patch): OptionalMergePatch,
 ) -> ApiResult<Json<PlanView>> {
     let mut pool = load(&state, &name).await?;
-    if let Some(patch) = optional_json::<Value>(&body)? {
+    if let Some(patch) = patch {
         let proposed = patched_spec(&state, &pool.spec, &patch)?;
         if proposed.desired_image() != pool.spec.desired_image() {
             // A new image starts a new rollout with its first batch approved.

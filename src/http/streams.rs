@@ -1,37 +1,50 @@
 //! Live progress as Server-Sent Events: `GET /v1/pools/{name}/stream` and
 //! `GET /v1/upgrades/{id}/stream`.
 //!
-//! A stream polls the database every [`POLL_INTERVAL`] instead of listening
-//! to the workers. The store is where every change lands anyway, so a stream
-//! needs no hook in the reconciler or the upgrade runner, keeps working
-//! across their restarts, and a client that reconnects with `Last-Event-ID`
-//! misses nothing the event log still holds. A stream ends when its subject
-//! is gone or finished, when the client goes away (axum drops the stream),
-//! or when the server shuts down.
+//! A stream sleeps until its subject changes: whoever commits a change to a
+//! pool or a job publishes a notice ([`crate::changes`]), and the stream
+//! then reads the store, which stays the only source of truth, so a client
+//! that reconnects with `Last-Event-ID` misses nothing the event log still
+//! holds. Every `--stream-recheck` (10 s; at most 30 s) it checks that its
+//! token still exists with its role, and reads the store in case a notice
+//! was missed.
+//!
+//! Streams are bounded: at most `--max-streams` are open (more are answered
+//! 503), each lives at most `--stream-lifetime`, and each reads the store
+//! at most once per [`MIN_READ_GAP`] however often its subject changes. A
+//! stream ends when its subject is gone or finished, when its token is
+//! revoked, when its lifetime is over, when the client goes away (axum
+//! drops the stream), or when the server shuts down.
 
 use std::convert::Infallible;
 use std::time::Duration;
 
+use axum::Extension;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use futures_util::stream::{self, Stream, StreamExt};
 use serde_json::{Value, json};
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::Instant;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::app::AppState;
+use crate::auth::{Caller, Role};
+use crate::changes::Watcher;
 use crate::db;
 use crate::domain::event::{Event, SubjectKind};
 use crate::error::{ApiError, ApiResult, Problem, error_chain};
 use crate::http::{pools, upgrades};
+use crate::metrics::{CloseReason, OpenGuard};
 
-/// How often a stream looks at the store: quick enough for a progress bar,
-/// cheap enough for SQLite (one or two indexed reads per stream).
-pub const POLL_INTERVAL: Duration = Duration::from_millis(250);
+/// Shortest time between two reads of the store by one stream: a subject
+/// that changes constantly costs at most ten reads a second per stream.
+pub const MIN_READ_GAP: Duration = Duration::from_millis(100);
 /// A comment line this often keeps proxies from closing an idle stream and
 /// lets the server notice a client that has gone.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
-/// Events sent per poll at most; a backlog drains over several polls.
+/// Events sent per read at most; a backlog drains over several reads.
 const EVENT_BATCH: u32 = 200;
 /// A stream whose store reads keep failing ends, so that the client falls
 /// back to polling (or reconnects) rather than waiting on a silent stream.
@@ -47,10 +60,18 @@ enum Subject {
     Job(i64),
 }
 
-/// The state of one stream between polls.
+/// What holds a stream's place among the open ones; released with it.
+struct Slot {
+    _permit: OwnedSemaphorePermit,
+    _counted: OpenGuard,
+}
+
+/// The state of one stream between reads.
 struct Watch {
     state: AppState,
     subject: Subject,
+    caller: Caller,
+    changes: Watcher,
     /// Id of the last event sent (or the newest one when the stream began
     /// without `Last-Event-ID`).
     last_event: i64,
@@ -59,13 +80,14 @@ struct Watch {
     started: bool,
     done: bool,
     failed_polls: u32,
+    /// When the stream ends, whatever happens.
+    end_of_life: Instant,
+    next_check: Instant,
+    last_read: Instant,
+    _slot: Slot,
 }
 
 impl Watch {
-    fn new(state: AppState, subject: Subject, last_event: i64) -> Self {
-        Self { state, subject, last_event, last_status: None, started: false, done: false, failed_polls: 0 }
-    }
-
     /// Waits for the next non-empty batch of messages; `None` ends the stream.
     async fn next_batch(&mut self) -> Option<Vec<SseEvent>> {
         loop {
@@ -74,11 +96,22 @@ impl Watch {
             }
             if self.started {
                 tokio::select! {
-                    _ = self.state.shutdown.cancelled() => return None,
-                    _ = tokio::time::sleep(POLL_INTERVAL) => {}
+                    _ = self.state.shutdown.cancelled() => return self.close(CloseReason::Shutdown),
+                    _ = tokio::time::sleep_until(self.end_of_life) => return self.close(CloseReason::Lifetime),
+                    _ = tokio::time::sleep_until(self.next_check) => {}
+                    _ = self.changes.changed() => {}
                 }
+                if Instant::now() >= self.next_check {
+                    self.next_check = Instant::now() + self.state.config.stream_recheck;
+                    if !self.state.tokens.allows(&self.caller.name, Role::Viewer) {
+                        return self.close(CloseReason::Revoked);
+                    }
+                }
+                tokio::time::sleep_until(self.last_read + MIN_READ_GAP).await;
             }
             self.started = true;
+            self.last_read = Instant::now();
+            self.state.metrics.stream_read();
             match self.poll().await {
                 Ok(batch) => {
                     self.failed_polls = 0;
@@ -92,6 +125,12 @@ impl Watch {
                 }
             }
         }
+    }
+
+    fn close(&self, reason: CloseReason) -> Option<Vec<SseEvent>> {
+        self.state.metrics.stream_closed(reason);
+        tracing::debug!(caller = %self.caller.name, reason = ?reason, "ending an event stream");
+        None
     }
 
     /// One look at the store. The subject is read before its events, so
@@ -185,6 +224,43 @@ async fn start_after(state: &AppState, headers: &HeaderMap, kind: SubjectKind, s
     }
 }
 
+/// A place among the open streams, or 503 when all are taken.
+fn take_slot(state: &AppState) -> ApiResult<Slot> {
+    match state.streams.clone().try_acquire_owned() {
+        Ok(permit) => Ok(Slot { _permit: permit, _counted: state.metrics.stream_opened() }),
+        Err(_) => {
+            state.metrics.stream_refused();
+            Err(ApiError::Unavailable(format!(
+                "the server is at its limit of {} open event streams; retry shortly",
+                state.config.max_streams
+            )))
+        }
+    }
+}
+
+fn watch(state: AppState, subject: Subject, caller: Caller, last_event: i64, slot: Slot) -> Watch {
+    let changes = match &subject {
+        Subject::Pool(name) => state.changes.watch_pool(name),
+        Subject::Job(id) => state.changes.watch_job(*id),
+    };
+    let now = Instant::now();
+    Watch {
+        end_of_life: now + state.config.stream_lifetime,
+        next_check: now + state.config.stream_recheck,
+        state,
+        subject,
+        caller,
+        changes,
+        last_event,
+        last_status: None,
+        started: false,
+        done: false,
+        failed_polls: 0,
+        last_read: now,
+        _slot: slot,
+    }
+}
+
 fn sse(watch: Watch) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
     let messages = stream::unfold(watch, |mut w| async move {
         let batch = w.next_batch().await?;
@@ -211,7 +287,8 @@ pub struct SseMessage {
 /// `status` (the pool, as `GET` answers it) first at once and then whenever its spec or status changes;
 /// `event` for each new event of the pool, oldest first, with the event's
 /// id as the SSE `id` (reconnect with `Last-Event-ID` to resume); `deleted`
-/// last, when the pool is gone.
+/// last, when the pool is gone. A stream also ends after `--stream-lifetime`
+/// (10 minutes by default) and when its token is revoked.
 #[utoipa::path(get, path = "/v1/pools/{name}/stream", tag = "pools",
     params(
         ("name" = String, Path, description = "Pool name"),
@@ -221,16 +298,19 @@ pub struct SseMessage {
         (status = 200, description = "An event stream: `status` (PoolView JSON), `event` (Event JSON), `deleted`", body = SseMessage, content_type = "text/event-stream"),
         (status = 404, description = "No such pool", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "`Last-Event-ID` is not an event id", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`--max-streams` streams are open; retry after `Retry-After` seconds", body = Problem, content_type = "application/problem+json"),
     ))]
-#[tracing::instrument(skip(state, headers))]
+#[tracing::instrument(skip(state, headers, caller))]
 async fn pool_stream(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
     headers: HeaderMap,
 ) -> ApiResult<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>> {
+    let slot = take_slot(&state)?;
     pools::load(&state, &name).await?;
     let after = start_after(&state, &headers, SubjectKind::Pool, &name).await?;
-    Ok(sse(Watch::new(state, Subject::Pool(name), after)))
+    Ok(sse(watch(state, Subject::Pool(name), caller, after, slot)))
 }
 
 /// Follow an upgrade job live (Server-Sent Events).
@@ -238,7 +318,8 @@ async fn pool_stream(
 /// `status` (the job, as `GET` answers it) first at once and then whenever its state or a step
 /// changes; `event` for each new event of the job, with its id as the SSE
 /// `id`. The stream ends after the job reaches `succeeded`, `failed` or
-/// `cancelled`.
+/// `cancelled`, after `--stream-lifetime`, or when its token is revoked;
+/// reconnect with `Last-Event-ID` to resume.
 #[utoipa::path(get, path = "/v1/upgrades/{id}/stream", tag = "upgrades",
     params(
         ("id" = i64, Path, description = "Job id"),
@@ -248,16 +329,19 @@ async fn pool_stream(
         (status = 200, description = "An event stream: `status` (UpgradeView JSON), `event` (Event JSON)", body = SseMessage, content_type = "text/event-stream"),
         (status = 404, description = "No such job", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "`Last-Event-ID` is not an event id", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`--max-streams` streams are open; retry after `Retry-After` seconds", body = Problem, content_type = "application/problem+json"),
     ))]
-#[tracing::instrument(skip(state, headers))]
+#[tracing::instrument(skip(state, headers, caller))]
 async fn upgrade_stream(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> ApiResult<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>> {
+    let slot = take_slot(&state)?;
     let job = upgrades::load(&state, &id).await?;
     let after = start_after(&state, &headers, SubjectKind::Job, &job.id.to_string()).await?;
-    Ok(sse(Watch::new(state, Subject::Job(job.id), after)))
+    Ok(sse(watch(state, Subject::Job(job.id), caller, after, slot)))
 }
 
 #[cfg(test)]

@@ -60,6 +60,10 @@ pub struct AuditList {
 }
 
 /// Create a token; the response is the only time the secret is shown.
+///
+/// `Idempotency-Key` is refused here (422): replaying this answer would
+/// mean keeping the secret. Retry without the key; if the first request
+/// got through, the retry answers 409 and the token can be revoked.
 #[utoipa::path(post, path = "/v1/tokens", tag = "access",
     request_body(content = CreateToken, content_type = "application/json"),
     responses(
@@ -67,20 +71,21 @@ pub struct AuditList {
         (status = 400, description = "Body is not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "A token of that name exists", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Body is not declared as JSON", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Bad name or role", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Bad name or role, or an `Idempotency-Key` was sent", body = Problem, content_type = "application/problem+json"),
     ))]
 #[tracing::instrument(skip_all, fields(token = %req.name))]
 async fn create_token(State(state): State<AppState>, ApiJson(req): ApiJson<CreateToken>) -> ApiResult<Response> {
     check_dns_label(&req.name).map_err(|e| ApiError::invalid("name", "dns_label", e))?;
     let token = new_token();
-    let info = match db::tokens::insert(&state.db, &req.name, req.role.as_str(), &hash_token(&token), Utc::now()).await
-    {
+    let hash = hash_token(&token);
+    let info = match db::tokens::insert(&state.db, &req.name, req.role.as_str(), &hash, Utc::now()).await {
         Ok(info) => info,
         Err(e) if e.as_database_error().is_some_and(|d| d.is_unique_violation()) => {
             return Err(ApiError::Conflict(format!("a token named {:?} already exists", req.name)));
         }
         Err(e) => return Err(e.into()),
     };
+    state.tokens.insert(&info.name, req.role, &hash);
     tracing::info!(role = req.role.as_str(), "token created");
     let body = NewToken { name: info.name, role: req.role, token, created_at: info.created_at };
     Ok((StatusCode::CREATED, Json(body)).into_response())
@@ -90,7 +95,12 @@ async fn create_token(State(state): State<AppState>, ApiJson(req): ApiJson<Creat
 #[utoipa::path(get, path = "/v1/tokens", tag = "access",
     responses((status = 200, description = "Every token", body = TokenList)))]
 async fn list_tokens(State(state): State<AppState>) -> ApiResult<Json<TokenList>> {
-    Ok(Json(TokenList { items: db::tokens::list(&state.db).await? }))
+    let mut items = db::tokens::list(&state.db).await?;
+    // Uses are stamped in memory and stored about once a minute.
+    for t in &mut items {
+        t.last_used_at = t.last_used_at.max(state.tokens.last_used(&t.name));
+    }
+    Ok(Json(TokenList { items }))
 }
 
 /// Revoke a token. The last admin token cannot be revoked.
@@ -111,6 +121,8 @@ async fn delete_token(State(state): State<AppState>, Path(name): Path<String>) -
         }
         Some(DeleteOutcome::Deleted) => {
             tx.commit().await?;
+            // The token stops working with the next request, on this server.
+            state.tokens.remove(&name);
             Ok(StatusCode::NO_CONTENT)
         }
     }

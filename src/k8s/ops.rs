@@ -148,10 +148,7 @@ impl ClusterApi {
                 Err(_) => Err(Failure::Timeout(self.policy.call_timeout)),
             };
             if let Some(m) = &self.metrics {
-                m.inc(
-                    "drover_kube_calls_total",
-                    &[("op", op), ("result", if outcome.is_ok() { "ok" } else { "error" })],
-                );
+                m.kube_call(op, outcome.is_ok());
             }
             let failure = match outcome {
                 Ok(v) => return Ok(v),

@@ -10,7 +10,7 @@ use futures_util::future::join_all;
 
 use super::plan::{Creation, Plan, Repair, RepairAction};
 use super::terminate::deleting_event;
-use super::{Context, ReconcileError, result_label};
+use super::{Context, ReconcileError, count_call};
 use crate::db::{self, machines::Machine, pools::Pool};
 use crate::domain::event::{EventType, NewEvent};
 use crate::domain::machine::MachinePhase;
@@ -123,7 +123,7 @@ async fn repair(ctx: &Context, r: &Repair) -> Result<(), RuntimeError> {
         RepairAction::Start | RepairAction::Restart => ("start", engine.start(&r.container_id).await),
         RepairAction::Unpause => ("unpause", engine.unpause(&r.container_id).await),
     };
-    ctx.metrics.inc("drover_runtime_calls_total", &[("op", op), ("result", result_label(&result))]);
+    count_call(ctx, &r.engine, op, &result);
     result?;
     tracing::info!(machine = %r.machine, engine = %r.engine, action = ?r.action, "machine repaired");
     Ok(())
@@ -149,7 +149,7 @@ async fn create(ctx: &Context, pool: &Pool, c: &Creation) -> Result<(Container, 
         stop_timeout_secs: ctx.stop_timeout_secs,
     };
     let created = engine.create(&spec).await;
-    ctx.metrics.inc("drover_runtime_calls_total", &[("op", "create"), ("result", result_label(&created))]);
+    count_call(ctx, &c.engine, "create", &created);
     let container = created?;
     let fd = c.failure_domain.as_deref().map(|f| format!(", failure domain {f}")).unwrap_or_default();
     let ev = NewEvent::pool(

@@ -46,6 +46,8 @@ pub struct Context {
     pub timing: Timing,
     pub stop_timeout_secs: i64,
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Tells event streams that a pool changed.
+    pub changes: crate::changes::Changes,
     /// Cordon and drain of a machine's node, for pools that belong to a cluster.
     pub nodes: NodeSettings,
     /// Deletions in flight, in the background.
@@ -101,12 +103,15 @@ pub enum Outcome {
 /// How soon a pass that acted looks again, events aside.
 const RECHECK: Duration = Duration::from_secs(2);
 
-pub(crate) fn result_label<T>(r: &Result<T, RuntimeError>) -> &'static str {
-    match r {
-        Ok(_) => "ok",
-        Err(RuntimeError::Unavailable(_)) => "unavailable",
-        Err(_) => "error",
-    }
+/// Counts one engine call by its result.
+pub(crate) fn count_call<T>(ctx: &Context, engine: &str, op: &'static str, r: &Result<T, RuntimeError>) {
+    use crate::metrics::CallResult;
+    let result = match r {
+        Ok(_) => CallResult::Ok,
+        Err(RuntimeError::Unavailable(_)) => CallResult::Unavailable,
+        Err(_) => CallResult::Error,
+    };
+    ctx.metrics.runtime_call(engine, op, result);
 }
 
 /// What the pass knows of every engine, now, for `pool`.

@@ -159,7 +159,7 @@ async fn delete_machine(ctx: &Context, pool: &Pool, d: &Deletion) -> Result<(), 
     // Draining waits on the cluster, not on the engine.
     let cluster = node::leave_cluster(ctx, pool, &d.machine).await?;
     let removed = engine.remove(&d.container_id, ctx.stop_timeout_secs).await;
-    ctx.metrics.inc("drover_runtime_calls_total", &[("op", "remove"), ("result", super::result_label(&removed))]);
+    super::count_call(ctx, &d.engine, "remove", &removed);
     removed?;
     if let Some(api) = &cluster {
         node::forget_node(ctx, pool, api, &d.machine).await;
@@ -175,6 +175,7 @@ async fn delete_machine(ctx: &Context, pool: &Pool, d: &Deletion) -> Result<(), 
     db::machines::delete(&mut *tx, &pool.name, &d.machine).await?;
     db::events::record(&mut *tx, &ev, now).await?;
     tx.commit().await?;
+    ctx.changes.pool(&pool.name);
     tracing::info!(reason = ?d.reason, "machine deleted");
     Ok(())
 }

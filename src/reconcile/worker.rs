@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::time::{DelayQueue, delay_queue};
 
 use super::{Context, Outcome, ReconcileError, reconcile_once, record_failure};
+use crate::metrics::PassOutcome;
 use crate::runtime::Wake;
 
 /// Asks the worker for a pass. Cheap to clone; sending never blocks.
@@ -214,16 +215,15 @@ impl Scheduler {
         self.running.insert(pool.clone());
         let task_pool = pool.clone();
         let handle = self.tasks.spawn(async move {
-            let started = std::time::Instant::now();
+            let timer = ctx.metrics.reconcile_timer(&task_pool);
             let result = reconcile_once(&ctx, &task_pool).await;
-            let outcome = match &result {
-                Ok(Outcome::Idle) => "converged",
-                Ok(Outcome::Requeue(_)) => "progressing",
-                Ok(Outcome::Gone) => "gone",
-                Err(_) => "error",
-            };
-            ctx.metrics.inc("drover_reconcile_passes_total", &[("pool", &task_pool), ("outcome", outcome)]);
-            ctx.metrics.observe("drover_reconcile_duration_seconds", &[("pool", &task_pool)], started.elapsed());
+            timer.finish(match &result {
+                Ok(Outcome::Idle) => PassOutcome::Converged,
+                Ok(Outcome::Requeue(_)) => PassOutcome::Progressing,
+                Ok(Outcome::Gone) => PassOutcome::Gone,
+                Err(_) => PassOutcome::Error,
+            });
+            ctx.changes.pool(&task_pool);
             (task_pool, result)
         });
         self.task_pools.insert(handle.id(), pool);

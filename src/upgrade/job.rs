@@ -146,16 +146,19 @@ impl Driver<'_> {
                 let mut tx = self.lease.begin().await?;
                 db::upgrades::set_component_state(&mut *tx, self.job.id, i, "upgrading").await?;
                 tx.commit().await?;
+                self.ctx.changes.job(self.job.id);
             }
             let Some((ended, mut tx)) = self.step(i, step).await? else { return Ok(()) };
             match ended {
                 Ended::Done => {}
                 Ended::Cancelled => {
                     tx.commit().await?;
+                    self.ctx.changes.job(self.job.id);
                     return self.cancel(step).await;
                 }
                 Ended::Failed(e) => {
                     tx.commit().await?;
+                    self.ctx.changes.job(self.job.id);
                     return self.on_failure(i, step, e).await;
                 }
             }
@@ -201,6 +204,7 @@ impl Driver<'_> {
         let mut tx = self.lease.begin().await?;
         db::upgrades::begin_step(&mut *tx, self.job.id, position, step, Utc::now()).await?;
         tx.commit().await?;
+        self.ctx.changes.job(self.job.id);
         let ended = match self.api.as_ref() {
             None => Ended::Failed(StepError::Check("no client".into())),
             Some(api) => {
@@ -249,6 +253,7 @@ impl Driver<'_> {
     async fn move_to(&mut self, mut tx: Tx, (index, step): (usize, Step)) -> Result<(), JobError> {
         db::upgrades::set_position(&mut *tx, self.job.id, index, step, Utc::now()).await?;
         tx.commit().await?;
+        self.ctx.changes.job(self.job.id);
         self.job.component_index = index;
         self.job.step = step;
         Ok(())
@@ -320,6 +325,7 @@ impl Driver<'_> {
         }
         db::upgrades::start_wind_down(&mut *tx, self.job.id, kind, end, &msg, now).await?;
         tx.commit().await?;
+        self.ctx.changes.job(self.job.id);
         self.job.wind_down = Some(kind.to_owned());
         self.job.wind_down_state = Some(end);
         self.job.error = Some(msg);
@@ -344,6 +350,7 @@ impl Driver<'_> {
         // What the component runs now is read from the cluster, outside
         // any transaction.
         tx.commit().await?;
+        self.ctx.changes.job(self.job.id);
         let runs_new = self.runs_new_image(i).await;
         let (state, end, msg) = match ended {
             Ended::Done => {
@@ -425,6 +432,7 @@ impl Driver<'_> {
         let message = error.clone().unwrap_or_else(|| format!("every component runs {}", self.job.version));
         db::events::record(&mut *tx, &self.event(type_, reason, message), now).await?;
         tx.commit().await?;
+        self.ctx.changes.job(self.job.id);
         tracing::info!(job = self.job.id, cluster = %self.job.cluster, state = state.as_str(), "upgrade job ended");
         self.job.state = state;
         Ok(())

@@ -38,12 +38,19 @@ pub struct Context {
     /// This runner's id, recorded on the jobs it claims: `<pid>-<random>`,
     /// so that no two runners, in this process or another, share one.
     pub owner: Arc<str>,
+    /// Tells event streams that a job changed.
+    pub changes: crate::changes::Changes,
 }
 
 impl Context {
-    pub fn new(db: Db, settings: Settings, metrics: Arc<crate::metrics::Metrics>) -> Self {
+    pub fn new(
+        db: Db,
+        settings: Settings,
+        metrics: Arc<crate::metrics::Metrics>,
+        changes: crate::changes::Changes,
+    ) -> Self {
         let owner = format!("{}-{:08x}", std::process::id(), rand::random::<u32>());
-        Self { db, settings, metrics, owner: owner.into() }
+        Self { db, settings, metrics, owner: owner.into(), changes }
     }
 }
 

@@ -2,6 +2,7 @@
 
 mod cli;
 mod clusters;
+mod connections;
 mod crashes;
 mod docker;
 mod drain;
@@ -9,6 +10,7 @@ mod engines;
 #[path = "../support/engines.rs"]
 mod engines_support;
 mod faults;
+mod hardening;
 mod helpers;
 #[path = "../support/images.rs"]
 mod images;

@@ -45,6 +45,7 @@ async fn rig() -> Rig {
         terminator: Arc::new(Terminator::new(TaskTracker::new(), CancellationToken::new())),
         wakes,
         clock: clock.clone(),
+        changes: Default::default(),
     };
     Rig { ctx, engine, clock, _dir: dir }
 }
@@ -58,7 +59,7 @@ impl Rig {
             progress_deadline_seconds: Some(deadline),
             ..RawSpec::default()
         };
-        let spec = validate(raw, SpecLimits::default()).expect("valid spec");
+        let spec = validate(raw, &SpecLimits::default()).expect("valid spec");
         db::pools::insert(&self.ctx.db, name, &spec, self.clock.now()).await.expect("insert pool");
     }
 

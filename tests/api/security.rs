@@ -287,3 +287,22 @@ async fn a_token_use_is_stamped() {
     let tokens: Value = app.get("/v1/tokens").await.json().await.unwrap();
     assert!(tokens["items"][0]["last_used_at"].is_string(), "{tokens:#}");
 }
+
+#[tokio::test]
+async fn a_token_removed_from_the_store_behind_the_apis_back_stops_working_within_a_second() {
+    let app = spawn_app().await;
+    let ci = client_with_token(&make_token(&app, "ci", "viewer").await);
+    assert_eq!(ci.get(app.url("/v1/pools")).send().await.unwrap().status(), StatusCode::OK);
+    let url = format!("sqlite://{}", app.data_dir.join("drover.db").display());
+    let mut db = <sqlx::SqliteConnection as sqlx::Connection>::connect(&url).await.unwrap();
+    sqlx::query("delete from tokens where name = 'ci'").execute(&mut db).await.unwrap();
+    let removed = std::time::Instant::now();
+    loop {
+        let status = ci.get(app.url("/v1/pools")).send().await.unwrap().status();
+        if status == StatusCode::UNAUTHORIZED {
+            break;
+        }
+        assert!(removed.elapsed() < Duration::from_millis(1500), "the token still works after {:?}", removed.elapsed());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

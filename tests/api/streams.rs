@@ -146,7 +146,13 @@ async fn an_open_stream_does_not_hold_up_shutdown() {
     tokio::time::timeout(Duration::from_secs(10), app.stop())
         .await
         .expect("shutdown waited for the open stream: streams must end on the shutdown signal");
-    assert!(sub.next().await.is_none(), "the stream should have ended with the server");
+    // A status the last pass published may still be in flight; then the end.
+    for _ in 0..10 {
+        if sub.next().await.is_none() {
+            return;
+        }
+    }
+    panic!("the stream should have ended with the server");
 }
 
 #[tokio::test]

@@ -46,7 +46,7 @@ async fn bench() -> Bench {
 impl Bench {
     /// A runner with an id of its own.
     fn runner(&self) -> Context {
-        Context::new(self.db.clone(), self.settings, Arc::new(drover::metrics::Metrics::default()))
+        Context::new(self.db.clone(), self.settings, Arc::new(drover::metrics::Metrics::default()), Default::default())
     }
 
     async fn new_job(&self) -> i64 {
