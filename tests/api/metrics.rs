@@ -34,7 +34,10 @@ async fn metrics_count_requests_passes_runtime_calls_and_machines_after_a_scale(
     let scale = "drover_http_requests_total{method=\"PUT\",route=\"/v1/pools/{name}/scale\",status=\"200\"}";
     assert_eq!(sample(&before, scale), 0.0);
     assert_eq!(sample(&after, scale), 1.0, "{after}");
-    assert!(sample(&after, "drover_runtime_calls_total{engine=\"local\",op=\"create\",result=\"ok\"}") >= 3.0, "{after}");
+    assert!(
+        sample(&after, "drover_runtime_calls_total{engine=\"local\",op=\"create\",result=\"ok\"}") >= 3.0,
+        "{after}"
+    );
     assert!(sample(&after, "drover_reconcile_passes_total{outcome=\"converged\"}") >= 1.0, "{after}");
     assert_eq!(sample(&after, "drover_machines{pool=\"metered\",phase=\"ready\"}"), 3.0, "{after}");
     assert_eq!(sample(&after, "drover_pool_replicas_desired{pool=\"metered\"}"), 3.0);
