@@ -196,11 +196,17 @@ pub async fn middleware(
         };
         if caller.is_none() {
             state.refusals.record(&state.db, &record).await;
-        } else if let Err(e) = db::audit::record(&state.db, &record, Utc::now()).await {
+        } else if let Err(e) = audit(&state.db, &record).await {
             tracing::error!(error = %e, method = %record.method, path = %record.path, "could not write the audit record");
         }
     }
     response
+}
+
+async fn audit(db: &Db, record: &db::audit::NewAudit<'_>) -> sqlx::Result<()> {
+    let mut tx = db.begin_write().await?;
+    db::audit::record(&mut *tx, record, Utc::now()).await?;
+    tx.commit().await
 }
 
 /// On first start, when no token exists, makes an admin token and writes
@@ -208,13 +214,15 @@ pub async fn middleware(
 /// never the token.
 pub async fn bootstrap(db: &Db, data_dir: &Path) -> anyhow::Result<()> {
     use anyhow::Context as _;
-    if db::tokens::count(db).await? > 0 {
+    if db::tokens::count(db.read()).await? > 0 {
         return Ok(());
     }
     let token = new_token();
     let path = data_dir.join("admin.token");
     write_private(&path, &format!("{token}\n")).with_context(|| format!("writing {}", path.display()))?;
-    db::tokens::insert(db, "bootstrap-admin", Role::Admin.as_str(), &hash_token(&token), Utc::now()).await?;
+    let mut tx = db.begin_write().await?;
+    db::tokens::insert(&mut *tx, "bootstrap-admin", Role::Admin.as_str(), &hash_token(&token), Utc::now()).await?;
+    tx.commit().await?;
     tracing::warn!(file = %path.display(), "created an admin token (name bootstrap-admin); it is in {}", path.display());
     Ok(())
 }

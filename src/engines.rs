@@ -115,7 +115,7 @@ fn bring_up(reg: &Registry, stored: &StoredEngine) -> Result<Arc<Engine>, Engine
 /// brought up (a registration no longer valid for this server, files that
 /// cannot be written) is logged and left out, not fatal.
 pub async fn load(reg: &Registry) -> Result<(), EngineError> {
-    for stored in db::engines::list(&reg.db).await? {
+    for stored in db::engines::list(reg.db.read()).await? {
         if let Err(e) = bring_up(reg, &stored) {
             tracing::error!(engine = %stored.name, error = %crate::error::error_chain(&e), "engine left out");
         }

@@ -109,7 +109,9 @@ pub async fn prune_once(db: &Db, s: &Settings, now: DateTime<Utc>) -> sqlx::Resu
             let cutoff = now - TimeDelta::hours(db::idempotency::RETENTION_HOURS);
             let mut total = 0;
             for _ in 0..MAX_BATCHES {
-                let n = db::idempotency::prune(db, cutoff, BATCH).await?;
+                let mut tx = db.begin_background().await?;
+                let n = db::idempotency::prune(&mut *tx, cutoff, BATCH).await?;
+                tx.commit().await?;
                 total += n;
                 if n < u64::from(BATCH) {
                     break;
@@ -135,7 +137,10 @@ async fn batched(db: &Db, sql: &'static str, value: Bind) -> sqlx::Result<u64> {
             Bind::Time(t) => query.bind(*t),
             Bind::Count(n) => query.bind(*n),
         };
-        let n = query.bind(BATCH).execute(db).await?.rows_affected();
+        // One short write per batch, so that requests' writes pass between.
+        let mut tx = db.begin_background().await?;
+        let n = query.bind(BATCH).execute(&mut *tx).await?.rows_affected();
+        tx.commit().await?;
         total += n;
         if n < u64::from(BATCH) {
             break;

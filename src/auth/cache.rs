@@ -68,7 +68,7 @@ impl TokenCache {
     /// tokens that are still there.
     pub async fn reload(&self, db: &Db) -> sqlx::Result<()> {
         let edits = self.edits.load(Ordering::Acquire);
-        let rows = db::tokens::all(db).await?;
+        let rows = db::tokens::all(db.background()).await?;
         let mut map = self.write();
         if self.edits.load(Ordering::Acquire) != edits {
             return Ok(());
@@ -142,7 +142,9 @@ impl TokenCache {
             .collect();
         for (entry, used) in due {
             let Some(at) = DateTime::from_timestamp(used, 0) else { continue };
-            db::tokens::touch(db, &entry.name, at).await?;
+            let mut tx = db.begin_background().await?;
+            db::tokens::touch(&mut *tx, &entry.name, at).await?;
+            tx.commit().await?;
             entry.stored.store(used, Ordering::Relaxed);
         }
         Ok(())

@@ -58,7 +58,13 @@ impl RefusalAudit {
         if let Some(ended) = ended {
             close(db, ended).await;
         }
-        match db::audit::record(db, audit, Utc::now()).await {
+        let written = async {
+            let mut tx = db.begin_background().await?;
+            let id = db::audit::record(&mut *tx, audit, Utc::now()).await?;
+            tx.commit().await?;
+            Ok::<_, sqlx::Error>(id)
+        };
+        match written.await {
             Ok(id) => {
                 let mut burst = self.lock();
                 match burst.as_mut() {
@@ -97,8 +103,14 @@ impl RefusalAudit {
 async fn close(db: &Db, burst: Burst) {
     let Some(row) = burst.row else { return };
     if burst.more > 0
-        && let Err(e) = db::audit::add_repeats(db, row, burst.more).await
+        && let Err(e) = add_repeats(db, row, burst.more).await
     {
         tracing::error!(error = %e, row, repeats = burst.more, "could not count refused requests in the audit trail");
     }
+}
+
+async fn add_repeats(db: &Db, row: i64, more: i64) -> sqlx::Result<()> {
+    let mut tx = db.begin_background().await?;
+    db::audit::add_repeats(&mut *tx, row, more).await?;
+    tx.commit().await
 }

@@ -2,6 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
+use sqlx::SqliteConnection;
 use sqlx::SqliteExecutor;
 use utoipa::ToSchema;
 
@@ -36,7 +37,7 @@ pub struct NewAudit<'a> {
 }
 
 /// Appends a record; returns its id.
-pub async fn record(db: impl SqliteExecutor<'_>, a: &NewAudit<'_>, now: DateTime<Utc>) -> sqlx::Result<i64> {
+pub async fn record(db: &mut SqliteConnection, a: &NewAudit<'_>, now: DateTime<Utc>) -> sqlx::Result<i64> {
     sqlx::query_scalar(
         "insert into audit (time, token_name, role, method, path, resource, status, outcome)
          values (?, ?, ?, ?, ?, ?, ?, ?) returning id",
@@ -54,7 +55,7 @@ pub async fn record(db: impl SqliteExecutor<'_>, a: &NewAudit<'_>, now: DateTime
 }
 
 /// Counts `more` requests into an existing record (a burst of refusals).
-pub async fn add_repeats(db: impl SqliteExecutor<'_>, id: i64, more: i64) -> sqlx::Result<()> {
+pub async fn add_repeats(db: &mut SqliteConnection, id: i64, more: i64) -> sqlx::Result<()> {
     sqlx::query("update audit set repeats = repeats + ? where id = ?").bind(more).bind(id).execute(db).await?;
     Ok(())
 }

@@ -3,6 +3,7 @@
 //! the row type the API shows has no field for them.
 
 use chrono::{DateTime, Utc};
+use sqlx::SqliteConnection;
 use sqlx::{AssertSqlSafe, SqliteExecutor};
 
 use crate::k8s::{CredentialError, Credentials};
@@ -21,7 +22,7 @@ const COLUMNS: &str = "name, server, auth_kind, created_at, updated_at";
 
 /// Inserts a cluster; a duplicate name fails with a unique violation.
 pub async fn insert(
-    db: impl SqliteExecutor<'_>,
+    db: &mut SqliteConnection,
     name: &str,
     server: &str,
     credentials: &Credentials,

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
+use sqlx::SqliteConnection;
 use sqlx::SqliteExecutor;
 
 use crate::domain::engine::Tls;
@@ -63,7 +64,7 @@ pub async fn list(db: impl SqliteExecutor<'_>) -> sqlx::Result<Vec<StoredEngine>
 
 /// Inserts a new engine; a duplicate name fails with a unique violation.
 pub async fn insert(
-    db: impl SqliteExecutor<'_>,
+    db: &mut SqliteConnection,
     name: &str,
     endpoint: &str,
     labels: &BTreeMap<String, String>,
@@ -89,7 +90,7 @@ pub async fn insert(
 
 /// Sets or clears `draining`; `false` when the engine does not exist.
 pub async fn set_draining(
-    db: impl SqliteExecutor<'_>,
+    db: &mut SqliteConnection,
     name: &str,
     draining: bool,
     now: DateTime<Utc>,
@@ -103,7 +104,7 @@ pub async fn set_draining(
     Ok(done.rows_affected() == 1)
 }
 
-pub async fn delete(db: impl SqliteExecutor<'_>, name: &str) -> sqlx::Result<bool> {
+pub async fn delete(db: &mut SqliteConnection, name: &str) -> sqlx::Result<bool> {
     let done = sqlx::query("delete from engines where name = ?").bind(name).execute(db).await?;
     Ok(done.rows_affected() == 1)
 }

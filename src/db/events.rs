@@ -1,11 +1,19 @@
 //! The `events` table: append, and read a subject's events newest first.
 
 use chrono::{DateTime, Utc};
+use sqlx::SqliteConnection;
 use sqlx::SqliteExecutor;
 
 use crate::domain::event::{Event, EventType, NewEvent, SubjectKind};
 
-pub async fn record(db: impl SqliteExecutor<'_>, ev: &NewEvent, now: DateTime<Utc>) -> sqlx::Result<()> {
+/// Records one event in a background write of its own.
+pub async fn record_alone(db: &super::Db, ev: &NewEvent, now: DateTime<Utc>) -> sqlx::Result<()> {
+    let mut tx = db.begin_background().await?;
+    record(&mut *tx, ev, now).await?;
+    tx.commit().await
+}
+
+pub async fn record(db: &mut SqliteConnection, ev: &NewEvent, now: DateTime<Utc>) -> sqlx::Result<()> {
     sqlx::query("insert into events (subject_kind, subject, time, type, reason, message) values (?, ?, ?, ?, ?, ?)")
         .bind(ev.kind.as_str())
         .bind(&ev.subject)
@@ -60,7 +68,7 @@ pub async fn list(
 
 /// Removes a subject's history once the subject itself is gone, so that a
 /// new pool of the same name starts with a clean log.
-pub async fn purge(db: impl SqliteExecutor<'_>, kind: SubjectKind, subject: &str) -> sqlx::Result<()> {
+pub async fn purge(db: &mut SqliteConnection, kind: SubjectKind, subject: &str) -> sqlx::Result<()> {
     sqlx::query("delete from events where subject_kind = ? and subject = ?")
         .bind(kind.as_str())
         .bind(subject)

@@ -2,7 +2,7 @@
 //! the claims of those still running.
 
 use chrono::{DateTime, Utc};
-use sqlx::SqliteExecutor;
+use sqlx::SqliteConnection;
 
 /// How long a key is remembered.
 pub const RETENTION_HOURS: i64 = 24;
@@ -78,7 +78,7 @@ pub async fn claim(
 
 /// Deletes up to `limit` keys created before `cutoff`, oldest first,
 /// through the `created_at` index; returns how many went.
-pub async fn prune(db: impl SqliteExecutor<'_>, cutoff: DateTime<Utc>, limit: u32) -> sqlx::Result<u64> {
+pub async fn prune(db: &mut SqliteConnection, cutoff: DateTime<Utc>, limit: u32) -> sqlx::Result<u64> {
     let done = sqlx::query(
         "delete from idempotency where rowid in
            (select rowid from idempotency where created_at < ? order by created_at limit ?)",
@@ -98,7 +98,7 @@ pub struct Stored<'a> {
     pub body: &'a [u8],
 }
 
-pub async fn complete(db: impl SqliteExecutor<'_>, token: &str, key: &str, r: &Stored<'_>) -> sqlx::Result<()> {
+pub async fn complete(db: &mut SqliteConnection, token: &str, key: &str, r: &Stored<'_>) -> sqlx::Result<()> {
     sqlx::query(
         "update idempotency set status = ?, content_type = ?, location = ?, etag = ?, body = ?
          where token_name = ? and key = ?",
@@ -118,7 +118,7 @@ pub async fn complete(db: impl SqliteExecutor<'_>, token: &str, key: &str, r: &S
 /// Releases a claim whose request ended without an answer worth keeping
 /// (a server error, a dropped request), so that a retry with the same key
 /// runs again. A stored answer is never released.
-pub async fn release(db: impl SqliteExecutor<'_>, token: &str, key: &str) -> sqlx::Result<()> {
+pub async fn release(db: &mut SqliteConnection, token: &str, key: &str) -> sqlx::Result<()> {
     sqlx::query("delete from idempotency where token_name = ? and key = ? and status is null")
         .bind(token)
         .bind(key)

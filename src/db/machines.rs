@@ -3,6 +3,7 @@
 //! deletion under way, restarts in place).
 
 use chrono::{DateTime, Utc};
+use sqlx::SqliteConnection;
 use sqlx::{AssertSqlSafe, SqliteExecutor};
 
 use crate::domain::machine::MachinePhase;
@@ -154,7 +155,7 @@ pub async fn get(db: impl SqliteExecutor<'_>, pool: &str, name: &str) -> sqlx::R
 /// own (the delete request, the deletion under way, the restart counts) is
 /// left as stored, except `failed_restarts`, which the observation resets
 /// once the machine is ready again.
-pub async fn write_observed(db: impl SqliteExecutor<'_>, m: &Machine) -> sqlx::Result<()> {
+pub async fn write_observed(db: &mut SqliteConnection, m: &Machine) -> sqlx::Result<()> {
     sqlx::query(
         "insert into machines (name, pool, engine, container_id, image, failure_domain, phase, state, health,
                                exit_code, oom_killed, ready, delete_requested, ready_since, started_at, finished_at,
@@ -195,7 +196,7 @@ pub async fn write_observed(db: impl SqliteExecutor<'_>, m: &Machine) -> sqlx::R
 /// Records that the machine's deletion begins, before the engine is asked
 /// to stop it; keeps the first time and reason when it was recorded already.
 pub async fn begin_termination(
-    db: impl SqliteExecutor<'_>,
+    db: &mut SqliteConnection,
     pool: &str,
     name: &str,
     reason: &str,
@@ -219,7 +220,7 @@ pub async fn begin_termination(
 /// Counts a restart in place (or an unpause); a restart of an exited
 /// machine also counts as failed until the machine is ready again.
 pub async fn record_restart(
-    db: impl SqliteExecutor<'_>,
+    db: &mut SqliteConnection,
     pool: &str,
     name: &str,
     counts_as_failed: bool,
@@ -239,7 +240,7 @@ pub async fn record_restart(
     Ok(())
 }
 
-pub async fn delete(db: impl SqliteExecutor<'_>, pool: &str, name: &str) -> sqlx::Result<bool> {
+pub async fn delete(db: &mut SqliteConnection, pool: &str, name: &str) -> sqlx::Result<bool> {
     let done =
         sqlx::query("delete from machines where pool = ? and name = ?").bind(pool).bind(name).execute(db).await?;
     Ok(done.rows_affected() == 1)
@@ -247,7 +248,7 @@ pub async fn delete(db: impl SqliteExecutor<'_>, pool: &str, name: &str) -> sqlx
 
 /// Sets the delete request; `None` when the machine does not exist.
 pub async fn request_delete(
-    db: impl SqliteExecutor<'_>,
+    db: &mut SqliteConnection,
     pool: &str,
     name: &str,
     now: DateTime<Utc>,
@@ -266,7 +267,7 @@ pub async fn request_delete(
 /// Sets the delete request only if it was not set; `None` when the machine
 /// is missing or was marked already. Lets a repeated DELETE be harmless.
 pub async fn mark_if_unmarked(
-    db: impl SqliteExecutor<'_>,
+    db: &mut SqliteConnection,
     pool: &str,
     name: &str,
     now: DateTime<Utc>,

@@ -1,6 +1,7 @@
 //! The `pools` table.
 
 use chrono::{DateTime, Utc};
+use sqlx::SqliteConnection;
 use sqlx::{AssertSqlSafe, SqliteExecutor};
 
 use crate::domain::pool::PoolSpec;
@@ -65,12 +66,7 @@ fn to_json<T: serde::Serialize>(v: &T) -> sqlx::Result<String> {
 }
 
 /// Inserts a new pool; a duplicate name fails with a unique violation.
-pub async fn insert(
-    db: impl SqliteExecutor<'_>,
-    name: &str,
-    spec: &PoolSpec,
-    now: DateTime<Utc>,
-) -> sqlx::Result<Pool> {
+pub async fn insert(db: &mut SqliteConnection, name: &str, spec: &PoolSpec, now: DateTime<Utc>) -> sqlx::Result<Pool> {
     let row: PoolRow = sqlx::query_as(AssertSqlSafe(format!(
         "insert into pools (name, generation, spec, status, deleting, created_at, updated_at)
          values (?, 1, ?, '{{}}', 0, ?, ?) returning {COLUMNS}"
@@ -113,7 +109,7 @@ pub async fn names(db: impl SqliteExecutor<'_>) -> sqlx::Result<Vec<String>> {
 /// concurrent writers that read the same generation exactly one wins.
 /// `None` means the generation moved on (or the pool is gone).
 pub async fn update_spec(
-    db: impl SqliteExecutor<'_>,
+    db: &mut SqliteConnection,
     name: &str,
     expected: i64,
     spec: &PoolSpec,
@@ -135,7 +131,7 @@ pub async fn update_spec(
 
 /// Flags the pool for deletion; `None` when it does not exist or was
 /// flagged already. A write first, so the transaction takes the lock at once.
-pub async fn mark_deleting(db: impl SqliteExecutor<'_>, name: &str, now: DateTime<Utc>) -> sqlx::Result<Option<Pool>> {
+pub async fn mark_deleting(db: &mut SqliteConnection, name: &str, now: DateTime<Utc>) -> sqlx::Result<Option<Pool>> {
     let row: Option<PoolRow> = sqlx::query_as(AssertSqlSafe(format!(
         "update pools set deleting = 1, updated_at = ? where name = ? and deleting = 0 returning {COLUMNS}"
     )))
@@ -149,7 +145,7 @@ pub async fn mark_deleting(db: impl SqliteExecutor<'_>, name: &str, now: DateTim
 /// Lowers `replicas` by one in a single statement (no read-modify-write
 /// race); `None` when the pool is missing, deleting, or already at zero.
 pub async fn decrement_replicas(
-    db: impl SqliteExecutor<'_>,
+    db: &mut SqliteConnection,
     name: &str,
     now: DateTime<Utc>,
 ) -> sqlx::Result<Option<Pool>> {
@@ -166,13 +162,13 @@ pub async fn decrement_replicas(
     row.map(Pool::try_from).transpose()
 }
 
-pub async fn write_status(db: impl SqliteExecutor<'_>, name: &str, status: &PoolStatus) -> sqlx::Result<()> {
+pub async fn write_status(db: &mut SqliteConnection, name: &str, status: &PoolStatus) -> sqlx::Result<()> {
     sqlx::query("update pools set status = ? where name = ?").bind(to_json(status)?).bind(name).execute(db).await?;
     Ok(())
 }
 
 /// Approves one more batch of the current rollout.
-pub async fn approve_batch(db: impl SqliteExecutor<'_>, name: &str) -> sqlx::Result<Option<Pool>> {
+pub async fn approve_batch(db: &mut SqliteConnection, name: &str) -> sqlx::Result<Option<Pool>> {
     let row: Option<PoolRow> = sqlx::query_as(AssertSqlSafe(format!(
         "update pools set batches_approved = batches_approved + 1 where name = ? returning {COLUMNS}"
     )))
@@ -183,7 +179,7 @@ pub async fn approve_batch(db: impl SqliteExecutor<'_>, name: &str) -> sqlx::Res
 }
 
 /// Removes the row of a pool whose machines are all gone.
-pub async fn remove(db: impl SqliteExecutor<'_>, name: &str) -> sqlx::Result<bool> {
+pub async fn remove(db: &mut SqliteConnection, name: &str) -> sqlx::Result<bool> {
     let done = sqlx::query("delete from pools where name = ? and deleting = 1").bind(name).execute(db).await?;
     Ok(done.rows_affected() == 1)
 }

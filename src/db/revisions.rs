@@ -2,6 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
+use sqlx::SqliteConnection;
 use sqlx::SqliteExecutor;
 use utoipa::ToSchema;
 
@@ -20,7 +21,7 @@ pub struct Revision {
 
 /// Records the first revision of a new pool.
 pub async fn record_first(
-    db: impl SqliteExecutor<'_>,
+    db: &mut SqliteConnection,
     pool: &str,
     spec: &PoolSpec,
     now: DateTime<Utc>,

@@ -2,6 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
+use sqlx::SqliteConnection;
 use sqlx::SqliteExecutor;
 use utoipa::ToSchema;
 
@@ -24,7 +25,7 @@ pub struct Stored {
 }
 
 pub async fn insert(
-    db: impl SqliteExecutor<'_>,
+    db: &mut SqliteConnection,
     name: &str,
     role: &str,
     hash: &str,
@@ -48,7 +49,7 @@ pub async fn all(db: impl SqliteExecutor<'_>) -> sqlx::Result<Vec<Stored>> {
 }
 
 /// Stamps the last use of a token.
-pub async fn touch(db: impl SqliteExecutor<'_>, name: &str, now: DateTime<Utc>) -> sqlx::Result<()> {
+pub async fn touch(db: &mut SqliteConnection, name: &str, now: DateTime<Utc>) -> sqlx::Result<()> {
     sqlx::query("update tokens set last_used_at = ? where name = ?").bind(now).bind(name).execute(db).await?;
     Ok(())
 }

@@ -6,6 +6,7 @@
 //! ([`touch`]), together with the event that explains it.
 
 use chrono::{DateTime, Utc};
+use sqlx::SqliteConnection;
 use sqlx::{AssertSqlSafe, SqliteExecutor};
 
 use crate::domain::upgrade::{Component, JobState, Step};
@@ -247,7 +248,7 @@ pub async fn release(tx: &mut sqlx::SqliteConnection, id: i64, owner: &str) -> s
 /// Forgets every claim not held by `owner`. Called once when the runner
 /// starts: this process holds the data directory's lock, so any other
 /// recorded owner is a process that is gone.
-pub async fn release_others(db: impl SqliteExecutor<'_>, owner: &str) -> sqlx::Result<u64> {
+pub async fn release_others(db: &mut SqliteConnection, owner: &str) -> sqlx::Result<u64> {
     Ok(sqlx::query("update upgrade_jobs set owner = null where owner is not null and owner != ?")
         .bind(owner)
         .execute(db)
@@ -277,7 +278,7 @@ pub async fn claim_of(db: impl SqliteExecutor<'_>, id: i64, owner: &str) -> sqlx
 
 /// Moves the job to component `index`, step `step`.
 pub async fn set_position(
-    db: impl SqliteExecutor<'_>,
+    db: &mut SqliteConnection,
     id: i64,
     index: usize,
     step: Step,
@@ -357,7 +358,7 @@ pub async fn request_cancel(
 
 /// Starts winding the job down; `finish` ends it once that is done.
 pub async fn start_wind_down(
-    db: impl SqliteExecutor<'_>,
+    db: &mut SqliteConnection,
     id: i64,
     kind: &str,
     end_state: JobState,
@@ -434,7 +435,7 @@ pub async fn components(db: impl SqliteExecutor<'_>, id: i64) -> sqlx::Result<Ve
 
 /// What step 0 saw: the pod to be replaced and the spec to restore.
 pub async fn save_observation(
-    db: impl SqliteExecutor<'_>,
+    db: &mut SqliteConnection,
     id: i64,
     position: usize,
     old_pod: &str,
@@ -454,12 +455,7 @@ pub async fn save_observation(
     Ok(())
 }
 
-pub async fn set_component_state(
-    db: impl SqliteExecutor<'_>,
-    id: i64,
-    position: usize,
-    state: &str,
-) -> sqlx::Result<()> {
+pub async fn set_component_state(db: &mut SqliteConnection, id: i64, position: usize, state: &str) -> sqlx::Result<()> {
     sqlx::query("update upgrade_components set state = ? where job_id = ? and position = ?")
         .bind(state)
         .bind(id)
@@ -497,7 +493,7 @@ pub async fn steps(db: impl SqliteExecutor<'_>, id: i64) -> sqlx::Result<Vec<Ste
 /// Marks a step running; a step started again (after a restart) counts one
 /// more attempt and forgets its previous end.
 pub async fn begin_step(
-    db: impl SqliteExecutor<'_>,
+    db: &mut SqliteConnection,
     id: i64,
     position: usize,
     step: Step,
@@ -520,7 +516,7 @@ pub async fn begin_step(
 }
 
 pub async fn end_step(
-    db: impl SqliteExecutor<'_>,
+    db: &mut SqliteConnection,
     id: i64,
     position: usize,
     step: Step,

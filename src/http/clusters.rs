@@ -162,13 +162,13 @@ fn parse_create(body: CreateCluster) -> ApiResult<(String, Credentials)> {
 }
 
 async fn load(state: &AppState, name: &str) -> ApiResult<ClusterRecord> {
-    db::clusters::get(&state.db, name).await?.ok_or_else(|| ApiError::not_found("cluster", name))
+    db::clusters::get(state.db.read(), name).await?.ok_or_else(|| ApiError::not_found("cluster", name))
 }
 
 /// A client for a registered cluster, trying each call `tries` times.
 pub async fn connect(state: &AppState, name: &str, tries: u32) -> ApiResult<ClusterApi> {
     let unusable = |e| ApiError::Unavailable(format!("cluster {name:?} cannot be reached with its credentials: {e}"));
-    let creds = db::clusters::credentials(&state.db, name)
+    let creds = db::clusters::credentials(state.db.read(), name)
         .await?
         .ok_or_else(|| ApiError::not_found("cluster", name))?
         .map_err(unusable)?;
@@ -198,7 +198,13 @@ async fn create_cluster(State(state): State<AppState>, ApiJson(body): ApiJson<Cr
     // The URL is shown to viewers and logged: it may carry no credential.
     let field = if creds.kind() == "token" { "server" } else { "kubeconfig" };
     check_server_url(&server).map_err(|e| ApiError::invalid(field, "server_url_credentials", e))?;
-    let record = match db::clusters::insert(&state.db, &name, &server, &creds, Utc::now()).await {
+    let mut tx = state.db.begin_write().await?;
+    let inserted = db::clusters::insert(&mut *tx, &name, &server, &creds, Utc::now()).await;
+    let inserted = match inserted {
+        Ok(r) => tx.commit().await.map(|()| r),
+        Err(e) => Err(e),
+    };
+    let record = match inserted {
         Ok(r) => r,
         Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
             return Err(ApiError::Conflict(format!("cluster {name:?} already exists")));
@@ -224,7 +230,7 @@ async fn list_clusters(
 ) -> ApiResult<Json<ClusterList>> {
     let limit = page.limit()?;
     let after = page.after()?;
-    let mut rows = db::clusters::list(&state.db, after.as_deref(), limit + 1).await?;
+    let mut rows = db::clusters::list(state.db.read(), after.as_deref(), limit + 1).await?;
     let next_cursor = finish_page(&mut rows, limit, |c| c.name.clone());
     Ok(Json(ClusterList { items: rows.into_iter().map(ClusterView::from).collect(), next_cursor }))
 }

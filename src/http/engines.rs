@@ -146,7 +146,7 @@ impl From<EngineError> for ApiError {
 }
 
 async fn has_tls(state: &AppState, name: &str) -> ApiResult<bool> {
-    Ok(db::engines::list(&state.db).await?.iter().any(|e| e.name == name && e.tls.is_some()))
+    Ok(db::engines::list(state.db.read()).await?.iter().any(|e| e.name == name && e.tls.is_some()))
 }
 
 fn with_location(status: StatusCode, name: &str, body: EngineView) -> Response {
@@ -189,7 +189,7 @@ async fn list_engines(
     let limit = page.limit()?;
     let after = page.after()?.unwrap_or_default();
     let with_tls: Vec<String> =
-        db::engines::list(&state.db).await?.into_iter().filter(|e| e.tls.is_some()).map(|e| e.name).collect();
+        db::engines::list(state.db.read()).await?.into_iter().filter(|e| e.tls.is_some()).map(|e| e.name).collect();
     let mut rows: Vec<EngineView> = state
         .engines
         .all()
@@ -269,7 +269,7 @@ async fn list_engine_events(
     let limit = page.limit()?;
     let before = page.after_id()?;
     state.engines.get(&name).ok_or_else(|| ApiError::not_found("engine", &name))?;
-    let mut rows = db::events::list(&state.db, SubjectKind::Engine, &name, before, limit + 1).await?;
+    let mut rows = db::events::list(state.db.read(), SubjectKind::Engine, &name, before, limit + 1).await?;
     let next_cursor = finish_page(&mut rows, limit, |e| e.id.to_string());
     Ok(Json(EventList { items: rows, next_cursor }))
 }

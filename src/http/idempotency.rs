@@ -148,7 +148,12 @@ async fn run(
             etag: etag.as_deref(),
             body: &bytes,
         };
-        match db::idempotency::complete(&state.db, &caller.name, &key, &record).await {
+        let completed = async {
+            let mut tx = state.db.begin_write().await?;
+            db::idempotency::complete(&mut *tx, &caller.name, &key, &record).await?;
+            tx.commit().await
+        };
+        match completed.await {
             Ok(()) => claim.held = false,
             Err(e) => tracing::error!(error = %e, "could not record the idempotent response"),
         }
@@ -204,7 +209,12 @@ impl Drop for Claim {
         // Without a runtime (never, in practice) the claim simply expires.
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
-                if let Err(e) = db::idempotency::release(&db, &token, &key).await {
+                let released = async {
+                    let mut tx = db.begin_write().await?;
+                    db::idempotency::release(&mut *tx, &token, &key).await?;
+                    tx.commit().await
+                };
+                if let Err(e) = released.await {
                     tracing::warn!(error = %e, "could not release an idempotency key; it expires with the request timeout");
                 }
             });

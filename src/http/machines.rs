@@ -105,7 +105,7 @@ pub struct MachineList {
 }
 
 async fn desired_image(state: &AppState, pool: &str) -> ApiResult<String> {
-    let p = db::pools::get(&state.db, pool).await?.ok_or_else(|| ApiError::not_found("pool", pool))?;
+    let p = db::pools::get(state.db.read(), pool).await?.ok_or_else(|| ApiError::not_found("pool", pool))?;
     Ok(p.spec.desired_image())
 }
 
@@ -125,7 +125,7 @@ async fn list_machines(
     let limit = page.limit()?;
     let after = page.after()?;
     let image = desired_image(&state, &name).await?;
-    let mut rows = db::machines::page(&state.db, &name, after.as_deref(), limit + 1).await?;
+    let mut rows = db::machines::page(state.db.read(), &name, after.as_deref(), limit + 1).await?;
     let next_cursor = finish_page(&mut rows, limit, |m| m.name.clone());
     Ok(Json(MachineList { items: rows.into_iter().map(|m| view(m, &image)).collect(), next_cursor }))
 }
@@ -142,8 +142,9 @@ async fn get_machine(
     Path((name, machine)): Path<(String, String)>,
 ) -> ApiResult<Json<MachineView>> {
     let image = desired_image(&state, &name).await?;
-    let m =
-        db::machines::get(&state.db, &name, &machine).await?.ok_or_else(|| ApiError::not_found("machine", &machine))?;
+    let m = db::machines::get(state.db.read(), &name, &machine)
+        .await?
+        .ok_or_else(|| ApiError::not_found("machine", &machine))?;
     Ok(Json(view(m, &image)))
 }
 
@@ -217,8 +218,9 @@ async fn delete_machine(
         None => {
             drop(tx);
             // Marked before (a repeated call), or missing.
-            let pool = db::pools::get(&state.db, &name).await?.ok_or_else(|| ApiError::not_found("pool", &name))?;
-            let m = db::machines::get(&state.db, &name, &machine)
+            let pool =
+                db::pools::get(state.db.read(), &name).await?.ok_or_else(|| ApiError::not_found("pool", &name))?;
+            let m = db::machines::get(state.db.read(), &name, &machine)
                 .await?
                 .ok_or_else(|| ApiError::not_found("machine", &machine))?;
             (m, pool)

@@ -61,7 +61,7 @@ async fn store_gauges(db: &crate::db::Db) -> ApiResult<ScrapeGauges> {
     let rows: Vec<(String, String, i64)> = sqlx::query_as(
         "select pool, case when ready then 'ready' else phase end, count(*) from machines group by 1, 2 order by 1, 2",
     )
-    .fetch_all(db)
+    .fetch_all(db.read())
     .await?;
     let samples: Vec<_> = rows.into_iter().map(|(p, s, n)| (vec![p, s], n as f64)).collect();
     g.family(
@@ -77,7 +77,7 @@ async fn store_gauges(db: &crate::db::Db) -> ApiResult<ScrapeGauges> {
                 coalesce(json_extract(status, '$.replicas'), 0) - coalesce(json_extract(status, '$.updated_replicas'), 0)
          from pools order by name",
     )
-    .fetch_all(db)
+    .fetch_all(db.read())
     .await?;
     let per_pool = |f: fn(&(String, i64, i64, i64)) -> i64| -> Vec<_> {
         rows.iter().map(|r| (vec![r.0.clone()], f(r) as f64)).collect()
@@ -92,7 +92,9 @@ async fn store_gauges(db: &crate::db::Db) -> ApiResult<ScrapeGauges> {
     g.family("drover_rollout_outdated_machines", "Machines still running another image", &["pool"], &per_pool(|r| r.3));
 
     let rows: Vec<(String, i64)> =
-        sqlx::query_as("select state, count(*) from upgrade_jobs group by state order by state").fetch_all(db).await?;
+        sqlx::query_as("select state, count(*) from upgrade_jobs group by state order by state")
+            .fetch_all(db.read())
+            .await?;
     let samples: Vec<_> = rows.into_iter().map(|(s, n)| (vec![s], n as f64)).collect();
     g.family("drover_upgrade_jobs", "Upgrade jobs, by state", &["state"], &samples);
 
@@ -100,7 +102,7 @@ async fn store_gauges(db: &crate::db::Db) -> ApiResult<ScrapeGauges> {
         "select name, sum((julianday(finished_at) - julianday(started_at)) * 86400.0), count(*)
          from upgrade_steps where finished_at is not null group by name order by name",
     )
-    .fetch_all(db)
+    .fetch_all(db.read())
     .await?;
     let sums: Vec<_> = rows.iter().map(|(s, secs, _)| (vec![s.clone()], *secs)).collect();
     let counts: Vec<_> = rows.iter().map(|(s, _, n)| (vec![s.clone()], *n as f64)).collect();

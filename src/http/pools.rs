@@ -90,7 +90,7 @@ fn if_match(headers: &HeaderMap) -> ApiResult<Option<Vec<i64>>> {
 }
 
 pub(crate) async fn load(state: &AppState, name: &str) -> ApiResult<Pool> {
-    db::pools::get(&state.db, name).await?.ok_or_else(|| ApiError::not_found("pool", name))
+    db::pools::get(state.db.read(), name).await?.ok_or_else(|| ApiError::not_found("pool", name))
 }
 
 /// RFC 7396 JSON merge patch.
@@ -240,7 +240,7 @@ async fn update_spec(
         }
         tx.commit().await?;
         // The revision and approvals may have moved in this transaction.
-        let updated = db::pools::get(&state.db, name).await?.unwrap_or(updated);
+        let updated = db::pools::get(state.db.read(), name).await?.unwrap_or(updated);
         state.queue.enqueue(name);
         state.changes.pool(name);
         tracing::info!(pool = name, generation = updated.generation, "spec updated");
@@ -295,7 +295,7 @@ async fn create_pool(State(state): State<AppState>, ApiJson(body): ApiJson<Value
 async fn list_pools(State(state): State<AppState>, ApiQuery(page): ApiQuery<PageParams>) -> ApiResult<Json<PoolList>> {
     let limit = page.limit()?;
     let after = page.after()?;
-    let mut rows = db::pools::list(&state.db, after.as_deref(), limit + 1).await?;
+    let mut rows = db::pools::list(state.db.read(), after.as_deref(), limit + 1).await?;
     let next_cursor = finish_page(&mut rows, limit, |p| p.name.clone());
     Ok(Json(PoolList { items: rows.into_iter().map(PoolView::from).collect(), next_cursor }))
 }
@@ -436,7 +436,7 @@ async fn list_pool_events(
     let limit = page.limit()?;
     let before = page.after_id()?;
     load(&state, &name).await?;
-    let mut rows = db::events::list(&state.db, SubjectKind::Pool, &name, before, limit + 1).await?;
+    let mut rows = db::events::list(state.db.read(), SubjectKind::Pool, &name, before, limit + 1).await?;
     let next_cursor = finish_page(&mut rows, limit, |e| e.id.to_string());
     Ok(Json(EventList { items: rows, next_cursor }))
 }

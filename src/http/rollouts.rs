@@ -200,7 +200,7 @@ pub struct RevisionList {
     ))]
 async fn list_revisions(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Json<RevisionList>> {
     let pool = load(&state, &name).await?;
-    let items = db::revisions::list(&state.db, &name).await?;
+    let items = db::revisions::list(state.db.read(), &name).await?;
     Ok(Json(RevisionList { current: pool.revision, items }))
 }
 
@@ -235,8 +235,8 @@ async fn rollback_pool(
         return Err(ApiError::Conflict(format!("pool {name:?} is being deleted")));
     }
     let target = match req.revision {
-        Some(r) => db::revisions::get(&state.db, &name, r).await?,
-        None => db::revisions::previous(&state.db, &name, pool.revision).await?,
+        Some(r) => db::revisions::get(state.db.read(), &name, r).await?,
+        None => db::revisions::previous(state.db.read(), &name, pool.revision).await?,
     };
     if let Some(target) = &target {
         // The same rules as a PATCH of `image`: the image must be allowed,

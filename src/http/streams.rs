@@ -138,13 +138,13 @@ impl Watch {
     async fn poll(&mut self) -> ApiResult<Vec<SseEvent>> {
         let (kind, subject, status, finished) = match &self.subject {
             Subject::Pool(name) => {
-                let view = match db::pools::get(&self.state.db, name).await? {
+                let view = match db::pools::get(self.state.db.read(), name).await? {
                     Some(pool) => Some(to_value(pools::PoolView::from(pool))?),
                     None => None,
                 };
                 (SubjectKind::Pool, name.clone(), view, false)
             }
-            Subject::Job(id) => match db::upgrades::get(&self.state.db, *id).await? {
+            Subject::Job(id) => match db::upgrades::get(self.state.db.read(), *id).await? {
                 Some(job) => {
                     let finished = !job.state.is_active();
                     let view = to_value(upgrades::view(&self.state, job).await?)?;
@@ -172,7 +172,7 @@ impl Watch {
     }
 
     async fn new_events(&mut self, kind: SubjectKind, subject: &str) -> ApiResult<Vec<SseEvent>> {
-        let events = db::events::after(&self.state.db, kind, subject, self.last_event, EVENT_BATCH).await?;
+        let events = db::events::after(self.state.db.read(), kind, subject, self.last_event, EVENT_BATCH).await?;
         let mut out = Vec::with_capacity(events.len());
         for ev in events {
             self.last_event = ev.id;
@@ -220,7 +220,7 @@ fn last_event_id(headers: &HeaderMap) -> ApiResult<Option<i64>> {
 async fn start_after(state: &AppState, headers: &HeaderMap, kind: SubjectKind, subject: &str) -> ApiResult<i64> {
     match last_event_id(headers)? {
         Some(id) => Ok(id),
-        None => Ok(db::events::last_id(&state.db, kind, subject).await?),
+        None => Ok(db::events::last_id(state.db.read(), kind, subject).await?),
     }
 }
 

@@ -78,7 +78,13 @@ async fn create_token(State(state): State<AppState>, ApiJson(req): ApiJson<Creat
     check_dns_label(&req.name).map_err(|e| ApiError::invalid("name", "dns_label", e))?;
     let token = new_token();
     let hash = hash_token(&token);
-    let info = match db::tokens::insert(&state.db, &req.name, req.role.as_str(), &hash, Utc::now()).await {
+    let mut tx = state.db.begin_write().await?;
+    let inserted = db::tokens::insert(&mut *tx, &req.name, req.role.as_str(), &hash, Utc::now()).await;
+    let inserted = match inserted {
+        Ok(r) => tx.commit().await.map(|()| r),
+        Err(e) => Err(e),
+    };
+    let info = match inserted {
         Ok(info) => info,
         Err(e) if e.as_database_error().is_some_and(|d| d.is_unique_violation()) => {
             return Err(ApiError::Conflict(format!("a token named {:?} already exists", req.name)));
@@ -95,7 +101,7 @@ async fn create_token(State(state): State<AppState>, ApiJson(req): ApiJson<Creat
 #[utoipa::path(get, path = "/v1/tokens", tag = "access",
     responses((status = 200, description = "Every token", body = TokenList)))]
 async fn list_tokens(State(state): State<AppState>) -> ApiResult<Json<TokenList>> {
-    let mut items = db::tokens::list(&state.db).await?;
+    let mut items = db::tokens::list(state.db.read()).await?;
     // Uses are stamped in memory and stored about once a minute.
     for t in &mut items {
         t.last_used_at = t.last_used_at.max(state.tokens.last_used(&t.name));
@@ -136,7 +142,7 @@ async fn delete_token(State(state): State<AppState>, Path(name): Path<String>) -
     ))]
 async fn list_audit(State(state): State<AppState>, ApiQuery(page): ApiQuery<PageParams>) -> ApiResult<Json<AuditList>> {
     let limit = page.limit()?;
-    let mut rows = db::audit::page(&state.db, page.after_id()?, limit + 1).await?;
+    let mut rows = db::audit::page(state.db.read(), page.after_id()?, limit + 1).await?;
     let next_cursor = finish_page(&mut rows, limit, |a| a.id.to_string());
     Ok(Json(AuditList { items: rows, next_cursor }))
 }

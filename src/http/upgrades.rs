@@ -147,8 +147,8 @@ pub struct UpgradeFilter {
 }
 
 pub(crate) async fn view(state: &AppState, job: Job) -> ApiResult<UpgradeView> {
-    let comps = db::upgrades::components(&state.db, job.id).await?;
-    let steps = db::upgrades::steps(&state.db, job.id).await?;
+    let comps = db::upgrades::components(state.db.read(), job.id).await?;
+    let steps = db::upgrades::steps(state.db.read(), job.id).await?;
     let version = job.version.parse().map_err(|e| ApiError::Internal(anyhow::anyhow!("stored version: {e}")))?;
     let current = job.state.is_active().then(|| Position {
         component: job.components.get(job.component_index).copied().unwrap_or(Component::KubeApiserver),
@@ -205,7 +205,7 @@ fn parse_id(id: &str) -> ApiResult<i64> {
 }
 
 pub(crate) async fn load(state: &AppState, id: &str) -> ApiResult<Job> {
-    db::upgrades::get(&state.db, parse_id(id)?).await?.ok_or_else(|| ApiError::not_found("upgrade job", id))
+    db::upgrades::get(state.db.read(), parse_id(id)?).await?.ok_or_else(|| ApiError::not_found("upgrade job", id))
 }
 
 fn location(id: i64) -> HeaderValue {
@@ -267,9 +267,9 @@ async fn create_upgrade(
     let repo = body.image_repository.clone().unwrap_or_else(|| DEFAULT_IMAGE_REPOSITORY.to_owned());
     check_image_reference(&format!("{repo}/kube-apiserver:{target}"))
         .map_err(|e| ApiError::invalid("image_repository", "image_repository", e))?;
-    db::clusters::get(&state.db, &name).await?.ok_or_else(|| ApiError::not_found("cluster", &name))?;
+    db::clusters::get(state.db.read(), &name).await?.ok_or_else(|| ApiError::not_found("cluster", &name))?;
     if !body.dry_run
-        && let Some(id) = db::upgrades::active_for_cluster(&state.db, &name).await?
+        && let Some(id) = db::upgrades::active_for_cluster(state.db.read(), &name).await?
     {
         return Err(active_conflict(&name, id));
     }
@@ -314,7 +314,8 @@ async fn list_upgrades(
 ) -> ApiResult<Json<UpgradeList>> {
     let limit = page.limit()?;
     let before = page.after_id()?;
-    let mut jobs = db::upgrades::list(&state.db, filter.cluster.as_deref(), filter.state, before, limit + 1).await?;
+    let mut jobs =
+        db::upgrades::list(state.db.read(), filter.cluster.as_deref(), filter.state, before, limit + 1).await?;
     let next_cursor = finish_page(&mut jobs, limit, |j| j.id.to_string());
     let mut items = Vec::with_capacity(jobs.len());
     for job in jobs {
@@ -352,7 +353,7 @@ async fn list_upgrade_events(
     let limit = page.limit()?;
     let before = page.after_id()?;
     let job = load(&state, &id).await?;
-    let mut rows = db::events::list(&state.db, SubjectKind::Job, &job.id.to_string(), before, limit + 1).await?;
+    let mut rows = db::events::list(state.db.read(), SubjectKind::Job, &job.id.to_string(), before, limit + 1).await?;
     let next_cursor = finish_page(&mut rows, limit, |e| e.id.to_string());
     Ok(Json(EventList { items: rows, next_cursor }))
 }

@@ -16,7 +16,7 @@ pub(super) fn record(ctx: &Context, engine: &str, reachable: bool, message: Stri
         let (type_, reason) =
             if reachable { (EventType::Normal, "EngineReachable") } else { (EventType::Warning, "EngineUnreachable") };
         warn_unrecorded(
-            db::events::record(&ctx.db, &NewEvent::engine(&engine, type_, reason, message), Utc::now()).await,
+            db::events::record_alone(&ctx.db, &NewEvent::engine(&engine, type_, reason, message), Utc::now()).await,
         );
         if reachable {
             return;
@@ -31,7 +31,7 @@ pub(super) fn record(ctx: &Context, engine: &str, reachable: bool, message: Stri
                 lost_after.as_secs()
             );
             let ev = NewEvent::engine(&engine, EventType::Warning, "EngineLost", message);
-            warn_unrecorded(db::events::record(&ctx.db, &ev, Utc::now()).await);
+            warn_unrecorded(db::events::record_alone(&ctx.db, &ev, Utc::now()).await);
         }
     });
 }

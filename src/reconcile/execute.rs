@@ -25,7 +25,7 @@ pub(super) async fn execute(
 ) -> Result<(), ReconcileError> {
     let now = ctx.clock.now();
     if !plan.delete.is_empty() {
-        let mut tx = db::begin_write(&ctx.db).await?;
+        let mut tx = db::begin_background(&ctx.db).await?;
         for d in &plan.delete {
             db::machines::begin_termination(&mut *tx, &pool.name, &d.machine, reason_text(d.reason), now).await?;
             db::events::record(&mut *tx, &deleting_event(&pool.name, d), now).await?;
@@ -46,7 +46,7 @@ pub(super) async fn execute(
         let Err(e) = outcome else {
             let tx = match &mut tx {
                 Some(tx) => tx,
-                None => tx.insert(db::begin_write(&ctx.db).await?),
+                None => tx.insert(db::begin_background(&ctx.db).await?),
             };
             let failed = r.action == RepairAction::Restart;
             db::machines::record_restart(&mut **tx, &pool.name, &r.machine, failed, now).await?;
@@ -62,7 +62,7 @@ pub(super) async fn execute(
             Ok((container, engine, ev)) => {
                 let tx = match &mut tx {
                     Some(tx) => tx,
-                    None => tx.insert(db::begin_write(&ctx.db).await?),
+                    None => tx.insert(db::begin_background(&ctx.db).await?),
                 };
                 db::machines::write_observed(&mut **tx, &created_record(&pool.name, &engine, &container, now)).await?;
                 db::events::record(&mut **tx, &ev, now).await?;

@@ -184,7 +184,7 @@ async fn look(ctx: &Context, pool: &Pool, now: DateTime<Utc>) -> Result<Look, Re
     let engines = engine_views(ctx, pool, now);
     let containers: Vec<(String, crate::runtime::Container)> =
         ctx.engines.containers_of(&pool.name).into_iter().map(|(e, c)| (e.name.clone(), c)).collect();
-    let records = db::machines::list_for_pool(&ctx.db, &pool.name).await?;
+    let records = db::machines::list_for_pool(ctx.db.background(), &pool.name).await?;
     let obs = observe::observe(&pool.name, &containers, &records, &engines, &pool.spec, &ctx.timing, now);
     Ok(Look { obs, engines, records })
 }
@@ -207,7 +207,7 @@ pub async fn live_counts(ctx: &Context, pool: &Pool) -> Result<Counts, Reconcile
 /// pool run at once.
 #[tracing::instrument(skip(ctx), fields(pool = %name))]
 pub async fn reconcile_once(ctx: &Context, name: &str) -> Result<Outcome, ReconcileError> {
-    let Some(pool) = db::pools::get(&ctx.db, name).await? else {
+    let Some(pool) = db::pools::get(ctx.db.background(), name).await? else {
         return Ok(Outcome::Gone);
     };
     let now = ctx.clock.now();
@@ -255,7 +255,7 @@ pub async fn reconcile_once(ctx: &Context, name: &str) -> Result<Outcome, Reconc
 /// so on every pass, not only when a drain needs the cluster.
 async fn cluster_problem(ctx: &Context, pool: &Pool) -> Result<Option<String>, ReconcileError> {
     let Some(cluster) = pool.spec.cluster.as_deref() else { return Ok(None) };
-    Ok(match db::clusters::credentials(&ctx.db, cluster).await? {
+    Ok(match db::clusters::credentials(ctx.db.background(), cluster).await? {
         None => Some(format!("cluster {cluster:?} is not registered")),
         Some(Err(e)) => Some(format!("the credentials of cluster {cluster:?} cannot be used: {e}")),
         Some(Ok(credentials)) => match credentials.config(ctx.nodes.retry.call_timeout).await {
@@ -267,7 +267,7 @@ async fn cluster_problem(ctx: &Context, pool: &Pool) -> Result<Option<String>, R
 
 /// The deleting pool has no machines left: drop its rows.
 async fn purge(ctx: &Context, name: &str) -> Result<Outcome, ReconcileError> {
-    let mut tx = crate::db::begin_write(&ctx.db).await?;
+    let mut tx = crate::db::begin_background(&ctx.db).await?;
     db::events::purge(&mut *tx, SubjectKind::Pool, name).await?;
     db::pools::remove(&mut *tx, name).await?;
     tx.commit().await?;

@@ -37,7 +37,7 @@ fn drain_failed(pool: &Pool, machine: &str, source: DrainError) -> ReconcileErro
 
 async fn record(ctx: &Context, pool: &Pool, reason: &'static str, message: String) {
     let ev = NewEvent::pool(&pool.name, EventType::Normal, reason, message);
-    warn_unrecorded(db::events::record(&ctx.db, &ev, Utc::now()).await);
+    warn_unrecorded(db::events::record_alone(&ctx.db, &ev, Utc::now()).await);
 }
 
 /// Cordons and drains the machine's node when the pool belongs to a
@@ -51,7 +51,7 @@ pub(super) async fn leave_cluster(
 ) -> Result<Option<ClusterApi>, ReconcileError> {
     let Some(cluster) = pool.spec.cluster.as_deref() else { return Ok(None) };
     let settings = ctx.nodes;
-    let Some(credentials) = db::clusters::credentials(&ctx.db, cluster).await? else {
+    let Some(credentials) = db::clusters::credentials(ctx.db.background(), cluster).await? else {
         return Err(drain_failed(pool, machine, DrainError::UnknownCluster(cluster.to_owned())));
     };
     // Unusable stored credentials fail the pass (Reconciled=False), never the process.
@@ -97,5 +97,5 @@ pub(super) async fn forget_node(ctx: &Context, pool: &Pool, api: &ClusterApi, ma
         "NodeDeleteFailed",
         format!("node {machine} stays in the cluster; delete it by hand: {failure}"),
     );
-    warn_unrecorded(db::events::record(&ctx.db, &ev, Utc::now()).await);
+    warn_unrecorded(db::events::record_alone(&ctx.db, &ev, Utc::now()).await);
 }

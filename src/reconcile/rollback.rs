@@ -38,10 +38,10 @@ pub struct RolledBack {
 /// at the generation it was read at. Makes a new revision and an event.
 pub async fn rollback(db: &Db, pool: &Pool, target: Option<i64>, why: &str) -> Result<RolledBack, RollbackError> {
     let rev = match target {
-        Some(revision) => db::revisions::get(db, &pool.name, revision)
+        Some(revision) => db::revisions::get(db.read(), &pool.name, revision)
             .await?
             .ok_or_else(|| RollbackError::UnknownRevision { pool: pool.name.clone(), revision })?,
-        None => db::revisions::previous(db, &pool.name, pool.revision)
+        None => db::revisions::previous(db.read(), &pool.name, pool.revision)
             .await?
             .ok_or_else(|| RollbackError::NoPrevious(pool.name.clone()))?,
     };
@@ -54,6 +54,8 @@ pub async fn rollback(db: &Db, pool: &Pool, target: Option<i64>, why: &str) -> R
         return Err(RollbackError::SameImage(rev.revision));
     }
     let now = Utc::now();
+    // A request's rollback, or the reconciler's when a rollout stalls: rare
+    // either way, and someone waits for it.
     let mut tx = crate::db::begin_write(db).await?;
     let Some(updated) = db::pools::update_spec(&mut *tx, &pool.name, pool.generation, &spec, now).await? else {
         return Err(RollbackError::Conflict(pool.name.clone()));
@@ -64,7 +66,7 @@ pub async fn rollback(db: &Db, pool: &Pool, target: Option<i64>, why: &str) -> R
         format!("{why}: rolling back to revision {} ({}) as revision {revision}", rev.revision, rev.desired_image);
     db::events::record(&mut *tx, &NewEvent::pool(&pool.name, EventType::Warning, "RolledBack", message), now).await?;
     tx.commit().await?;
-    let pool = db::pools::get(db, &pool.name).await?.unwrap_or(updated);
+    let pool = db::pools::get(db.read(), &pool.name).await?.unwrap_or(updated);
     tracing::warn!(pool = %pool.name, to = rev.revision, revision, "rolled back");
     Ok(RolledBack { pool, to: rev.revision, revision })
 }

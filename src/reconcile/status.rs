@@ -127,7 +127,7 @@ pub(super) async fn status_after_pass(
         // Told once when it starts, not on every pass while it lasts.
         if was_available {
             let ev = NewEvent::pool(&pool.name, EventType::Warning, "RuntimeUnavailable", message);
-            db::events::record(&ctx.db, &ev, now).await?;
+            db::events::record_alone(&ctx.db, &ev, now).await?;
         }
     }
     match &unhealthy {
@@ -183,7 +183,7 @@ pub(super) async fn status_after_pass(
             spec.progress_deadline_seconds, counts.updated_available, spec.replicas, counts.outdated
         );
         let ev = NewEvent::pool(&pool.name, EventType::Warning, "ProgressDeadlineExceeded", message);
-        db::events::record(&ctx.db, &ev, now).await?;
+        db::events::record_alone(&ctx.db, &ev, now).await?;
         if spec.strategy.auto_rollback {
             match rollback::rollback(&ctx.db, pool, None, "the progress deadline passed").await {
                 Ok(rolled) => {
@@ -269,7 +269,9 @@ pub(super) async fn write_if_changed(
         return Ok(());
     }
     status.last_reconciled_at = Some(now);
-    db::pools::write_status(&ctx.db, &pool.name, &status).await?;
+    let mut tx = db::begin_background(&ctx.db).await?;
+    db::pools::write_status(&mut *tx, &pool.name, &status).await?;
+    tx.commit().await?;
     Ok(())
 }
 
@@ -278,7 +280,7 @@ pub async fn record_failure(ctx: &Context, name: &str, err: &ReconcileError) {
     let now = Utc::now();
     let message = crate::error::error_chain(err);
     let result = async {
-        let Some(pool) = db::pools::get(&ctx.db, name).await? else { return Ok(()) };
+        let Some(pool) = db::pools::get(ctx.db.background(), name).await? else { return Ok(()) };
         let mut status = pool.status.clone();
         let unavailable = matches!(err.first(), ReconcileError::Runtime(RuntimeError::Unavailable(_)));
         if unavailable {
@@ -299,7 +301,7 @@ pub async fn record_failure(ctx: &Context, name: &str, err: &ReconcileError) {
         let repeated = status.last_error.as_deref() == Some(message.as_str());
         status.last_error = Some(message.clone());
         status.last_reconciled_at = Some(now);
-        let mut tx = crate::db::begin_write(&ctx.db).await?;
+        let mut tx = crate::db::begin_background(&ctx.db).await?;
         db::pools::write_status(&mut *tx, name, &status).await?;
         // A failure that repeats word for word is one story, told once.
         if !repeated {

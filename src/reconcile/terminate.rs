@@ -156,6 +156,14 @@ async fn delete_machine(ctx: &Context, pool: &Pool, d: &Deletion) -> Result<(), 
         // container any more; the record goes (its pass sees it vanished).
         return Ok(());
     };
+    if engine.reachable() && engine.container(&d.container_id).is_none() {
+        // Gone already: a deletion that finished just before this one was
+        // handed over (the pass that did so had looked before it ended).
+        let mut tx = db::begin_background(&ctx.db).await?;
+        db::machines::delete(&mut *tx, &pool.name, &d.machine).await?;
+        tx.commit().await?;
+        return Ok(());
+    }
     // Draining waits on the cluster, not on the engine.
     let cluster = node::leave_cluster(ctx, pool, &d.machine).await?;
     let removed = engine.remove(&d.container_id, ctx.stop_timeout_secs).await;
@@ -171,7 +179,7 @@ async fn delete_machine(ctx: &Context, pool: &Pool, d: &Deletion) -> Result<(), 
         "MachineDeleted",
         format!("deleted {} ({:.1} s to stop and remove)", d.machine, started.elapsed().as_secs_f64()),
     );
-    let mut tx = db::begin_write(&ctx.db).await?;
+    let mut tx = db::begin_background(&ctx.db).await?;
     db::machines::delete(&mut *tx, &pool.name, &d.machine).await?;
     db::events::record(&mut *tx, &ev, now).await?;
     tx.commit().await?;
@@ -194,6 +202,6 @@ async fn report_failure(ctx: &Context, pool: &Pool, d: &Deletion, e: &ReconcileE
     if n == 1 || n.is_power_of_two() {
         let reason = if matches!(e, ReconcileError::Drain { .. }) { "DrainFailed" } else { "MachineDeleteFailed" };
         let ev = NewEvent::pool(&pool.name, EventType::Warning, reason, message);
-        super::warn_unrecorded(db::events::record(&ctx.db, &ev, Utc::now()).await);
+        super::warn_unrecorded(db::events::record_alone(&ctx.db, &ev, Utc::now()).await);
     }
 }

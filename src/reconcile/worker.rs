@@ -196,7 +196,7 @@ impl Scheduler {
     }
 
     async fn wake_all(&mut self, priority: Priority) {
-        match crate::db::pools::names(&self.ctx.db).await {
+        match crate::db::pools::names(self.ctx.db.background()).await {
             Ok(names) => names.into_iter().for_each(|n| self.wake(n, priority)),
             Err(e) => tracing::warn!(error = %e, "listing pools for a resync failed"),
         }

@@ -42,7 +42,7 @@ const CLEANUP: &str = "cleanup";
 pub async fn run_job(ctx: &Context, id: i64, stop: &CancellationToken) -> Result<(), JobError> {
     let Some((lease, job)) = Lease::claim(&ctx.db, id, &ctx.owner).await? else { return Ok(()) };
     let mut driver = Driver { ctx, lease, job, api: None, stop };
-    let client = match db::clusters::credentials(&ctx.db, &driver.job.cluster).await? {
+    let client = match db::clusters::credentials(ctx.db.background(), &driver.job.cluster).await? {
         None => Err("the cluster is no longer registered".to_owned()),
         Some(Err(e)) => Err(format!("the cluster's stored credentials cannot be used: {e}")),
         Some(Ok(c)) => c
@@ -81,7 +81,7 @@ enum Ended {
 }
 
 /// A write transaction of the job, whose claim it has proven.
-type Tx = sqlx::Transaction<'static, sqlx::Sqlite>;
+type Tx = db::WriteTx;
 
 impl Driver<'_> {
     fn component_at(&self, i: usize) -> Component {
@@ -230,7 +230,7 @@ impl Driver<'_> {
     }
 
     async fn target(&self, position: usize) -> sqlx::Result<Target> {
-        let rows = db::upgrades::components(&self.ctx.db, self.job.id).await?;
+        let rows = db::upgrades::components(self.ctx.db.background(), self.job.id).await?;
         let row = rows.into_iter().find(|r| r.position == position as i64).ok_or_else(|| {
             sqlx::Error::Decode(format!("upgrade job {}: component {position} is missing", self.job.id).into())
         })?;

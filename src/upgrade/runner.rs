@@ -32,7 +32,13 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 pub async fn run(ctx: Context, queue: UpgradeQueue, cancel: CancellationToken) {
     // This process holds the data directory's lock: whoever owned a job
     // before is gone, and its jobs are this runner's to resume.
-    match crate::db::upgrades::release_others(&ctx.db, &ctx.owner).await {
+    let released = async {
+        let mut tx = ctx.db.begin_background().await?;
+        let n = crate::db::upgrades::release_others(&mut *tx, &ctx.owner).await?;
+        tx.commit().await?;
+        Ok::<_, sqlx::Error>(n)
+    };
+    match released.await {
         Ok(0) => {}
         Ok(n) => tracing::info!(jobs = n, "released the claims of a previous drover process"),
         Err(e) => tracing::warn!(error = %e, "could not release old claims; they expire on their own"),
@@ -43,7 +49,7 @@ pub async fn run(ctx: Context, queue: UpgradeQueue, cancel: CancellationToken) {
     // Which job a task drives, to free the job when its task panics.
     let mut task_jobs: HashMap<tokio::task::Id, i64> = HashMap::new();
     loop {
-        match crate::db::upgrades::active_ids(&ctx.db).await {
+        match crate::db::upgrades::active_ids(ctx.db.background()).await {
             Ok(ids) => {
                 let now = Instant::now();
                 cooldown.retain(|_, until| *until > now);

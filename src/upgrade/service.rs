@@ -91,13 +91,13 @@ pub async fn start(db: &Db, prepared: &Prepared) -> Result<Job, StartError> {
         force: r.force,
         from_version: prepared.current.map(|v| v.to_string()),
     };
-    let mut tx = db::begin_write(db).await?;
+    let mut tx = db::begin_background(db).await?;
     let now = Utc::now();
     let job = match db::upgrades::insert(&mut tx, &new, now).await {
         Ok(job) => job,
         Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
             drop(tx);
-            let id = db::upgrades::active_for_cluster(db, &r.cluster).await?.unwrap_or_default();
+            let id = db::upgrades::active_for_cluster(db.read(), &r.cluster).await?.unwrap_or_default();
             return Err(StartError::Active(id));
         }
         Err(e) => return Err(e.into()),

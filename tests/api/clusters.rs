@@ -215,6 +215,7 @@ async fn credentials_that_cannot_travel_or_be_used_are_refused_at_registration_n
 /// version, a restored backup or a hand edit could have left them.
 async fn store_credentials(data_dir: &std::path::Path, name: &str, server: &str, document: Value) {
     let db = drover::db::connect(&data_dir.join("drover.db")).await.expect("opening the database");
+    let mut tx = db.begin_write().await.expect("a write");
     let now = chrono::Utc::now();
     sqlx::query(
         "insert into clusters (name, server, auth_kind, credentials, created_at, updated_at)
@@ -225,9 +226,10 @@ async fn store_credentials(data_dir: &std::path::Path, name: &str, server: &str,
     .bind(server)
     .bind(document.to_string())
     .bind(now)
-    .execute(&db)
+    .execute(&mut *tx)
     .await
     .expect("storing credentials");
+    tx.commit().await.expect("commit");
     db.close().await;
 }
 

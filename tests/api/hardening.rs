@@ -213,7 +213,7 @@ async fn the_pruner_removes_what_is_past_its_retention() {
         revision_history: 2,
         interval: Duration::from_secs(600),
     };
-    let pruned = drover::retention::prune_once(&pool, &settings, now).await.unwrap();
+    let pruned = drover::retention::prune_once(&app.state.db, &settings, now).await.unwrap();
     assert_eq!(
         (pruned.audit, pruned.events, pruned.upgrade_jobs, pruned.revisions, pruned.idempotency),
         (1, 1, 1, 3, 1),
@@ -228,7 +228,7 @@ async fn the_pruner_removes_what_is_past_its_retention() {
     assert_eq!(count(&app, "select count(*) from audit where path = '/old'").await, 0);
 
     let capped = drover::retention::Settings { audit_max_rows: 2, ..settings };
-    drover::retention::prune_once(&pool, &capped, now).await.unwrap();
+    drover::retention::prune_once(&app.state.db, &capped, now).await.unwrap();
     assert!(count(&app, "select count(*) from audit").await <= 2, "the row cap holds");
 }
 

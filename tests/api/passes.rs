@@ -60,7 +60,9 @@ impl Rig {
             ..RawSpec::default()
         };
         let spec = validate(raw, &SpecLimits::default()).expect("valid spec");
-        db::pools::insert(&self.ctx.db, name, &spec, self.clock.now()).await.expect("insert pool");
+        let mut tx = self.ctx.db.begin_write().await.expect("a write");
+        db::pools::insert(&mut *tx, name, &spec, self.clock.now()).await.expect("insert pool");
+        tx.commit().await.expect("commit");
     }
 
     /// One pass, then the deletions it handed over, to their end.
@@ -76,11 +78,11 @@ impl Rig {
     }
 
     async fn status(&self, pool: &str) -> drover::domain::status::PoolStatus {
-        db::pools::get(&self.ctx.db, pool).await.expect("read").expect("pool").status
+        db::pools::get(self.ctx.db.read(), pool).await.expect("read").expect("pool").status
     }
 
     async fn reasons(&self, pool: &str) -> Vec<String> {
-        let events = db::events::list(&self.ctx.db, drover::domain::event::SubjectKind::Pool, pool, None, 500)
+        let events = db::events::list(self.ctx.db.read(), drover::domain::event::SubjectKind::Pool, pool, None, 500)
             .await
             .expect("events");
         events.into_iter().rev().map(|e| format!("{}: {}", e.reason, e.message)).collect()
@@ -160,9 +162,11 @@ async fn a_rollout_that_never_becomes_ready_stalls_at_its_deadline_and_keeps_the
     rig.clock.advance(Duration::from_secs(1));
     rig.pass("p").await;
     let old: Vec<String> = rig.engine.containers("p").iter().map(|c| c.name.clone()).collect();
-    let pool = db::pools::get(&rig.ctx.db, "p").await.unwrap().unwrap();
+    let pool = db::pools::get(rig.ctx.db.read(), "p").await.unwrap().unwrap();
     let spec = drover::domain::pool::PoolSpec { image: Some("app-crash:2".into()), ..pool.spec.clone() };
-    db::pools::update_spec(&rig.ctx.db, "p", pool.generation, &spec, rig.clock.now()).await.unwrap();
+    let mut tx = rig.ctx.db.begin_write().await.unwrap();
+    db::pools::update_spec(&mut *tx, "p", pool.generation, &spec, rig.clock.now()).await.unwrap();
+    tx.commit().await.unwrap();
     for _ in 0..40 {
         rig.clock.advance(Duration::from_secs(1));
         rig.pass("p").await;

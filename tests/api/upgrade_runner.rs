@@ -37,7 +37,9 @@ async fn bench() -> Bench {
     sim.seed_control_plane(FROM);
     let dir = TempDir::new().expect("temporary directory");
     let db = db::connect(&dir.path().join("drover.db")).await.expect("store");
-    db::clusters::insert(&db, CLUSTER, &sim.url(), &credentials(&sim), chrono::Utc::now()).await.expect("cluster");
+    let mut tx = db.begin_write().await.expect("a write");
+    db::clusters::insert(&mut *tx, CLUSTER, &sim.url(), &credentials(&sim), chrono::Utc::now()).await.expect("cluster");
+    tx.commit().await.expect("commit");
     let retry = RetryPolicy { tries: 10, backoff: Duration::from_millis(5), call_timeout: Duration::from_secs(3) };
     let settings = Settings { retry, wait_timeout: Duration::from_secs(4), poll_interval: Duration::from_millis(15) };
     Bench { sim, db, settings, _dir: dir }
@@ -64,12 +66,12 @@ impl Bench {
     }
 
     async fn job(&self, id: i64) -> db::upgrades::Job {
-        db::upgrades::get(&self.db, id).await.expect("store").expect("job")
+        db::upgrades::get(self.db.read(), id).await.expect("store").expect("job")
     }
 
     async fn reasons(&self, id: i64) -> Vec<String> {
         let subject = id.to_string();
-        let events = db::events::list(&self.db, drover::domain::event::SubjectKind::Job, &subject, None, 500);
+        let events = db::events::list(self.db.read(), drover::domain::event::SubjectKind::Job, &subject, None, 500);
         events.await.expect("events").into_iter().map(|e| e.reason).collect()
     }
 
@@ -116,7 +118,13 @@ async fn a_runner_that_lost_its_job_stops_before_its_next_write_or_call() {
     let running = tokio::spawn(async move { run_job(&ctx, id, &CancellationToken::new()).await });
     hold.reached(LIMIT, "step 1").await;
     // Someone else takes the job over while step 1's write is in flight.
-    sqlx::query("update upgrade_jobs set owner = 'another-runner' where id = ?").bind(id).execute(&b.db).await.unwrap();
+    let mut tx = b.db.begin_write().await.unwrap();
+    sqlx::query("update upgrade_jobs set owner = 'another-runner' where id = ?")
+        .bind(id)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
     b.sim.clear_ops();
     hold.release();
     let result = tokio::time::timeout(LIMIT, running).await.expect("the runner hung").expect("the runner panicked");
@@ -177,7 +185,7 @@ async fn a_stop_in_a_wait_returns_at_once_and_the_step_is_redone_on_the_next_run
     tokio::time::timeout(LIMIT, run_job(&b.runner(), id, &CancellationToken::new())).await.expect("hung").expect("run");
     let job = b.job(id).await;
     assert_eq!(job.state, JobState::Succeeded, "{job:?}");
-    let steps = db::upgrades::steps(&b.db, id).await.unwrap();
+    let steps = db::upgrades::steps(b.db.read(), id).await.unwrap();
     let step2 = steps.iter().find(|s| s.position == 0 && s.step == 2).expect("step 2");
     assert_eq!(step2.attempts, 2, "the interrupted wait ran again");
     assert_eq!(writes_before, ["apply daemonsets temp-upgrade-self-hosted-kube-apiserver"], "a wait writes nothing");

@@ -1,0 +1,165 @@
+//! The one writer's gate: write transactions take turns in process, and a
+//! request's turn comes before any waiting background worker's.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use sqlx::SqlitePool;
+use tokio::sync::oneshot;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Priority {
+    /// An API request: someone is waiting for the answer.
+    Request,
+    /// A reconcile pass, the upgrade runner, the pruner.
+    Background,
+}
+
+#[derive(Default)]
+pub struct WriteGate {
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    held: bool,
+    requests: VecDeque<oneshot::Sender<Permit>>,
+    background: VecDeque<oneshot::Sender<Permit>>,
+}
+
+/// The right to write; released (to the next in line) on drop.
+pub struct Permit {
+    gate: Option<Arc<WriteGate>>,
+}
+
+impl WriteGate {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    async fn acquire(self: &Arc<Self>, priority: Priority) -> Permit {
+        let waiting = {
+            let mut s = self.lock();
+            if !s.held {
+                s.held = true;
+                return Permit { gate: Some(self.clone()) };
+            }
+            let (tx, rx) = oneshot::channel();
+            match priority {
+                Priority::Request => s.requests.push_back(tx),
+                Priority::Background => s.background.push_back(tx),
+            }
+            rx
+        };
+        match waiting.await {
+            Ok(permit) => permit,
+            // The gate hands a permit to every live waiter before it is
+            // dropped; a closed channel cannot happen while we wait. Taking
+            // no permit would be unsound, so wait for a fresh one.
+            Err(_) => Box::pin(self.acquire(priority)).await,
+        }
+    }
+
+    /// Hands the turn to the next live waiter, requests first.
+    fn release(self: &Arc<Self>) {
+        let mut s = self.lock();
+        loop {
+            let next = s.requests.pop_front().or_else(|| s.background.pop_front());
+            let Some(tx) = next else {
+                s.held = false;
+                return;
+            };
+            // A waiter that gave up (its future dropped) is skipped; the
+            // permit comes back and goes to the next one.
+            match tx.send(Permit { gate: Some(self.clone()) }) {
+                Ok(()) => return,
+                Err(mut unsent) => unsent.gate = None,
+            }
+        }
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        if let Some(gate) = self.gate.take() {
+            gate.release();
+        }
+    }
+}
+
+/// A write transaction holding the gate; `&mut *tx` is its connection.
+pub struct WriteTx {
+    tx: sqlx::Transaction<'static, sqlx::Sqlite>,
+    /// Dropped after the transaction (field order), so the next writer
+    /// starts once this one has committed or rolled back.
+    _permit: Permit,
+}
+
+impl WriteTx {
+    pub async fn commit(self) -> sqlx::Result<()> {
+        self.tx.commit().await
+    }
+}
+
+impl std::ops::Deref for WriteTx {
+    type Target = sqlx::SqliteConnection;
+    fn deref(&self) -> &Self::Target {
+        &self.tx
+    }
+}
+
+impl std::ops::DerefMut for WriteTx {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.tx
+    }
+}
+
+/// Takes the gate, then `BEGIN IMMEDIATE` on the writer: the write lock at
+/// once, so that a transaction that reads first and writes later never
+/// meets another process's commit in between (`SQLITE_BUSY` at once).
+pub async fn begin(gate: &Arc<WriteGate>, writer: &SqlitePool, priority: Priority) -> sqlx::Result<WriteTx> {
+    let permit = gate.acquire(priority).await;
+    let tx = writer.begin_with("BEGIN IMMEDIATE").await?;
+    Ok(WriteTx { tx, _permit: permit })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn a_waiting_request_goes_before_waiting_workers() {
+        let gate = Arc::new(WriteGate::default());
+        let held = gate.acquire(Priority::Background).await;
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut waiters = Vec::new();
+        for (who, priority) in
+            [("bg1", Priority::Background), ("bg2", Priority::Background), ("req", Priority::Request)]
+        {
+            let (gate, order) = (gate.clone(), order.clone());
+            waiters.push(tokio::spawn(async move {
+                let _p = gate.acquire(priority).await;
+                order.lock().unwrap().push(who);
+            }));
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        drop(held);
+        for w in waiters {
+            w.await.unwrap();
+        }
+        assert_eq!(*order.lock().unwrap(), ["req", "bg1", "bg2"]);
+    }
+
+    #[tokio::test]
+    async fn a_waiter_that_gives_up_does_not_keep_the_gate() {
+        let gate = Arc::new(WriteGate::default());
+        let held = gate.acquire(Priority::Request).await;
+        let given_up = tokio::time::timeout(Duration::from_millis(10), gate.acquire(Priority::Request)).await;
+        assert!(given_up.is_err());
+        drop(held);
+        tokio::time::timeout(Duration::from_secs(1), gate.acquire(Priority::Background))
+            .await
+            .expect("the gate is free again");
+    }
+}
