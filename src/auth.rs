@@ -205,7 +205,7 @@ pub async fn middleware(
 
 async fn audit(db: &Db, record: &db::audit::NewAudit<'_>) -> sqlx::Result<()> {
     let mut tx = db.begin_write().await?;
-    db::audit::record(&mut *tx, record, Utc::now()).await?;
+    db::audit::record(&mut tx, record, Utc::now()).await?;
     tx.commit().await
 }
 
@@ -221,7 +221,7 @@ pub async fn bootstrap(db: &Db, data_dir: &Path) -> anyhow::Result<()> {
     let path = data_dir.join("admin.token");
     write_private(&path, &format!("{token}\n")).with_context(|| format!("writing {}", path.display()))?;
     let mut tx = db.begin_write().await?;
-    db::tokens::insert(&mut *tx, "bootstrap-admin", Role::Admin.as_str(), &hash_token(&token), Utc::now()).await?;
+    db::tokens::insert(&mut tx, "bootstrap-admin", Role::Admin.as_str(), &hash_token(&token), Utc::now()).await?;
     tx.commit().await?;
     tracing::warn!(file = %path.display(), "created an admin token (name bootstrap-admin); it is in {}", path.display());
     Ok(())

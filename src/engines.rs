@@ -131,7 +131,7 @@ fn event(engine: &str, type_: EventType, reason: &'static str, message: String) 
 pub async fn register(reg: &Registry, spec: EngineSpec) -> Result<Arc<Engine>, EngineError> {
     let now = Utc::now();
     let mut tx = db::begin_write(&reg.db).await?;
-    if let Err(e) = db::engines::insert(&mut *tx, &spec.name, &spec.address, &spec.labels, spec.tls.as_ref(), now).await
+    if let Err(e) = db::engines::insert(&mut tx, &spec.name, &spec.address, &spec.labels, spec.tls.as_ref(), now).await
     {
         return Err(match e {
             sqlx::Error::Database(d) if d.is_unique_violation() => EngineError::Exists(spec.name),
@@ -140,7 +140,7 @@ pub async fn register(reg: &Registry, spec: EngineSpec) -> Result<Arc<Engine>, E
     }
     let tls = if spec.tls.is_some() { " with TLS" } else { "" };
     let ev = event(&spec.name, EventType::Normal, "Registered", format!("registered at {}{tls}", spec.address));
-    db::events::record(&mut *tx, &ev, now).await?;
+    db::events::record(&mut tx, &ev, now).await?;
     let backend = backend(reg, &spec.name, &spec.address, &spec.endpoint, spec.tls.as_ref())?;
     tx.commit().await?;
     tracing::info!(engine = %spec.name, address = %spec.address, "engine registered");
@@ -156,7 +156,7 @@ pub async fn drain(reg: &Registry, name: &str, on: bool) -> Result<Arc<Engine>, 
     } else {
         let now = Utc::now();
         let mut tx = db::begin_write(&reg.db).await?;
-        if !db::engines::set_draining(&mut *tx, name, on, now).await? {
+        if !db::engines::set_draining(&mut tx, name, on, now).await? {
             return Err(EngineError::NotFound(name.to_owned()));
         }
         let (reason, what) = if on {
@@ -164,7 +164,7 @@ pub async fn drain(reg: &Registry, name: &str, on: bool) -> Result<Arc<Engine>, 
         } else {
             ("Undrained", "no longer draining")
         };
-        db::events::record(&mut *tx, &event(name, EventType::Normal, reason, what.to_owned()), now).await?;
+        db::events::record(&mut tx, &event(name, EventType::Normal, reason, what.to_owned()), now).await?;
         tx.commit().await?;
         engine.set_draining(on);
     }
@@ -192,10 +192,10 @@ pub async fn remove(reg: &Registry, name: &str) -> Result<(), EngineError> {
             held.join(", ")
         )));
     }
-    if !db::engines::delete(&mut *tx, name).await? {
+    if !db::engines::delete(&mut tx, name).await? {
         return Err(EngineError::NotFound(name.to_owned()));
     }
-    db::events::purge(&mut *tx, crate::domain::event::SubjectKind::Engine, name).await?;
+    db::events::purge(&mut tx, crate::domain::event::SubjectKind::Engine, name).await?;
     tx.commit().await?;
     reg.engines.remove(name);
     reg.metrics.forget_engine(name);

@@ -110,7 +110,7 @@ pub async fn prune_once(db: &Db, s: &Settings, now: DateTime<Utc>) -> sqlx::Resu
             let mut total = 0;
             for _ in 0..MAX_BATCHES {
                 let mut tx = db.begin_background().await?;
-                let n = db::idempotency::prune(&mut *tx, cutoff, BATCH).await?;
+                let n = db::idempotency::prune(&mut tx, cutoff, BATCH).await?;
                 tx.commit().await?;
                 total += n;
                 if n < u64::from(BATCH) {

@@ -143,7 +143,7 @@ impl TokenCache {
         for (entry, used) in due {
             let Some(at) = DateTime::from_timestamp(used, 0) else { continue };
             let mut tx = db.begin_background().await?;
-            db::tokens::touch(&mut *tx, &entry.name, at).await?;
+            db::tokens::touch(&mut tx, &entry.name, at).await?;
             tx.commit().await?;
             entry.stored.store(used, Ordering::Relaxed);
         }

@@ -60,7 +60,7 @@ impl RefusalAudit {
         }
         let written = async {
             let mut tx = db.begin_background().await?;
-            let id = db::audit::record(&mut *tx, audit, Utc::now()).await?;
+            let id = db::audit::record(&mut tx, audit, Utc::now()).await?;
             tx.commit().await?;
             Ok::<_, sqlx::Error>(id)
         };
@@ -111,6 +111,6 @@ async fn close(db: &Db, burst: Burst) {
 
 async fn add_repeats(db: &Db, row: i64, more: i64) -> sqlx::Result<()> {
     let mut tx = db.begin_background().await?;
-    db::audit::add_repeats(&mut *tx, row, more).await?;
+    db::audit::add_repeats(&mut tx, row, more).await?;
     tx.commit().await
 }

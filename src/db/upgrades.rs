@@ -348,7 +348,7 @@ pub async fn request_cancel(
                 .await?;
         }
         if let Some(ev) = event(outcome) {
-            crate::db::events::record(&mut *tx, &ev, now).await?;
+            crate::db::events::record(&mut tx, &ev, now).await?;
         }
     }
     let job = get(&mut *tx, id).await?;

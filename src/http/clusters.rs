@@ -199,7 +199,7 @@ async fn create_cluster(State(state): State<AppState>, ApiJson(body): ApiJson<Cr
     let field = if creds.kind() == "token" { "server" } else { "kubeconfig" };
     check_server_url(&server).map_err(|e| ApiError::invalid(field, "server_url_credentials", e))?;
     let mut tx = state.db.begin_write().await?;
-    let inserted = db::clusters::insert(&mut *tx, &name, &server, &creds, Utc::now()).await;
+    let inserted = db::clusters::insert(&mut tx, &name, &server, &creds, Utc::now()).await;
     let inserted = match inserted {
         Ok(r) => tx.commit().await.map(|()| r),
         Err(e) => Err(e),

@@ -150,7 +150,7 @@ async fn run(
         };
         let completed = async {
             let mut tx = state.db.begin_write().await?;
-            db::idempotency::complete(&mut *tx, &caller.name, &key, &record).await?;
+            db::idempotency::complete(&mut tx, &caller.name, &key, &record).await?;
             tx.commit().await
         };
         match completed.await {
@@ -211,7 +211,7 @@ impl Drop for Claim {
             rt.spawn(async move {
                 let released = async {
                     let mut tx = db.begin_write().await?;
-                    db::idempotency::release(&mut *tx, &token, &key).await?;
+                    db::idempotency::release(&mut tx, &token, &key).await?;
                     tx.commit().await
                 };
                 if let Err(e) = released.await {

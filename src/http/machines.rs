@@ -164,7 +164,7 @@ async fn request_machine_deletion(
     let image = desired_image(&state, &name).await?;
     let now = Utc::now();
     let mut tx = crate::db::begin_write(&state.db).await?;
-    let m = db::machines::request_delete(&mut *tx, &name, &machine, now)
+    let m = db::machines::request_delete(&mut tx, &name, &machine, now)
         .await?
         .ok_or_else(|| ApiError::not_found("machine", &machine))?;
     let ev = NewEvent::pool(
@@ -173,7 +173,7 @@ async fn request_machine_deletion(
         "MachineDeleteRequested",
         format!("{machine} goes first on the next scale-down"),
     );
-    db::events::record(&mut *tx, &ev, now).await?;
+    db::events::record(&mut tx, &ev, now).await?;
     tx.commit().await?;
     state.queue.enqueue(&name);
     state.changes.pool(&name);
@@ -198,16 +198,16 @@ async fn delete_machine(
 ) -> ApiResult<Response> {
     let now = Utc::now();
     let mut tx = crate::db::begin_write(&state.db).await?;
-    let (m, pool) = match db::machines::mark_if_unmarked(&mut *tx, &name, &machine, now).await? {
+    let (m, pool) = match db::machines::mark_if_unmarked(&mut tx, &name, &machine, now).await? {
         Some(m) => {
-            let Some(pool) = db::pools::decrement_replicas(&mut *tx, &name, now).await? else {
+            let Some(pool) = db::pools::decrement_replicas(&mut tx, &name, now).await? else {
                 return Err(ApiError::Conflict(format!(
                     "pool {name:?} is being deleted or has zero replicas; there is nothing to scale down"
                 )));
             };
             let message = format!("{machine} removed on request; replicas lowered to {}", pool.spec.replicas);
             db::events::record(
-                &mut *tx,
+                &mut tx,
                 &NewEvent::pool(&name, EventType::Normal, "MachineRemovalRequested", message),
                 now,
             )

@@ -222,7 +222,7 @@ async fn update_spec(
         if spec.cluster != pool.spec.cluster {
             check_cluster(&mut *tx, &spec).await?;
         }
-        let Some(updated) = db::pools::update_spec(&mut *tx, name, pool.generation, &spec, now).await? else {
+        let Some(updated) = db::pools::update_spec(&mut tx, name, pool.generation, &spec, now).await? else {
             drop(tx);
             if pinned.is_some() {
                 return Err(ApiError::PreconditionFailed(format!(
@@ -232,10 +232,10 @@ async fn update_spec(
             continue;
         };
         let ev = NewEvent::pool(name, EventType::Normal, reason, describe_change(&pool.spec, &spec));
-        db::events::record(&mut *tx, &ev, now).await?;
+        db::events::record(&mut tx, &ev, now).await?;
         if let Some(revision) = db::revisions::record_change(&mut tx, name, &pool.spec, &spec, now).await? {
             let message = format!("revision {revision}: machines move to {}", spec.desired_image());
-            db::events::record(&mut *tx, &NewEvent::pool(name, EventType::Normal, "RolloutStarted", message), now)
+            db::events::record(&mut tx, &NewEvent::pool(name, EventType::Normal, "RolloutStarted", message), now)
                 .await?;
         }
         tx.commit().await?;
@@ -269,16 +269,16 @@ async fn create_pool(State(state): State<AppState>, ApiJson(body): ApiJson<Value
     let now = Utc::now();
     let mut tx = crate::db::begin_write(&state.db).await?;
     check_cluster(&mut *tx, &spec).await?;
-    let pool = match db::pools::insert(&mut *tx, name.as_str(), &spec, now).await {
+    let pool = match db::pools::insert(&mut tx, name.as_str(), &spec, now).await {
         Ok(pool) => pool,
         Err(e) if e.as_database_error().is_some_and(|d| d.is_unique_violation()) => {
             return Err(ApiError::Conflict(format!("a pool named {name:?} already exists")));
         }
         Err(e) => return Err(e.into()),
     };
-    db::revisions::record_first(&mut *tx, name.as_str(), &spec, now).await?;
+    db::revisions::record_first(&mut tx, name.as_str(), &spec, now).await?;
     let message = format!("created with {} replicas of {}", spec.replicas, spec.desired_image());
-    db::events::record(&mut *tx, &NewEvent::pool(name.as_str(), EventType::Normal, "Created", message), now).await?;
+    db::events::record(&mut tx, &NewEvent::pool(name.as_str(), EventType::Normal, "Created", message), now).await?;
     tx.commit().await?;
     state.queue.enqueue(name.as_str());
     state.changes.pool(name.as_str());
@@ -400,7 +400,7 @@ async fn scale_pool(
 async fn delete_pool(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
     let now = Utc::now();
     let mut tx = crate::db::begin_write(&state.db).await?;
-    let pool = match db::pools::mark_deleting(&mut *tx, &name, now).await? {
+    let pool = match db::pools::mark_deleting(&mut tx, &name, now).await? {
         Some(pool) => {
             let ev = NewEvent::pool(
                 &name,
@@ -408,7 +408,7 @@ async fn delete_pool(State(state): State<AppState>, Path(name): Path<String>) ->
                 "DeletionRequested",
                 "pool marked for deletion; removing its machines",
             );
-            db::events::record(&mut *tx, &ev, now).await?;
+            db::events::record(&mut tx, &ev, now).await?;
             pool
         }
         // Already deleting (a repeated call), or missing.

@@ -175,9 +175,9 @@ async fn continue_rollout(State(state): State<AppState>, Path(name): Path<String
     }
     let now = Utc::now();
     let mut tx = crate::db::begin_write(&state.db).await?;
-    let pool = db::pools::approve_batch(&mut *tx, &name).await?.ok_or_else(|| ApiError::not_found("pool", &name))?;
+    let pool = db::pools::approve_batch(&mut tx, &name).await?.ok_or_else(|| ApiError::not_found("pool", &name))?;
     let message = format!("batch {} of revision {} approved", pool.batches_approved, pool.revision);
-    db::events::record(&mut *tx, &NewEvent::pool(&name, EventType::Normal, "BatchApproved", message), now).await?;
+    db::events::record(&mut tx, &NewEvent::pool(&name, EventType::Normal, "BatchApproved", message), now).await?;
     tx.commit().await?;
     state.queue.enqueue(&name);
     Ok(Json(view_now(&state, &pool).await?))

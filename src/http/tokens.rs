@@ -79,7 +79,7 @@ async fn create_token(State(state): State<AppState>, ApiJson(req): ApiJson<Creat
     let token = new_token();
     let hash = hash_token(&token);
     let mut tx = state.db.begin_write().await?;
-    let inserted = db::tokens::insert(&mut *tx, &req.name, req.role.as_str(), &hash, Utc::now()).await;
+    let inserted = db::tokens::insert(&mut tx, &req.name, req.role.as_str(), &hash, Utc::now()).await;
     let inserted = match inserted {
         Ok(r) => tx.commit().await.map(|()| r),
         Err(e) => Err(e),

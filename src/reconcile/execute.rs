@@ -27,8 +27,8 @@ pub(super) async fn execute(
     if !plan.delete.is_empty() {
         let mut tx = db::begin_background(&ctx.db).await?;
         for d in &plan.delete {
-            db::machines::begin_termination(&mut *tx, &pool.name, &d.machine, reason_text(d.reason), now).await?;
-            db::events::record(&mut *tx, &deleting_event(&pool.name, d), now).await?;
+            db::machines::begin_termination(&mut tx, &pool.name, &d.machine, reason_text(d.reason), now).await?;
+            db::events::record(&mut tx, &deleting_event(&pool.name, d), now).await?;
         }
         tx.commit().await?;
     }
@@ -49,10 +49,10 @@ pub(super) async fn execute(
                 None => tx.insert(db::begin_background(&ctx.db).await?),
             };
             let failed = r.action == RepairAction::Restart;
-            db::machines::record_restart(&mut **tx, &pool.name, &r.machine, failed, now).await?;
+            db::machines::record_restart(tx, &pool.name, &r.machine, failed, now).await?;
             let next = ctx.timing.restart.delay(r.failed_restarts + 1);
             let ev = repair_event(&pool.name, r, by_name.get(r.machine.as_str()).copied(), next);
-            db::events::record(&mut **tx, &ev, now).await?;
+            db::events::record(tx, &ev, now).await?;
             continue;
         };
         errors.push(ReconcileError::from(e));
@@ -64,8 +64,8 @@ pub(super) async fn execute(
                     Some(tx) => tx,
                     None => tx.insert(db::begin_background(&ctx.db).await?),
                 };
-                db::machines::write_observed(&mut **tx, &created_record(&pool.name, &engine, &container, now)).await?;
-                db::events::record(&mut **tx, &ev, now).await?;
+                db::machines::write_observed(tx, &created_record(&pool.name, &engine, &container, now)).await?;
+                db::events::record(tx, &ev, now).await?;
             }
             Err(e) => errors.push(ReconcileError::from(e)),
         }

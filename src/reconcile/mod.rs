@@ -268,8 +268,8 @@ async fn cluster_problem(ctx: &Context, pool: &Pool) -> Result<Option<String>, R
 /// The deleting pool has no machines left: drop its rows.
 async fn purge(ctx: &Context, name: &str) -> Result<Outcome, ReconcileError> {
     let mut tx = crate::db::begin_background(&ctx.db).await?;
-    db::events::purge(&mut *tx, SubjectKind::Pool, name).await?;
-    db::pools::remove(&mut *tx, name).await?;
+    db::events::purge(&mut tx, SubjectKind::Pool, name).await?;
+    db::pools::remove(&mut tx, name).await?;
     tx.commit().await?;
     tracing::info!(pool = name, "pool deleted");
     Ok(Outcome::Gone)

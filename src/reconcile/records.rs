@@ -78,13 +78,13 @@ pub(super) async fn sync(
     let mut tx = db::begin_background(&ctx.db).await?;
     for r in changed {
         let record = Machine { updated_at: now, ..r.clone() };
-        db::machines::write_observed(&mut *tx, &record).await?;
+        db::machines::write_observed(&mut tx, &record).await?;
         if let Some(ev) = transition(pool, old.get(r.name.as_str()).copied(), r) {
-            db::events::record(&mut *tx, &ev, now).await?;
+            db::events::record(&mut tx, &ev, now).await?;
         }
     }
     for r in &obs.vanished {
-        db::machines::delete(&mut *tx, pool, &r.name).await?;
+        db::machines::delete(&mut tx, pool, &r.name).await?;
         // A machine whose deletion was under way is simply done.
         if r.terminating_since.is_none() {
             let ev = NewEvent::pool(
@@ -93,7 +93,7 @@ pub(super) async fn sync(
                 "MachineVanished",
                 format!("container of {} is gone from engine {}; it will be replaced", r.name, r.engine),
             );
-            db::events::record(&mut *tx, &ev, now).await?;
+            db::events::record(&mut tx, &ev, now).await?;
         }
     }
     tx.commit().await?;

@@ -270,7 +270,7 @@ pub(super) async fn write_if_changed(
     }
     status.last_reconciled_at = Some(now);
     let mut tx = db::begin_background(&ctx.db).await?;
-    db::pools::write_status(&mut *tx, &pool.name, &status).await?;
+    db::pools::write_status(&mut tx, &pool.name, &status).await?;
     tx.commit().await?;
     Ok(())
 }
@@ -302,10 +302,10 @@ pub async fn record_failure(ctx: &Context, name: &str, err: &ReconcileError) {
         status.last_error = Some(message.clone());
         status.last_reconciled_at = Some(now);
         let mut tx = crate::db::begin_background(&ctx.db).await?;
-        db::pools::write_status(&mut *tx, name, &status).await?;
+        db::pools::write_status(&mut tx, name, &status).await?;
         // A failure that repeats word for word is one story, told once.
         if !repeated {
-            db::events::record(&mut *tx, &NewEvent::pool(name, EventType::Warning, reason, message.clone()), now)
+            db::events::record(&mut tx, &NewEvent::pool(name, EventType::Warning, reason, message.clone()), now)
                 .await?;
         }
         tx.commit().await

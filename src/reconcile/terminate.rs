@@ -160,7 +160,7 @@ async fn delete_machine(ctx: &Context, pool: &Pool, d: &Deletion) -> Result<(), 
         // Gone already: a deletion that finished just before this one was
         // handed over (the pass that did so had looked before it ended).
         let mut tx = db::begin_background(&ctx.db).await?;
-        db::machines::delete(&mut *tx, &pool.name, &d.machine).await?;
+        db::machines::delete(&mut tx, &pool.name, &d.machine).await?;
         tx.commit().await?;
         return Ok(());
     }
@@ -180,8 +180,8 @@ async fn delete_machine(ctx: &Context, pool: &Pool, d: &Deletion) -> Result<(), 
         format!("deleted {} ({:.1} s to stop and remove)", d.machine, started.elapsed().as_secs_f64()),
     );
     let mut tx = db::begin_background(&ctx.db).await?;
-    db::machines::delete(&mut *tx, &pool.name, &d.machine).await?;
-    db::events::record(&mut *tx, &ev, now).await?;
+    db::machines::delete(&mut tx, &pool.name, &d.machine).await?;
+    db::events::record(&mut tx, &ev, now).await?;
     tx.commit().await?;
     ctx.changes.pool(&pool.name);
     tracing::info!(reason = ?d.reason, "machine deleted");

@@ -129,7 +129,7 @@ impl Driver<'_> {
                 if i + 1 == n {
                     let ev =
                         self.event(EventType::Normal, "PodsChecked", "every component runs exactly one pod".into());
-                    db::events::record(&mut *tx, &ev, Utc::now()).await?;
+                    db::events::record(&mut tx, &ev, Utc::now()).await?;
                 }
                 self.move_to(tx, next).await?;
             }
@@ -144,7 +144,7 @@ impl Driver<'_> {
             }
             if step == Step::CreateTemp {
                 let mut tx = self.lease.begin().await?;
-                db::upgrades::set_component_state(&mut *tx, self.job.id, i, "upgrading").await?;
+                db::upgrades::set_component_state(&mut tx, self.job.id, i, "upgrading").await?;
                 tx.commit().await?;
                 self.ctx.changes.job(self.job.id);
             }
@@ -169,8 +169,8 @@ impl Driver<'_> {
             }
             let c = self.component();
             let msg = format!("{c} runs {}", self.job.version);
-            db::upgrades::set_component_state(&mut *tx, self.job.id, i, "upgraded").await?;
-            db::events::record(&mut *tx, &self.event(EventType::Normal, "ComponentUpgraded", msg), Utc::now()).await?;
+            db::upgrades::set_component_state(&mut tx, self.job.id, i, "upgraded").await?;
+            db::events::record(&mut tx, &self.event(EventType::Normal, "ComponentUpgraded", msg), Utc::now()).await?;
             if i + 1 == n {
                 return self.finish_in(tx, None, None, JobState::Succeeded, "").await;
             }
@@ -202,7 +202,7 @@ impl Driver<'_> {
     async fn step(&self, position: usize, step: Step) -> Result<Option<(Ended, Tx)>, JobError> {
         let target = self.target(position).await?;
         let mut tx = self.lease.begin().await?;
-        db::upgrades::begin_step(&mut *tx, self.job.id, position, step, Utc::now()).await?;
+        db::upgrades::begin_step(&mut tx, self.job.id, position, step, Utc::now()).await?;
         tx.commit().await?;
         self.ctx.changes.job(self.job.id);
         let ended = match self.api.as_ref() {
@@ -225,7 +225,7 @@ impl Driver<'_> {
         };
         let retries = self.api.as_ref().map_or(0, ClusterApi::take_retries);
         let mut tx = self.lease.begin().await?;
-        db::upgrades::end_step(&mut *tx, self.job.id, position, step, error.as_deref(), retries, Utc::now()).await?;
+        db::upgrades::end_step(&mut tx, self.job.id, position, step, error.as_deref(), retries, Utc::now()).await?;
         Ok(Some((ended, tx)))
     }
 
@@ -251,7 +251,7 @@ impl Driver<'_> {
 
     /// Moves the job to `(index, step)` in `tx`, and commits it.
     async fn move_to(&mut self, mut tx: Tx, (index, step): (usize, Step)) -> Result<(), JobError> {
-        db::upgrades::set_position(&mut *tx, self.job.id, index, step, Utc::now()).await?;
+        db::upgrades::set_position(&mut tx, self.job.id, index, step, Utc::now()).await?;
         tx.commit().await?;
         self.ctx.changes.job(self.job.id);
         self.job.component_index = index;
@@ -313,17 +313,17 @@ impl Driver<'_> {
         let mut tx = self.lease.begin().await?;
         let now = Utc::now();
         if let Some(ev) = &first {
-            db::events::record(&mut *tx, ev, now).await?;
+            db::events::record(&mut tx, ev, now).await?;
         }
         if let Some(state) = component_state {
-            db::upgrades::set_component_state(&mut *tx, self.job.id, self.job.component_index, state).await?;
+            db::upgrades::set_component_state(&mut tx, self.job.id, self.job.component_index, state).await?;
         }
         if kind == ROLLBACK {
             let ev =
                 self.event(EventType::Warning, "RollingBack", format!("restoring {}'s saved spec", self.component()));
-            db::events::record(&mut *tx, &ev, now).await?;
+            db::events::record(&mut tx, &ev, now).await?;
         }
-        db::upgrades::start_wind_down(&mut *tx, self.job.id, kind, end, &msg, now).await?;
+        db::upgrades::start_wind_down(&mut tx, self.job.id, kind, end, &msg, now).await?;
         tx.commit().await?;
         self.ctx.changes.job(self.job.id);
         self.job.wind_down = Some(kind.to_owned());
@@ -411,10 +411,10 @@ impl Driver<'_> {
     ) -> Result<(), JobError> {
         let now = Utc::now();
         if let Some((i, c_state)) = component {
-            db::upgrades::set_component_state(&mut *tx, self.job.id, i, c_state).await?;
+            db::upgrades::set_component_state(&mut tx, self.job.id, i, c_state).await?;
         }
         if let Some(ev) = &before {
-            db::events::record(&mut *tx, ev, now).await?;
+            db::events::record(&mut tx, ev, now).await?;
         }
         let rows = db::upgrades::components(&mut *tx, self.job.id).await?;
         let upgraded: Vec<&str> = rows.iter().filter(|r| r.state == "upgraded").map(|r| r.component.as_str()).collect();
@@ -430,7 +430,7 @@ impl Driver<'_> {
             _ => (EventType::Warning, "Failed"),
         };
         let message = error.clone().unwrap_or_else(|| format!("every component runs {}", self.job.version));
-        db::events::record(&mut *tx, &self.event(type_, reason, message), now).await?;
+        db::events::record(&mut tx, &self.event(type_, reason, message), now).await?;
         tx.commit().await?;
         self.ctx.changes.job(self.job.id);
         tracing::info!(job = self.job.id, cluster = %self.job.cluster, state = state.as_str(), "upgrade job ended");

@@ -71,7 +71,7 @@ impl Lease {
             }
         };
         let reason = if started { "Started" } else { "Resumed" };
-        db::events::record(&mut *tx, &job_event(id, EventType::Normal, reason, message), now).await?;
+        db::events::record(&mut tx, &job_event(id, EventType::Normal, reason, message), now).await?;
         tx.commit().await?;
         tracing::info!(job = id, owner, started, "upgrade job claimed");
         let lease = Lease { db: db.clone(), job: id, owner: owner.to_owned(), last_beat: Mutex::new(Instant::now()) };

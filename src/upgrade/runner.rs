@@ -34,7 +34,7 @@ pub async fn run(ctx: Context, queue: UpgradeQueue, cancel: CancellationToken) {
     // before is gone, and its jobs are this runner's to resume.
     let released = async {
         let mut tx = ctx.db.begin_background().await?;
-        let n = crate::db::upgrades::release_others(&mut *tx, &ctx.owner).await?;
+        let n = crate::db::upgrades::release_others(&mut tx, &ctx.owner).await?;
         tx.commit().await?;
         Ok::<_, sqlx::Error>(n)
     };

@@ -104,7 +104,7 @@ pub async fn start(db: &Db, prepared: &Prepared) -> Result<Job, StartError> {
     };
     let from = new.from_version.as_deref().unwrap_or("an unknown version");
     let msg = format!("upgrade from {from} to {version} accepted (force: {})", r.force);
-    db::events::record(&mut *tx, &job_event(job.id, EventType::Normal, "Accepted", msg), now).await?;
+    db::events::record(&mut tx, &job_event(job.id, EventType::Normal, "Accepted", msg), now).await?;
     tx.commit().await?;
     tracing::info!(job = job.id, cluster = %r.cluster, version = %version, "upgrade job accepted");
     Ok(job)

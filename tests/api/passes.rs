@@ -61,7 +61,7 @@ impl Rig {
         };
         let spec = validate(raw, &SpecLimits::default()).expect("valid spec");
         let mut tx = self.ctx.db.begin_write().await.expect("a write");
-        db::pools::insert(&mut *tx, name, &spec, self.clock.now()).await.expect("insert pool");
+        db::pools::insert(&mut tx, name, &spec, self.clock.now()).await.expect("insert pool");
         tx.commit().await.expect("commit");
     }
 
@@ -165,7 +165,7 @@ async fn a_rollout_that_never_becomes_ready_stalls_at_its_deadline_and_keeps_the
     let pool = db::pools::get(rig.ctx.db.read(), "p").await.unwrap().unwrap();
     let spec = drover::domain::pool::PoolSpec { image: Some("app-crash:2".into()), ..pool.spec.clone() };
     let mut tx = rig.ctx.db.begin_write().await.unwrap();
-    db::pools::update_spec(&mut *tx, "p", pool.generation, &spec, rig.clock.now()).await.unwrap();
+    db::pools::update_spec(&mut tx, "p", pool.generation, &spec, rig.clock.now()).await.unwrap();
     tx.commit().await.unwrap();
     for _ in 0..40 {
         rig.clock.advance(Duration::from_secs(1));

@@ -38,7 +38,7 @@ async fn bench() -> Bench {
     let dir = TempDir::new().expect("temporary directory");
     let db = db::connect(&dir.path().join("drover.db")).await.expect("store");
     let mut tx = db.begin_write().await.expect("a write");
-    db::clusters::insert(&mut *tx, CLUSTER, &sim.url(), &credentials(&sim), chrono::Utc::now()).await.expect("cluster");
+    db::clusters::insert(&mut tx, CLUSTER, &sim.url(), &credentials(&sim), chrono::Utc::now()).await.expect("cluster");
     tx.commit().await.expect("commit");
     let retry = RetryPolicy { tries: 10, backoff: Duration::from_millis(5), call_timeout: Duration::from_secs(3) };
     let settings = Settings { retry, wait_timeout: Duration::from_secs(4), poll_interval: Duration::from_millis(15) };
