@@ -197,33 +197,30 @@ fn cells_on(engine: &str, filter: &str) -> String {
     )
 }
 
+/// JavaScript: the engine groups as `name: facts`, joined with `|`.
+const GROUPS: &str = "Array.from(document.querySelectorAll('[data-testid=engine-group]')) \
+     .map((g) => g.dataset.engine + ': ' + g.querySelector('[data-testid=engine-group-facts]').textContent).join('|')";
+
 async fn engines_scenario(s: &Session, app: &TestApp) -> anyhow::Result<()> {
     sign_in(s, app).await?;
     s.wait_until("the pool row", "return document.querySelector('[data-testid=pool-row][data-pool=web]') !== null")
         .await?;
-    let row = s
-        .wait_until(
-            "the pool row with its machines spread 2/2/2",
-            "const r = document.querySelector('[data-testid=pool-row][data-pool=web]'); \
-             return r.textContent.includes('a 2/2 · b 2/2 · local 2/2') && r.textContent",
-        )
-        .await?;
-    ensure!(row.as_str().is_some_and(|t| t.contains("yes")), "machines healthy in the list: {row}");
+    s.wait_until(
+        "the pool row with its machines spread 2/2/2 and healthy",
+        "const r = document.querySelector('[data-testid=pool-row][data-pool=web]'); \
+         return r.textContent.includes('a 2/2 · b 2/2 · local 2/2') && r.textContent.includes('yes')",
+    )
+    .await?;
     s.click("[data-testid=pool-row][data-pool=web] a").await?;
-    let groups = s
-        .wait_until(
-            "three engine groups of two ready machines",
-            "const ready = (e) => document.querySelectorAll( \
-               `[data-testid=engine-group][data-engine=${e}] [data-testid=machine-cell][data-state=ready]`).length; \
-             return ['a', 'b', 'local'].every((e) => ready(e) === 2) \
-               && Array.from(document.querySelectorAll('[data-testid=engine-group]')) \
-                 .map((g) => g.dataset.engine + ': ' + g.querySelector('[data-testid=engine-group-facts]').textContent)",
-        )
-        .await?;
-    ensure!(
-        groups == json!(["a: 2 machines, 2 ready", "b: 2 machines, 2 ready", "local: 2 machines, 2 ready"]),
-        "machines by engine: {groups}"
-    );
+    s.wait_until(
+        "three engine groups of two ready machines",
+        &format!(
+            "return {GROUPS} === 'a: 2 machines, 2 ready|b: 2 machines, 2 ready|local: 2 machines, 2 ready' \
+               && ['a', 'b', 'local'].every((e) => document.querySelectorAll( \
+                 `[data-testid=engine-group][data-engine=${{e}}] [data-testid=machine-cell][data-state=ready]`).length === 2)"
+        ),
+    )
+    .await?;
     s.wait_until(
         "the pool followed over its event stream",
         "return document.getElementById('live-mode').textContent === 'Live (stream)'",
@@ -270,8 +267,9 @@ async fn engines_scenario(s: &Session, app: &TestApp) -> anyhow::Result<()> {
     s.save_screenshot("ui-screenshot.png").await?;
     s.post("/window/rect", json!({"width": 1280, "height": 900})).await?;
 
-    // Engine b goes away: its machines become unknown, its group says so,
-    // the pool's conditions turn, and the engines view shows it.
+    // Engine b goes away: its machines become unknown and, once it is given
+    // up for lost, are replaced on a and local; its group, the pool's
+    // conditions and the engines view say so.
     app.state.engines.get("b").context("engine b")?.simulate_outage(true);
     s.wait_until(
         "engine b's machines unknown and its group unreachable",
@@ -282,10 +280,28 @@ async fn engines_scenario(s: &Session, app: &TestApp) -> anyhow::Result<()> {
         ),
     )
     .await?;
+    let after_loss = s
+        .wait_until(
+            "replacements on a and local once b is lost",
+            &format!(
+                "return {a} === 3 && {local} === 3 && {groups}",
+                a = cells_on("a", "[data-state=ready]"),
+                local = cells_on("local", "[data-state=ready]"),
+                groups = GROUPS
+            ),
+        )
+        .await?;
+    ensure!(
+        after_loss
+            == "a: 3 machines, 3 ready|b: 0 machines, 0 ready, 2 given up for lost · engine unreachable|\
+                       local: 3 machines, 3 ready",
+        "machines by engine after the loss: {after_loss}"
+    );
     s.wait_until(
         "the pool's conditions turned",
-        "const r = document.querySelector('[data-testid=condition][data-type=RuntimeAvailable]'); \
-         return r && r.dataset.status === 'False'",
+        "const c = (t) => document.querySelector(`[data-testid=condition][data-type=${t}]`); \
+         return c('RuntimeAvailable').dataset.status === 'False' && c('MachinesHealthy').dataset.status === 'False' \
+           && c('MachinesHealthy').textContent.includes('EngineLost')",
     )
     .await?;
     s.click("#nav-engines").await?;
@@ -296,14 +312,10 @@ async fn engines_scenario(s: &Session, app: &TestApp) -> anyhow::Result<()> {
              const b = rows.find((r) => r.dataset.engine === 'b'); \
              return rows.length === 3 && b && b.dataset.reachability === 'unreachable' \
                && b.querySelector('[data-testid=engine-error]').textContent.includes('switched off') \
-               && rows.map((r) => [r.dataset.engine, r.dataset.reachability])",
+               && rows.map((r) => [r.dataset.engine, r.dataset.reachability]).sort()",
         )
         .await?;
-    ensure!(
-        rows == json!([["local", "reachable"], ["a", "reachable"], ["b", "unreachable"]])
-            || rows == json!([["a", "reachable"], ["b", "unreachable"], ["local", "reachable"]]),
-        "engines: {rows}"
-    );
+    ensure!(rows == json!([["a", "reachable"], ["b", "unreachable"], ["local", "reachable"]]), "engines: {rows}");
     let machines_on_a = s
         .script(
             "return document.querySelector('[data-testid=engine-row][data-engine=a] [data-testid=engine-machines]').textContent",

@@ -55,10 +55,15 @@ function cell(c) {
   c.notes.length ? el('span', { class: 'mnote', 'aria-hidden': 'true', text: c.notes.map((n) => n[0]).join(' · ') }) : null);
 }
 
-// "2 machines, 2 ready, 1 terminating · unreachable": a group's heading.
+// "2 machines, 2 ready, 1 terminating · engine unreachable": a group's
+// heading. The counts are the pool status's (machines counted toward
+// `replicas`); cells beyond them are terminating, or given up with their
+// engine and replaced elsewhere.
 function groupFacts(g) {
   const facts = [plural(g.counts.replicas, 'machine'), `${g.counts.ready_replicas} ready`];
   if (g.terminating) facts.push(`${g.terminating} terminating`);
+  const uncounted = g.cells.length - g.counts.replicas - g.terminating;
+  if (uncounted > 0) facts.push(`${uncounted} ${g.reachability === 'unreachable' ? 'given up for lost' : 'not counted'}`);
   const engine = [];
   if (g.reachability && g.reachability !== 'reachable') engine.push(g.reachability);
   if (g.draining) engine.push('draining');
