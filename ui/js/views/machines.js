@@ -6,7 +6,7 @@
 import { $, el, plural, renderInto } from '../dom.js';
 
 // [state (the cell's class and data-state), glyph, words] for a machine.
-export function machineState(m) {
+function machineState(m) {
   switch (m.phase) {
     case 'running': return m.ready ? ['ready', '✓', 'running, ready'] : ['starting', '○', 'running, not ready'];
     case 'starting': return ['starting', '○', 'starting'];

@@ -6,7 +6,7 @@ import { clearProblemIfStale } from '../feedback.js';
 import { poll } from '../live.js';
 
 // Rollout state as the list can tell it from the pool alone.
-export function rolloutState(pool) {
+function rolloutState(pool) {
   const r = pool.status && pool.status.rollout;
   if (pool.paused) return 'paused';
   if (!r) return '—';
@@ -17,7 +17,7 @@ export function rolloutState(pool) {
 }
 
 // "a 2/2 · b 1/2": ready of existing machines, per engine.
-export function engineSpread(status) {
+function engineSpread(status) {
   const parts = Object.entries(status.engines || {})
     .map(([name, e]) => `${name} ${e.ready_replicas}/${e.replicas}`);
   return parts.length ? parts.join(' · ') : '—';
