@@ -10,11 +10,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail, ensure};
 use base64::Engine as _;
-use reqwest::StatusCode;
-use serde_json::{Value, json};
-
 use drover::config::RuntimeKind;
-use reqwest::Method;
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
 
 use crate::helpers::{TestApp, config, spawn_app, start};
 use crate::upgrade_env::spawn_env;
