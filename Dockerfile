@@ -11,6 +11,7 @@ WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src src
 COPY migrations migrations
+COPY ui ui
 COPY benches benches
 COPY tests tests
 # A static glibc binary needs no libraries from the base image.

@@ -1,6 +1,8 @@
 //! The dashboard at `/ui`: its files over plain HTTP, and a real browser
 //! (headless Chromium driven over the W3C WebDriver protocol) signing in,
-//! opening a pool and scaling it.
+//! scaling a pool, watching its machines by engine while one engine is lost,
+//! reading the engines, following an upgrade job, and running the
+//! dashboard's SSE parser on the CLI parser's cases.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -8,35 +10,72 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail, ensure};
 use base64::Engine as _;
-use reqwest::StatusCode;
+use drover::config::RuntimeKind;
+use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, spawn_app};
+use crate::helpers::{TestApp, config, spawn_app, start};
 use crate::upgrade_env::spawn_env;
+
+/// Every file under `ui/`, as `/ui/<path>` with the content type it needs
+/// (a module served as anything but JavaScript does not run).
+fn dashboard_files() -> Vec<(String, &'static str, PathBuf)> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("reading {}: {e}", dir.display())) {
+            let path = entry.expect("directory entry").path();
+            if path.is_dir() { walk(&path, out) } else { out.push(path) }
+        }
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("ui");
+    let mut files = Vec::new();
+    walk(&root, &mut files);
+    files.sort();
+    files
+        .into_iter()
+        .map(|file| {
+            let rel = file.strip_prefix(&root).expect("under ui/").to_string_lossy().replace('\\', "/");
+            let content_type = match file.extension().and_then(|e| e.to_str()) {
+                Some("html") => "text/html; charset=utf-8",
+                Some("js") => "text/javascript; charset=utf-8",
+                Some("css") => "text/css; charset=utf-8",
+                other => panic!("ui/{rel}: no content type decided for {other:?}"),
+            };
+            let url = if rel == "index.html" { "/ui".to_owned() } else { format!("/ui/{rel}") };
+            (url, content_type, file)
+        })
+        .collect()
+}
 
 #[tokio::test]
 async fn dashboard_files_are_served_without_a_token_under_a_strict_csp() {
     let app = spawn_app().await;
     let anonymous = reqwest::Client::new();
-    for (path, content_type, needle) in [
-        ("/ui", "text/html; charset=utf-8", "<script src=\"/ui/app.js\""),
-        ("/ui/", "text/html; charset=utf-8", "id=\"login-form\""),
-        ("/ui/app.js", "text/javascript; charset=utf-8", "sessionStorage"),
-        ("/ui/style.css", "text/css; charset=utf-8", ".cell"),
-    ] {
+    let files = dashboard_files();
+    assert!(files.len() > 5, "the dashboard's modules: {files:?}");
+    let mut checks: Vec<(String, &str, String)> = files
+        .iter()
+        .map(|(url, content_type, file)| {
+            let text = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+            (url.clone(), *content_type, text)
+        })
+        .collect();
+    checks.push(("/ui/".to_owned(), "text/html; charset=utf-8", "id=\"login-form\"".to_owned()));
+    for (path, content_type, needle) in &checks {
         let res = anonymous.get(app.url(path)).send().await.expect("request");
         assert_eq!(res.status(), StatusCode::OK, "{path} needs no token");
         let headers = res.headers().clone();
-        assert_eq!(headers["content-type"], content_type, "{path}");
+        assert_eq!(headers["content-type"], *content_type, "{path}");
         let csp = headers["content-security-policy"].to_str().expect("ASCII CSP");
         for directive in ["default-src 'none'", "script-src 'self'", "style-src 'self'", "connect-src 'self'"] {
             assert!(csp.contains(directive), "{path}: CSP {csp:?} lacks {directive:?}");
         }
-        assert!(!csp.contains("unsafe-inline") && !csp.contains("http"), "{path}: CSP {csp:?} is not self-only");
+        assert!(!csp.contains("unsafe") && !csp.contains("http"), "{path}: CSP {csp:?} is not self-only");
         assert_eq!(headers["x-content-type-options"], "nosniff", "{path}");
         let body = res.text().await.expect("body");
-        assert!(body.contains(needle), "{path} should contain {needle:?}");
+        assert!(body.contains(needle.as_str()), "{path} is not the file in ui/ (the binary is stale?)");
     }
+    let index = &checks.iter().find(|(p, ..)| p == "/ui").expect("the page").2;
+    assert!(index.contains("<script type=\"module\" src=\"/ui/js/main.js\">"), "the page loads its modules");
     // Opening the page opened nothing else.
     let res = anonymous.get(app.url("/v1/pools")).send().await.expect("request");
     assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
@@ -57,7 +96,7 @@ async fn dashboard_rejects_a_wrong_token_then_scales_a_pool_to_five_machines() {
     let app = spawn_app().await;
     app.create_pool_ok("web", 0, json!({"image": "sim/app:1"})).await;
     let outcome = tokio::time::timeout(SCENARIO_LIMIT, scale_scenario(&browser.session, &app)).await;
-    browser.finish(outcome, "ui-screenshot.png").await;
+    browser.finish(outcome, "ui-scale-screenshot.png").await;
     let pool = app.pool("web").await;
     assert_eq!(pool["replicas"], 5, "the scale control changed the pool");
 }
@@ -73,6 +112,218 @@ async fn dashboard_shows_an_upgrade_job_component_by_component() {
     assert_eq!(job["state"], "succeeded", "{job:#}");
     let outcome = tokio::time::timeout(SCENARIO_LIMIT, upgrade_scenario(&browser.session, &env.app, id)).await;
     browser.finish(outcome, "ui-upgrade-screenshot.png").await;
+}
+
+#[tokio::test]
+async fn dashboard_shows_machines_by_engine_and_the_engines_while_one_is_lost() {
+    let Some(browser) =
+        Browser::start_or_skip("dashboard_shows_machines_by_engine_and_the_engines_while_one_is_lost").await
+    else {
+        return;
+    };
+    let tmp = tempfile::TempDir::new().expect("data dir");
+    let mut cfg = config(tmp.path(), RuntimeKind::Simulated);
+    cfg.engine_lost_after = Duration::from_secs(2);
+    cfg.machine_settle_time = Duration::from_millis(100);
+    let app = start(cfg, Some(tmp)).await;
+    for name in ["a", "b"] {
+        let body = json!({"name": name, "endpoint": format!("sim://{name}"), "labels": {"zone": name}});
+        let res = app.request(Method::POST, "/v1/engines", Some(body)).await;
+        assert_eq!(res.status(), StatusCode::CREATED, "registering engine {name}");
+    }
+    app.create_pool_ok("web", 6, json!({"image": "sim/app:1", "engines": ["local", "a", "b"]})).await;
+    let outcome = tokio::time::timeout(SCENARIO_LIMIT, engines_scenario(&browser.session, &app)).await;
+    browser.finish(outcome, "ui-engines-screenshot.png").await;
+}
+
+#[tokio::test]
+async fn dashboard_sse_parser_follows_the_cli_parsers_rules() {
+    let Some(browser) = Browser::start_or_skip("dashboard_sse_parser_follows_the_cli_parsers_rules").await else {
+        return;
+    };
+    let app = spawn_app().await;
+    let outcome = tokio::time::timeout(SCENARIO_LIMIT, sse_scenario(&browser.session, &app)).await;
+    browser.finish(outcome, "ui-sse-screenshot.png").await;
+}
+
+/// The cases of `src/cli/sse.rs`'s unit tests, chunk by chunk, plus a
+/// character split across two chunks of bytes, through the module the
+/// dashboard uses (loaded as the page loads it, under its CSP).
+async fn sse_scenario(s: &Session, app: &TestApp) -> anyhow::Result<()> {
+    s.navigate(&app.url("/ui")).await?;
+    s.wait_until("the sign-in form", "return !document.getElementById('login').hidden").await?;
+    let got = s
+        .script_async(
+            "const done = arguments[arguments.length - 1];
+             import('/ui/js/sse.js').then(async ({ SseParser, sseMessages }) => {
+               const run = (chunks) => { const p = new SseParser(); return chunks.map((c) => p.push(c)); };
+               const bytes = new TextEncoder().encode('event: status\\ndata: caf\\u00e9\\n\\n');
+               const body = new ReadableStream({ start(c) {
+                 c.enqueue(bytes.slice(0, 24)); c.enqueue(bytes.slice(24)); c.close(); } });
+               const streamed = [];
+               for await (const m of sseMessages(body)) streamed.push(m);
+               done({
+                 blank_lines: run(['event: status\\ndata: {\"a\":1}\\n\\n: keep-alive\\n\\nevent: event\\nid: 7\\ndata: x\\n\\n']),
+                 split_crlf: run(['event: sta', 'tus\\r\\ndata: one\\r\\ndata:two\\r\\n', '\\r\\n']),
+                 unnamed: run(['data: hi\\n\\n']),
+                 streamed,
+               });
+             }).catch((e) => done({ error: String(e) }));",
+        )
+        .await?;
+    let msg = |event: &str, data: &str, id: Option<&str>| json!({"event": event, "data": data, "id": id});
+    ensure!(got.get("error").is_none(), "loading or running ui/js/sse.js: {got}");
+    ensure!(
+        got["blank_lines"] == json!([[msg("status", "{\"a\":1}", None), msg("event", "x", Some("7"))]]),
+        "messages end on blank lines, comments are skipped: {got:#}"
+    );
+    ensure!(
+        got["split_crlf"] == json!([[], [], [msg("status", "one\ntwo", None)]]),
+        "lines split across chunks and CRLF: {got:#}"
+    );
+    ensure!(got["unnamed"] == json!([[msg("message", "hi", None)]]), "data without an event name: {got:#}");
+    ensure!(got["streamed"] == json!([msg("status", "café", None)]), "a character split across chunks: {got:#}");
+    Ok(())
+}
+
+/// JavaScript: how many machine cells of engine `engine` match `filter`
+/// (a selector suffix).
+fn cells_on(engine: &str, filter: &str) -> String {
+    format!(
+        "document.querySelectorAll('[data-testid=engine-group][data-engine={engine}] \
+         [data-testid=machine-cell]{filter}').length"
+    )
+}
+
+/// JavaScript: the engine groups as `name: facts`, joined with `|`.
+const GROUPS: &str = "Array.from(document.querySelectorAll('[data-testid=engine-group]')) \
+     .map((g) => g.dataset.engine + ': ' + g.querySelector('[data-testid=engine-group-facts]').textContent).join('|')";
+
+async fn engines_scenario(s: &Session, app: &TestApp) -> anyhow::Result<()> {
+    sign_in(s, app).await?;
+    s.wait_until("the pool row", "return document.querySelector('[data-testid=pool-row][data-pool=web]') !== null")
+        .await?;
+    s.wait_until(
+        "the pool row with its machines spread 2/2/2 and healthy",
+        "const r = document.querySelector('[data-testid=pool-row][data-pool=web]'); \
+         return r.textContent.includes('a 2/2 · b 2/2 · local 2/2') && r.textContent.includes('yes')",
+    )
+    .await?;
+    s.click("[data-testid=pool-row][data-pool=web] a").await?;
+    s.wait_until(
+        "three engine groups of two ready machines",
+        &format!(
+            "return {GROUPS} === 'a: 2 machines, 2 ready|b: 2 machines, 2 ready|local: 2 machines, 2 ready' \
+               && ['a', 'b', 'local'].every((e) => document.querySelectorAll( \
+                 `[data-testid=engine-group][data-engine=${{e}}] [data-testid=machine-cell][data-state=ready]`).length === 2)"
+        ),
+    )
+    .await?;
+    s.wait_until(
+        "the pool followed over its event stream",
+        "return document.getElementById('live-mode').textContent === 'Live (stream)'",
+    )
+    .await?;
+    let conditions = s
+        .script(
+            "return Object.fromEntries(Array.from(document.querySelectorAll('[data-testid=condition]')) \
+             .map((r) => [r.dataset.type, r.dataset.status]))",
+        )
+        .await?;
+    ensure!(conditions["MachinesHealthy"] == "True" && conditions["Ready"] == "True", "conditions: {conditions}");
+
+    // A machine on engine a is OOM-killed behind drover's back; drover
+    // restarts it in place, and its cell says so.
+    let machines = app.machines("web").await;
+    let victim = machines.iter().find(|m| m["engine"] == "a").context("a machine on engine a")?;
+    let (name, id) = (victim["name"].as_str().unwrap_or_default(), victim["container_id"].as_str().unwrap_or_default());
+    let engine_a = app.state.engines.get("a").context("engine a")?;
+    engine_a.simulate_change(id, |c| {
+        c.state = drover::runtime::ContainerState::Exited;
+        c.exit_code = Some(137);
+        c.oom_killed = true;
+        c.finished_at = Some(chrono::Utc::now());
+    });
+    let note = s
+        .wait_until(
+            "the OOM-killed machine restarted, with its exit code and restart count",
+            &format!(
+                "const c = document.querySelector('[data-testid=machine-cell][data-machine=\"{name}\"]'); \
+                 const n = c && c.querySelector('.mnote'); \
+                 return n && c.dataset.state === 'ready' && n.textContent.includes('\\u21bb1') && c.getAttribute('aria-label')"
+            ),
+        )
+        .await?;
+    ensure!(
+        note.as_str().is_some_and(|t| t.contains("exit code 137")
+            && t.contains("lack of memory")
+            && t.contains("restarted 1 time")),
+        "the cell's accessible name tells the story: {note}"
+    );
+    // docs/dashboard.png: tall enough for the machines, the rollout and the conditions.
+    s.post("/window/rect", json!({"width": 1280, "height": 1250})).await?;
+    s.save_screenshot("ui-screenshot.png").await?;
+    s.post("/window/rect", json!({"width": 1280, "height": 900})).await?;
+
+    // Engine b goes away: its machines become unknown and, once it is given
+    // up for lost, are replaced on a and local; its group, the pool's
+    // conditions and the engines view say so.
+    app.state.engines.get("b").context("engine b")?.simulate_outage(true);
+    s.wait_until(
+        "engine b's machines unknown and its group unreachable",
+        &format!(
+            "const g = document.querySelector('[data-testid=engine-group][data-engine=b]'); \
+             return g && g.textContent.includes('engine unreachable') && {unknown} === 2",
+            unknown = cells_on("b", "[data-phase=unknown]")
+        ),
+    )
+    .await?;
+    let after_loss = s
+        .wait_until(
+            "replacements on a and local once b is lost",
+            &format!(
+                "return {a} === 3 && {local} === 3 && {groups}",
+                a = cells_on("a", "[data-state=ready]"),
+                local = cells_on("local", "[data-state=ready]"),
+                groups = GROUPS
+            ),
+        )
+        .await?;
+    ensure!(
+        after_loss
+            == "a: 3 machines, 3 ready|b: 0 machines, 0 ready, 2 given up for lost · engine unreachable|\
+                       local: 3 machines, 3 ready",
+        "machines by engine after the loss: {after_loss}"
+    );
+    s.wait_until(
+        "the pool's conditions turned",
+        "const c = (t) => document.querySelector(`[data-testid=condition][data-type=${t}]`); \
+         return c('RuntimeAvailable').dataset.status === 'False' && c('MachinesHealthy').dataset.status === 'False' \
+           && c('MachinesHealthy').textContent.includes('EngineLost')",
+    )
+    .await?;
+    s.click("#nav-engines").await?;
+    let rows = s
+        .wait_until(
+            "three engines, b unreachable with its error",
+            "const rows = Array.from(document.querySelectorAll('[data-testid=engine-row]')); \
+             const b = rows.find((r) => r.dataset.engine === 'b'); \
+             return rows.length === 3 && b && b.dataset.reachability === 'unreachable' \
+               && b.querySelector('[data-testid=engine-error]').textContent.includes('switched off') \
+               && rows.map((r) => [r.dataset.engine, r.dataset.reachability]).sort()",
+        )
+        .await?;
+    ensure!(rows == json!([["a", "reachable"], ["b", "unreachable"], ["local", "reachable"]]), "engines: {rows}");
+    let machines_on_a = s
+        .script(
+            "return document.querySelector('[data-testid=engine-row][data-engine=a] [data-testid=engine-machines]').textContent",
+        )
+        .await?;
+    ensure!(
+        machines_on_a.as_str().is_some_and(|n| n.parse::<u32>().is_ok_and(|n| n >= 2)),
+        "machines on a: {machines_on_a}"
+    );
+    Ok(())
 }
 
 async fn sign_in(s: &Session, app: &TestApp) -> anyhow::Result<()> {
@@ -206,17 +457,11 @@ impl Browser {
     /// Saves a screenshot as `target/<file>`, ends the browser, then fails
     /// the test if the scenario did; so no Chromium outlives a failure.
     async fn finish(self, outcome: Result<anyhow::Result<()>, tokio::time::error::Elapsed>, file: &str) {
-        let shot = self.session.screenshot().await;
+        if let Err(e) = self.session.save_screenshot(file).await {
+            eprintln!("no screenshot: {e:#}");
+        }
         self.session.delete().await;
         drop(self.driver);
-        match shot {
-            Ok(png) => {
-                let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("target").join(file);
-                std::fs::write(&path, png).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
-                eprintln!("dashboard screenshot: {}", path.display());
-            }
-            Err(e) => eprintln!("no screenshot: {e:#}"),
-        }
         match outcome {
             Err(_) => panic!("the browser scenario took over {SCENARIO_LIMIT:?}: the page never reached a state"),
             Ok(Err(e)) => panic!("browser scenario failed: {e:#}"),
@@ -364,6 +609,11 @@ impl Session {
         self.post("/execute/sync", json!({"script": source, "args": []})).await
     }
 
+    /// Runs `source`, which calls its last argument with the result.
+    async fn script_async(&self, source: &str) -> anyhow::Result<Value> {
+        self.post("/execute/async", json!({"script": source, "args": []})).await
+    }
+
     /// Polls `condition` (a script body) every 200 ms for up to 20 s until
     /// it returns something truthy, and returns that.
     async fn wait_until(&self, what: &str, condition: &str) -> anyhow::Result<Value> {
@@ -390,10 +640,16 @@ impl Session {
         bail!("timed out waiting for {what} (last result {last}); the page says:\n{}", page.as_str().unwrap_or(""))
     }
 
-    async fn screenshot(&self) -> anyhow::Result<Vec<u8>> {
+    /// Saves what the browser shows as `target/<file>` (docs/dashboard.png
+    /// is `target/ui-screenshot.png`).
+    async fn save_screenshot(&self, file: &str) -> anyhow::Result<()> {
         let b64 = self.call(reqwest::Method::GET, "/screenshot", None).await?;
         let b64 = b64.as_str().ok_or_else(|| anyhow!("screenshot is not a string"))?;
-        Ok(base64::engine::general_purpose::STANDARD.decode(b64)?)
+        let png = base64::engine::general_purpose::STANDARD.decode(b64)?;
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("target").join(file);
+        std::fs::write(&path, png).with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("dashboard screenshot: {}", path.display());
+        Ok(())
     }
 
     async fn delete(&self) {
