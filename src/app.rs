@@ -34,7 +34,12 @@ use crate::runtime::{Engines, Wake};
 
 /// Shared by every handler; cheap to clone.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+/// What every handler shares. Behind one `Arc`: each request clones the
+/// state once per middleware layer and handler, and one counter is cheaper
+/// than a dozen.
+pub struct Shared {
     pub db: Db,
     /// The container engines and what they hold.
     pub engines: Engines,
@@ -63,7 +68,14 @@ pub struct AppState {
     pub shutdown: CancellationToken,
 }
 
-impl AppState {
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+impl Shared {
     pub fn limits(&self) -> &SpecLimits {
         &self.limits
     }
@@ -159,7 +171,7 @@ impl Application {
         };
         let inflight = Arc::new(Semaphore::new(config.max_concurrent_requests as usize));
         let limits = Arc::new(SpecLimits { max_replicas: config.max_replicas, host: host_policy(&config) });
-        let state = AppState {
+        let state = AppState(Arc::new(Shared {
             db,
             engines,
             queue,
@@ -174,7 +186,7 @@ impl Application {
             config: Arc::new(config),
             metrics,
             shutdown,
-        };
+        }));
         Ok(Self { listener, state, wakes, tasks, lock })
     }
 

@@ -90,6 +90,9 @@ impl Drop for Permit {
 /// A write transaction holding the gate; `&mut *tx` is its connection.
 pub struct WriteTx {
     tx: sqlx::Transaction<'static, sqlx::Sqlite>,
+    /// Pools this transaction wrote, invalidated in the cache once it commits.
+    touched: Vec<String>,
+    cache: Arc<super::pool_cache::PoolCache>,
     /// Dropped after the transaction (field order), so the next writer
     /// starts once this one has committed or rolled back.
     _permit: Permit,
@@ -97,7 +100,17 @@ pub struct WriteTx {
 
 impl WriteTx {
     pub async fn commit(self) -> sqlx::Result<()> {
-        self.tx.commit().await
+        let Self { tx, touched, cache, _permit } = self;
+        tx.commit().await?;
+        cache.invalidate(&touched);
+        Ok(())
+    }
+
+    /// Notes that this transaction writes `pool`'s row.
+    pub fn touched_pool(&mut self, pool: &str) {
+        if !self.touched.iter().any(|p| p == pool) {
+            self.touched.push(pool.to_owned());
+        }
     }
 }
 
@@ -117,10 +130,15 @@ impl std::ops::DerefMut for WriteTx {
 /// Takes the gate, then `BEGIN IMMEDIATE` on the writer: the write lock at
 /// once, so that a transaction that reads first and writes later never
 /// meets another process's commit in between (`SQLITE_BUSY` at once).
-pub async fn begin(gate: &Arc<WriteGate>, writer: &SqlitePool, priority: Priority) -> sqlx::Result<WriteTx> {
+pub async fn begin(
+    gate: &Arc<WriteGate>,
+    writer: &SqlitePool,
+    cache: &Arc<super::pool_cache::PoolCache>,
+    priority: Priority,
+) -> sqlx::Result<WriteTx> {
     let permit = gate.acquire(priority).await;
     let tx = writer.begin_with("BEGIN IMMEDIATE").await?;
-    Ok(WriteTx { tx, _permit: permit })
+    Ok(WriteTx { tx, touched: Vec::new(), cache: Arc::clone(cache), _permit: permit })
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ pub mod tokens;
 pub mod upgrades;
 
 mod gate;
+mod pool_cache;
 
 use std::path::Path;
 use std::str::FromStr;
@@ -23,6 +24,7 @@ use anyhow::Context as _;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 
 pub use gate::{Priority, WriteTx};
+use pools::Pool;
 
 /// The store: readers for the API, readers for the background workers, and
 /// one writer behind a gate that serves the API before the workers.
@@ -40,6 +42,7 @@ pub struct Db {
     background: SqlitePool,
     writer: SqlitePool,
     gate: std::sync::Arc<gate::WriteGate>,
+    pools: std::sync::Arc<pool_cache::PoolCache>,
 }
 
 /// How long a writer waits for SQLite's lock before giving up with `busy`:
@@ -62,12 +65,33 @@ impl Db {
 
     /// A write transaction of a request: ahead of every waiting worker.
     pub async fn begin_write(&self) -> sqlx::Result<WriteTx> {
-        gate::begin(&self.gate, &self.writer, Priority::Request).await
+        gate::begin(&self.gate, &self.writer, &self.pools, Priority::Request).await
     }
 
     /// A write transaction of a background worker.
     pub async fn begin_background(&self) -> sqlx::Result<WriteTx> {
-        gate::begin(&self.gate, &self.writer, Priority::Background).await
+        gate::begin(&self.gate, &self.writer, &self.pools, Priority::Background).await
+    }
+
+    /// A pool as last committed, from memory when it can be.
+    pub async fn pool(&self, name: &str) -> sqlx::Result<Option<Pool>> {
+        self.cached_pool(&self.api, name).await
+    }
+
+    /// The same, for a background worker (its misses use its own readers).
+    pub async fn pool_for_worker(&self, name: &str) -> sqlx::Result<Option<Pool>> {
+        self.cached_pool(&self.background, name).await
+    }
+
+    async fn cached_pool(&self, readers: &SqlitePool, name: &str) -> sqlx::Result<Option<Pool>> {
+        match self.pools.get(name) {
+            Ok(pool) => Ok(Some(Pool::clone(&pool))),
+            Err(miss) => {
+                let pool = pools::get(readers, name).await?;
+                self.pools.fill(miss, pool.as_ref());
+                Ok(pool)
+            }
+        }
     }
 
     pub async fn close(&self) {
@@ -113,7 +137,7 @@ pub async fn connect(path: &Path) -> anyhow::Result<Db> {
     let readers = |n: u32| SqlitePoolOptions::new().max_connections(n).connect_with(opts.clone().read_only(true));
     let api = readers(API_READERS).await.context("opening the readers of requests")?;
     let background = readers(BACKGROUND_READERS).await.context("opening the readers of workers")?;
-    Ok(Db { api, background, writer, gate: Default::default() })
+    Ok(Db { api, background, writer, gate: Default::default(), pools: Default::default() })
 }
 
 /// A write transaction of a request (see [`Db::begin_write`]).

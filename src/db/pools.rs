@@ -1,7 +1,6 @@
 //! The `pools` table.
 
 use chrono::{DateTime, Utc};
-use sqlx::SqliteConnection;
 use sqlx::{AssertSqlSafe, SqliteExecutor};
 
 use crate::domain::pool::PoolSpec;
@@ -66,7 +65,8 @@ fn to_json<T: serde::Serialize>(v: &T) -> sqlx::Result<String> {
 }
 
 /// Inserts a new pool; a duplicate name fails with a unique violation.
-pub async fn insert(db: &mut SqliteConnection, name: &str, spec: &PoolSpec, now: DateTime<Utc>) -> sqlx::Result<Pool> {
+pub async fn insert(tx: &mut super::WriteTx, name: &str, spec: &PoolSpec, now: DateTime<Utc>) -> sqlx::Result<Pool> {
+    tx.touched_pool(name);
     let row: PoolRow = sqlx::query_as(AssertSqlSafe(format!(
         "insert into pools (name, generation, spec, status, deleting, created_at, updated_at)
          values (?, 1, ?, '{{}}', 0, ?, ?) returning {COLUMNS}"
@@ -75,7 +75,7 @@ pub async fn insert(db: &mut SqliteConnection, name: &str, spec: &PoolSpec, now:
     .bind(to_json(spec)?)
     .bind(now)
     .bind(now)
-    .fetch_one(db)
+    .fetch_one(&mut **tx)
     .await?;
     row.try_into()
 }
@@ -109,12 +109,13 @@ pub async fn names(db: impl SqliteExecutor<'_>) -> sqlx::Result<Vec<String>> {
 /// concurrent writers that read the same generation exactly one wins.
 /// `None` means the generation moved on (or the pool is gone).
 pub async fn update_spec(
-    db: &mut SqliteConnection,
+    tx: &mut super::WriteTx,
     name: &str,
     expected: i64,
     spec: &PoolSpec,
     now: DateTime<Utc>,
 ) -> sqlx::Result<Option<Pool>> {
+    tx.touched_pool(name);
     let row: Option<PoolRow> = sqlx::query_as(AssertSqlSafe(format!(
         "update pools set spec = ?, generation = generation + 1, updated_at = ?
          where name = ? and generation = ? and deleting = 0
@@ -124,31 +125,29 @@ pub async fn update_spec(
     .bind(now)
     .bind(name)
     .bind(expected)
-    .fetch_optional(db)
+    .fetch_optional(&mut **tx)
     .await?;
     row.map(Pool::try_from).transpose()
 }
 
 /// Flags the pool for deletion; `None` when it does not exist or was
 /// flagged already. A write first, so the transaction takes the lock at once.
-pub async fn mark_deleting(db: &mut SqliteConnection, name: &str, now: DateTime<Utc>) -> sqlx::Result<Option<Pool>> {
+pub async fn mark_deleting(tx: &mut super::WriteTx, name: &str, now: DateTime<Utc>) -> sqlx::Result<Option<Pool>> {
+    tx.touched_pool(name);
     let row: Option<PoolRow> = sqlx::query_as(AssertSqlSafe(format!(
         "update pools set deleting = 1, updated_at = ? where name = ? and deleting = 0 returning {COLUMNS}"
     )))
     .bind(now)
     .bind(name)
-    .fetch_optional(db)
+    .fetch_optional(&mut **tx)
     .await?;
     row.map(Pool::try_from).transpose()
 }
 
 /// Lowers `replicas` by one in a single statement (no read-modify-write
 /// race); `None` when the pool is missing, deleting, or already at zero.
-pub async fn decrement_replicas(
-    db: &mut SqliteConnection,
-    name: &str,
-    now: DateTime<Utc>,
-) -> sqlx::Result<Option<Pool>> {
+pub async fn decrement_replicas(tx: &mut super::WriteTx, name: &str, now: DateTime<Utc>) -> sqlx::Result<Option<Pool>> {
+    tx.touched_pool(name);
     let row: Option<PoolRow> = sqlx::query_as(AssertSqlSafe(format!(
         "update pools set spec = json_set(spec, '$.replicas', json_extract(spec, '$.replicas') - 1),
                           generation = generation + 1, updated_at = ?
@@ -157,29 +156,36 @@ pub async fn decrement_replicas(
     )))
     .bind(now)
     .bind(name)
-    .fetch_optional(db)
+    .fetch_optional(&mut **tx)
     .await?;
     row.map(Pool::try_from).transpose()
 }
 
-pub async fn write_status(db: &mut SqliteConnection, name: &str, status: &PoolStatus) -> sqlx::Result<()> {
-    sqlx::query("update pools set status = ? where name = ?").bind(to_json(status)?).bind(name).execute(db).await?;
+pub async fn write_status(tx: &mut super::WriteTx, name: &str, status: &PoolStatus) -> sqlx::Result<()> {
+    tx.touched_pool(name);
+    sqlx::query("update pools set status = ? where name = ?")
+        .bind(to_json(status)?)
+        .bind(name)
+        .execute(&mut **tx)
+        .await?;
     Ok(())
 }
 
 /// Approves one more batch of the current rollout.
-pub async fn approve_batch(db: &mut SqliteConnection, name: &str) -> sqlx::Result<Option<Pool>> {
+pub async fn approve_batch(tx: &mut super::WriteTx, name: &str) -> sqlx::Result<Option<Pool>> {
+    tx.touched_pool(name);
     let row: Option<PoolRow> = sqlx::query_as(AssertSqlSafe(format!(
         "update pools set batches_approved = batches_approved + 1 where name = ? returning {COLUMNS}"
     )))
     .bind(name)
-    .fetch_optional(db)
+    .fetch_optional(&mut **tx)
     .await?;
     row.map(Pool::try_from).transpose()
 }
 
 /// Removes the row of a pool whose machines are all gone.
-pub async fn remove(db: &mut SqliteConnection, name: &str) -> sqlx::Result<bool> {
-    let done = sqlx::query("delete from pools where name = ? and deleting = 1").bind(name).execute(db).await?;
+pub async fn remove(tx: &mut super::WriteTx, name: &str) -> sqlx::Result<bool> {
+    tx.touched_pool(name);
+    let done = sqlx::query("delete from pools where name = ? and deleting = 1").bind(name).execute(&mut **tx).await?;
     Ok(done.rows_affected() == 1)
 }

@@ -105,7 +105,7 @@ pub struct MachineList {
 }
 
 async fn desired_image(state: &AppState, pool: &str) -> ApiResult<String> {
-    let p = db::pools::get(state.db.read(), pool).await?.ok_or_else(|| ApiError::not_found("pool", pool))?;
+    let p = state.db.pool(pool).await?.ok_or_else(|| ApiError::not_found("pool", pool))?;
     Ok(p.spec.desired_image())
 }
 
@@ -218,8 +218,7 @@ async fn delete_machine(
         None => {
             drop(tx);
             // Marked before (a repeated call), or missing.
-            let pool =
-                db::pools::get(state.db.read(), &name).await?.ok_or_else(|| ApiError::not_found("pool", &name))?;
+            let pool = state.db.pool(&name).await?.ok_or_else(|| ApiError::not_found("pool", &name))?;
             let m = db::machines::get(state.db.read(), &name, &machine)
                 .await?
                 .ok_or_else(|| ApiError::not_found("machine", &machine))?;

@@ -90,7 +90,7 @@ fn if_match(headers: &HeaderMap) -> ApiResult<Option<Vec<i64>>> {
 }
 
 pub(crate) async fn load(state: &AppState, name: &str) -> ApiResult<Pool> {
-    db::pools::get(state.db.read(), name).await?.ok_or_else(|| ApiError::not_found("pool", name))
+    state.db.pool(name).await?.ok_or_else(|| ApiError::not_found("pool", name))
 }
 
 /// RFC 7396 JSON merge patch.
@@ -240,7 +240,7 @@ async fn update_spec(
         }
         tx.commit().await?;
         // The revision and approvals may have moved in this transaction.
-        let updated = db::pools::get(state.db.read(), name).await?.unwrap_or(updated);
+        let updated = state.db.pool(name).await?.unwrap_or(updated);
         state.queue.enqueue(name);
         state.changes.pool(name);
         tracing::info!(pool = name, generation = updated.generation, "spec updated");

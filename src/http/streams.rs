@@ -138,7 +138,7 @@ impl Watch {
     async fn poll(&mut self) -> ApiResult<Vec<SseEvent>> {
         let (kind, subject, status, finished) = match &self.subject {
             Subject::Pool(name) => {
-                let view = match db::pools::get(self.state.db.read(), name).await? {
+                let view = match self.state.db.pool(name).await? {
                     Some(pool) => Some(to_value(pools::PoolView::from(pool))?),
                     None => None,
                 };

@@ -207,7 +207,7 @@ pub async fn live_counts(ctx: &Context, pool: &Pool) -> Result<Counts, Reconcile
 /// pool run at once.
 #[tracing::instrument(skip(ctx), fields(pool = %name))]
 pub async fn reconcile_once(ctx: &Context, name: &str) -> Result<Outcome, ReconcileError> {
-    let Some(pool) = db::pools::get(ctx.db.background(), name).await? else {
+    let Some(pool) = ctx.db.pool_for_worker(name).await? else {
         return Ok(Outcome::Gone);
     };
     let now = ctx.clock.now();

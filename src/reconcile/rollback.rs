@@ -66,7 +66,7 @@ pub async fn rollback(db: &Db, pool: &Pool, target: Option<i64>, why: &str) -> R
         format!("{why}: rolling back to revision {} ({}) as revision {revision}", rev.revision, rev.desired_image);
     db::events::record(&mut tx, &NewEvent::pool(&pool.name, EventType::Warning, "RolledBack", message), now).await?;
     tx.commit().await?;
-    let pool = db::pools::get(db.read(), &pool.name).await?.unwrap_or(updated);
+    let pool = db.pool(&pool.name).await?.unwrap_or(updated);
     tracing::warn!(pool = %pool.name, to = rev.revision, revision, "rolled back");
     Ok(RolledBack { pool, to: rev.revision, revision })
 }

@@ -280,7 +280,7 @@ pub async fn record_failure(ctx: &Context, name: &str, err: &ReconcileError) {
     let now = Utc::now();
     let message = crate::error::error_chain(err);
     let result = async {
-        let Some(pool) = db::pools::get(ctx.db.background(), name).await? else { return Ok(()) };
+        let Some(pool) = ctx.db.pool_for_worker(name).await? else { return Ok(()) };
         let mut status = pool.status.clone();
         let unavailable = matches!(err.first(), ReconcileError::Runtime(RuntimeError::Unavailable(_)));
         if unavailable {
