@@ -14,7 +14,7 @@ pub mod tokens;
 pub mod upgrades;
 
 mod gate;
-mod pool_cache;
+pub mod pool_cache;
 
 use std::path::Path;
 use std::str::FromStr;
@@ -83,9 +83,20 @@ impl Db {
         self.cached_pool(&self.background, name).await
     }
 
+    /// A pool as last committed, shared, with room for its rendered answer.
+    pub async fn pool_shared(&self, name: &str) -> sqlx::Result<Option<std::sync::Arc<pool_cache::Cached>>> {
+        match self.pools.get(name) {
+            Ok(cached) => Ok(Some(cached)),
+            Err(miss) => {
+                let pool = pools::get(&self.api, name).await?;
+                Ok(self.pools.fill(miss, pool.as_ref()))
+            }
+        }
+    }
+
     async fn cached_pool(&self, readers: &SqlitePool, name: &str) -> sqlx::Result<Option<Pool>> {
         match self.pools.get(name) {
-            Ok(pool) => Ok(Some(Pool::clone(&pool))),
+            Ok(cached) => Ok(Some(cached.pool.clone())),
             Err(miss) => {
                 let pool = pools::get(readers, name).await?;
                 self.pools.fill(miss, pool.as_ref());

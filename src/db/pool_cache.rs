@@ -21,7 +21,14 @@ pub struct PoolCache {
 struct Entry {
     /// Bumped by every invalidation.
     version: u64,
-    pool: Option<Arc<Pool>>,
+    pool: Option<Arc<Cached>>,
+}
+
+/// A pool as committed, and its API answer once someone rendered it: the
+/// answer changes exactly when the row does.
+pub struct Cached {
+    pub pool: Pool,
+    pub rendered: std::sync::OnceLock<bytes::Bytes>,
 }
 
 /// A miss: what to fill once the store has been read.
@@ -35,7 +42,7 @@ impl PoolCache {
         self.entries.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn get(&self, name: &str) -> Result<Arc<Pool>, Miss> {
+    pub fn get(&self, name: &str) -> Result<Arc<Cached>, Miss> {
         let mut entries = self.lock();
         let entry = entries.entry(name.to_owned()).or_default();
         match &entry.pool {
@@ -45,16 +52,18 @@ impl PoolCache {
     }
 
     /// Keeps what the store answered after a miss, unless it is stale.
-    pub fn fill(&self, miss: Miss, pool: Option<&Pool>) {
+    pub fn fill(&self, miss: Miss, pool: Option<&Pool>) -> Option<Arc<Cached>> {
+        let cached = pool.map(|p| Arc::new(Cached { pool: p.clone(), rendered: Default::default() }));
         let mut entries = self.lock();
-        match (entries.get_mut(&miss.name), pool) {
-            (Some(entry), Some(pool)) if entry.version == miss.version => entry.pool = Some(Arc::new(pool.clone())),
+        match (entries.get_mut(&miss.name), &cached) {
+            (Some(entry), Some(cached)) if entry.version == miss.version => entry.pool = Some(Arc::clone(cached)),
             // Gone from the store: forget the name too.
             (Some(entry), None) if entry.version == miss.version => {
                 entries.remove(&miss.name);
             }
             _ => {}
         }
+        cached
     }
 
     pub fn invalidate(&self, names: &[String]) {
@@ -100,6 +109,6 @@ mod tests {
         assert!(cache.get("a").is_err(), "the stale row was not kept");
         let Err(miss) = cache.get("a") else { panic!() };
         cache.fill(miss, Some(&pool("a", 2)));
-        assert_eq!(cache.get("a").map(|p| p.generation).ok(), Some(2));
+        assert_eq!(cache.get("a").map(|c| c.pool.generation).ok(), Some(2));
     }
 }

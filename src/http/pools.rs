@@ -307,7 +307,21 @@ async fn list_pools(State(state): State<AppState>, ApiQuery(page): ApiQuery<Page
         (status = 404, description = "No such pool", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn get_pool(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
-    Ok(pool_response(StatusCode::OK, load(&state, &name).await?, false))
+    // The most read answer of all: rendered once per change of the pool.
+    let cached = state.db.pool_shared(&name).await?.ok_or_else(|| ApiError::not_found("pool", &name))?;
+    let body = match cached.rendered.get() {
+        Some(body) => body.clone(),
+        None => {
+            let json =
+                serde_json::to_vec(&PoolView::from(cached.pool.clone())).map_err(|e| ApiError::Internal(e.into()))?;
+            cached.rendered.get_or_init(|| json.into()).clone()
+        }
+    };
+    let headers = [
+        (header::ETAG, etag(cached.pool.generation)),
+        (header::CONTENT_TYPE, HeaderValue::from_static("application/json")),
+    ];
+    Ok((StatusCode::OK, headers, body).into_response())
 }
 
 /// Change a pool's spec with a JSON merge patch (RFC 7396).
