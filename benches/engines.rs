@@ -86,6 +86,23 @@ impl Drover {
         }
     }
 
+    /// Waits until the pool is back to exactly `n` containers across the
+    /// engines (the local one and `extra`), all ready in drover's status.
+    async fn until_exact(&self, pool: &str, n: u64, extra: &[&ExtraEngine], started: Instant) -> anyhow::Result<Duration> {
+        let docker = bollard::Docker::connect_with_defaults()?.negotiate_version().await?;
+        loop {
+            let local = pool_containers(&docker, pool, true).await?;
+            let others: u64 = extra.iter().map(|e| e.pool_containers(pool).len() as u64).sum();
+            let p = self.pool(pool).await?;
+            let s = &p["status"];
+            if local + others == n && s["replicas"] == n && s["ready_replicas"] == n {
+                return Ok(started.elapsed());
+            }
+            anyhow::ensure!(started.elapsed() < LIMIT, "{pool} never came back to exactly {n}: {s}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     async fn delete_pool(&self, name: &str) -> anyhow::Result<()> {
         self.send(reqwest::Method::DELETE, &format!("/v1/pools/{name}"), None).await?;
         let started = Instant::now();
@@ -95,6 +112,16 @@ impl Drover {
         }
         Ok(())
     }
+}
+
+/// How many containers of `pool` the local engine holds: running ones, or
+/// (`all`) in any state.
+async fn pool_containers(docker: &bollard::Docker, pool: &str, all: bool) -> anyhow::Result<u64> {
+    let label = format!("drover.dev/pool={pool}");
+    let filters = std::collections::HashMap::from([("label".to_owned(), vec![label])]);
+    let opts =
+        bollard::query_parameters::ListContainersOptionsBuilder::default().all(all).filters(&filters).build();
+    Ok(docker.list_containers(Some(opts)).await?.len() as u64)
 }
 
 /// Time from the scale request until `n` machines are running on the
@@ -112,10 +139,7 @@ async fn scale_up(
     let started = Instant::now();
     d.send(reqwest::Method::PATCH, &format!("/v1/pools/{pool}"), Some(json!({"replicas": n}))).await?;
     let running = loop {
-        let label = format!("drover.dev/pool={pool}");
-        let filters = std::collections::HashMap::from([("label".to_owned(), vec![label])]);
-        let opts = bollard::query_parameters::ListContainersOptionsBuilder::default().filters(&filters).build();
-        let local = docker.list_containers(Some(opts)).await?.len() as u64;
+        let local = pool_containers(&docker, pool, false).await?;
         let others: u64 = extra.iter().map(|e| e.pool_containers(pool).iter().filter(|(_, r)| *r).count() as u64).sum();
         if local + others == n {
             break started.elapsed();
@@ -152,6 +176,12 @@ async fn main() -> anyhow::Result<()> {
     e2.stop();
     let stopped = lost.elapsed();
     let back = d.until_ready("bench-three", n, &["local", "e1"], lost).await?;
+
+    // The host comes back with its stopped containers: time the way to
+    // exactly n machines again, the surplus removed.
+    let returned = Instant::now();
+    e2.restart().map_err(anyhow::Error::msg)?;
+    let exact = d.until_exact("bench-three", n, &[&e1, &e2], returned).await?;
     d.delete_pool("bench-three").await?;
     let _ = d.stop.send(());
     d.handle.await??;
@@ -171,6 +201,11 @@ async fn main() -> anyhow::Result<()> {
          was told to stop ({:.2} s of which the daemon took to stop its containers and exit)",
         back.as_secs_f64(),
         stopped.as_secs_f64()
+    );
+    println!(
+        "its daemon started again (its {n}/3 stopped containers come back): exactly {n} machines, all ready, \
+         {:.2} s later",
+        exact.as_secs_f64()
     );
     Ok(())
 }

@@ -140,6 +140,7 @@ impl Application {
             engines: engines.clone(),
             data_dir: config.data_dir.clone(),
             simulated: config.runtime == RuntimeKind::Simulated,
+            lost_after: config.engine_lost_after,
         };
         crate::engines::load(&registry).await.context("loading the registered engines")?;
         let listener = TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;

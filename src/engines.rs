@@ -49,6 +49,9 @@ pub struct Registry {
     /// The server runs simulated engines: `sim://` endpoints only.
     pub simulated: bool,
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// `--engine-lost-after`: an engine unreachable this long may be removed
+    /// with machines still on it.
+    pub lost_after: std::time::Duration,
 }
 
 fn tls_dir(data_dir: &Path, name: &str) -> PathBuf {
@@ -171,7 +174,10 @@ pub async fn drain(reg: &Registry, name: &str, on: bool) -> Result<Arc<Engine>, 
     Ok(engine)
 }
 
-/// Forgets an engine that holds no machine.
+/// Forgets an engine that holds no machine, or one given up for lost (its
+/// host is gone for good, so its machines can neither be drained nor
+/// stopped): then its machines are forgotten with it, each pool records them
+/// as vanished on its next pass, and a pool being deleted can finish.
 pub async fn remove(reg: &Registry, name: &str) -> Result<(), EngineError> {
     if name == engine::LOCAL {
         return Err(EngineError::Conflict(
@@ -179,12 +185,13 @@ pub async fn remove(reg: &Registry, name: &str) -> Result<(), EngineError> {
         ));
     }
     let engine = reg.engines.get(name).ok_or_else(|| EngineError::NotFound(name.to_owned()))?;
+    let lost = engine.lost(Utc::now(), reg.lost_after);
     let mut tx = db::begin_write(&reg.db).await?;
     let mut held = db::engines::machines_on(&mut *tx, name, 10).await?;
     if held.is_empty() {
         held = engine.machine_names(10);
     }
-    if !held.is_empty() {
+    if !held.is_empty() && !lost {
         let total = engine.container_count().max(held.len());
         return Err(EngineError::Conflict(format!(
             "engine {name:?} still holds {total} machine(s) ({}); drain it first (POST /v1/engines/{name}/drain) \
@@ -198,6 +205,12 @@ pub async fn remove(reg: &Registry, name: &str) -> Result<(), EngineError> {
     db::events::purge(&mut tx, crate::domain::event::SubjectKind::Engine, name).await?;
     tx.commit().await?;
     reg.engines.remove(name);
+    if lost {
+        // Its machines' records now name an engine that is not there: each
+        // pool's next pass drops them.
+        engine.wake_all();
+        tracing::warn!(engine = name, machines = held.len(), "lost engine removed; its machines are forgotten");
+    }
     reg.metrics.forget_engine(name);
     let _ = std::fs::remove_dir_all(tls_dir(&reg.data_dir, name));
     tracing::info!(engine = name, "engine removed");

@@ -108,6 +108,7 @@ fn registry(state: &AppState) -> Registry {
         engines: state.engines.clone(),
         data_dir: state.config.data_dir.clone(),
         simulated: state.config.runtime == crate::config::RuntimeKind::Simulated,
+        lost_after: state.config.engine_lost_after,
     }
 }
 
@@ -214,12 +215,14 @@ async fn get_engine(State(state): State<AppState>, Path(name): Path<String>) -> 
 }
 
 /// Forget an engine (admin). Refused while machines live there: drain it
-/// first, then delete it once it is empty.
+/// first, then delete it once it is empty. An engine given up for lost
+/// (unreachable for `--engine-lost-after`) can be removed with its machines:
+/// they are forgotten, as their host is gone.
 #[utoipa::path(delete, path = "/v1/engines/{name}", tag = "engines", params(("name" = String, Path, description = "Engine name")),
     responses(
         (status = 204, description = "Removed"),
         (status = 404, description = "No such engine", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "Machines live there (they are named), or it is `local`", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Machines live there (they are named) and it is not lost, or it is `local`", body = Problem, content_type = "application/problem+json"),
     ))]
 #[tracing::instrument(skip(state))]
 async fn delete_engine(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<StatusCode> {

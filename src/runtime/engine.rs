@@ -121,6 +121,11 @@ impl Engine {
 
     pub fn set_draining(&self, draining: bool) {
         self.draining.store(draining, Ordering::SeqCst);
+        self.wake_all();
+    }
+
+    /// Wakes every pool: where machines may go (or be) has changed.
+    pub fn wake_all(&self) {
         let _ = self.wakes.send(Wake::All);
     }
 

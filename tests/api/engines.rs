@@ -202,6 +202,32 @@ async fn draining_an_engine_moves_its_machines_then_it_can_be_deleted() {
     );
 }
 
+#[tokio::test]
+async fn a_lost_engine_can_be_removed_with_its_machines_and_a_pool_on_it_deleted() {
+    let app = simulated(Duration::from_secs(1)).await;
+    register_ok(&app, "a", "sim://a").await;
+    let pool = unique("gone");
+    app.create_pool_ok(&pool, 2, json!({"engines": ["a"]})).await;
+    wait_spread(&app, &pool, &[("a", 2)]).await;
+    let a = app.state.engines.get("a").expect("engine a");
+    a.simulate_outage(true);
+    // Unreachable but not yet lost: its machines may come back, so it stays.
+    let body = assert_problem(app.request(Method::DELETE, "/v1/engines/a", None).await, 409, None).await;
+    assert!(body["detail"].as_str().unwrap_or_default().contains("worker-"), "{body:#}");
+
+    // The host is gone for good: once lost, the engine goes and its
+    // machines with it, and the pool (which had nowhere else to go) can be
+    // deleted instead of waiting forever for containers nobody can reach.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(app.request(Method::DELETE, "/v1/engines/a", None).await.status(), StatusCode::NO_CONTENT);
+    assert_eq!(app.request(Method::DELETE, &format!("/v1/pools/{pool}"), None).await.status(), StatusCode::ACCEPTED);
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    while app.get(&format!("/v1/pools/{pool}")).await.status() != StatusCode::NOT_FOUND {
+        assert!(tokio::time::Instant::now() < deadline, "the pool was never deleted: {:#}", app.pool(&pool).await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Containers of `pool` on each of the three engines: (name, running).
 fn on_engines(
     host: &bollard::Docker,
