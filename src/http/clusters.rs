@@ -12,6 +12,7 @@ use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::app::AppState;
+use crate::clusters::service::connect;
 use crate::db::{self, clusters::ClusterRecord, clusters::Deleted};
 use crate::domain::ValidationErrors;
 use crate::domain::names::check_dns_label;
@@ -20,7 +21,7 @@ use crate::domain::upgrade::{Component, image_version};
 use crate::error::{ApiError, ApiResult, Problem};
 use crate::http::extract::{ApiJson, ApiQuery};
 use crate::http::pagination::{PageParams, finish_page};
-use crate::k8s::{ClusterApi, Credentials, RetryPolicy};
+use crate::k8s::{ClusterApi, Credentials};
 use crate::upgrade::plan;
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -163,19 +164,6 @@ fn parse_create(body: CreateCluster) -> ApiResult<(String, Credentials)> {
 
 async fn load(state: &AppState, name: &str) -> ApiResult<ClusterRecord> {
     db::clusters::get(state.db.read(), name).await?.ok_or_else(|| ApiError::not_found("cluster", name))
-}
-
-/// A client for a registered cluster, trying each call `tries` times.
-pub async fn connect(state: &AppState, name: &str, tries: u32) -> ApiResult<ClusterApi> {
-    let unusable = |e| ApiError::Unavailable(format!("cluster {name:?} cannot be reached with its credentials: {e}"));
-    let creds = db::clusters::credentials(state.db.read(), name)
-        .await?
-        .ok_or_else(|| ApiError::not_found("cluster", name))?
-        .map_err(unusable)?;
-    let timeout = state.config.kube_request_timeout;
-    let client = creds.client(timeout).await.map_err(unusable)?;
-    let policy = RetryPolicy { tries, backoff: state.config.upgrade_retry_backoff, call_timeout: timeout };
-    Ok(ClusterApi::new(client, policy))
 }
 
 /// Register a cluster.

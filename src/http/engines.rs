@@ -21,7 +21,7 @@ use crate::engines::{EngineError, Registry};
 use crate::error::{ApiError, ApiResult, Problem};
 use crate::http::extract::{ApiJson, ApiQuery};
 use crate::http::pagination::{PageParams, finish_page};
-use crate::http::pools::EventList;
+use crate::http::wire::EventList;
 use crate::runtime::{Engine, Reachability};
 
 pub fn router() -> OpenApiRouter<AppState> {

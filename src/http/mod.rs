@@ -16,6 +16,7 @@ pub mod streams;
 pub mod tokens;
 pub mod ui;
 pub mod upgrades;
+pub mod wire;
 
 use axum::Router;
 use axum::error_handling::HandleErrorLayer;

@@ -35,7 +35,8 @@ use crate::changes::Watcher;
 use crate::db;
 use crate::domain::event::{Event, SubjectKind};
 use crate::error::{ApiError, ApiResult, Problem, error_chain};
-use crate::http::{pools, upgrades};
+use crate::http::upgrades;
+use crate::http::wire::PoolView;
 use crate::metrics::{CloseReason, OpenGuard};
 
 /// Shortest time between two reads of the store by one stream: a subject
@@ -139,7 +140,7 @@ impl Watch {
         let (kind, subject, status, finished) = match &self.subject {
             Subject::Pool(name) => {
                 let view = match self.state.db.pool(name).await? {
-                    Some(pool) => Some(to_value(pools::PoolView::from(pool))?),
+                    Some(pool) => Some(to_value(PoolView::from(pool))?),
                     None => None,
                 };
                 (SubjectKind::Pool, name.clone(), view, false)
@@ -308,7 +309,7 @@ async fn pool_stream(
     headers: HeaderMap,
 ) -> ApiResult<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>> {
     let slot = take_slot(&state)?;
-    pools::load(&state, &name).await?;
+    crate::pools::service::load(&state, &name).await?;
     let after = start_after(&state, &headers, SubjectKind::Pool, &name).await?;
     Ok(sse(watch(state, Subject::Pool(name), caller, after, slot)))
 }

@@ -14,16 +14,16 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::app::AppState;
 use crate::auth::{Caller, Role};
+use crate::clusters::service::connect;
 use crate::db::{self, upgrades::CancelOutcome, upgrades::Job};
 use crate::domain::event::SubjectKind;
 use crate::domain::image::check_image_reference;
 use crate::domain::upgrade::{Component, DEFAULT_IMAGE_REPOSITORY, JobState, order_components};
 use crate::domain::version::KubeVersion;
 use crate::error::{ApiError, ApiResult, Problem};
-use crate::http::clusters::connect;
 use crate::http::extract::{ApiJson, ApiQuery};
 use crate::http::pagination::{PageParams, finish_page};
-use crate::http::pools::EventList;
+use crate::http::wire::EventList;
 use crate::upgrade::plan::ComponentPlan;
 use crate::upgrade::service::{self, PrepareError, StartError, UpgradeRequest};
 

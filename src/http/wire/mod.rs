@@ -1,0 +1,6 @@
+//! Wire types shared by more than one resource module: what clients send
+//! and receive. Resource modules import these, never each other.
+
+pub mod pools;
+
+pub use pools::{EventList, PoolView};
