@@ -38,6 +38,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 pub struct CreateCluster {
     /// DNS-1123 label; unique.
     #[schema(example = "prod")]
+    #[schema(pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", min_length = 1, max_length = 63)]
     pub name: String,
     /// A kubeconfig document (YAML or JSON) with embedded data; file paths
     /// and exec plugins are refused.
@@ -71,9 +72,14 @@ pub struct ClusterView {
     /// The API server URL.
     pub server: String,
     /// How drover authenticates: `kubeconfig` or `token`.
+    #[schema(schema_with = auth_schema)]
     pub auth: String,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+}
+
+fn auth_schema() -> utoipa::openapi::Object {
+    crate::http::openapi::string_enum(&["kubeconfig", "token"], "How drover authenticates: `kubeconfig` or `token`")
 }
 
 impl From<ClusterRecord> for ClusterView {
@@ -87,6 +93,7 @@ impl From<ClusterRecord> for ClusterView {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ClusterList {
     pub items: Vec<ClusterView>,
+    /// Pass as `cursor` to get the next page; `null` on the last page.
     pub next_cursor: Option<String>,
 }
 

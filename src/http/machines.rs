@@ -101,6 +101,7 @@ fn view(m: Machine, desired_image: &str) -> MachineView {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct MachineList {
     pub items: Vec<MachineView>,
+    /// Pass as `cursor` to get the next page; `null` on the last page.
     pub next_cursor: Option<String>,
 }
 

@@ -41,7 +41,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 #[serde(deny_unknown_fields)]
 pub struct CreateUpgrade {
     /// Target version, `vMAJOR.MINOR.PATCH`.
-    #[schema(example = "v1.30.0")]
+    #[schema(example = "v1.30.0", pattern = r"^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$")]
     pub version: String,
     /// Components to upgrade; all three by default. They are always
     /// upgraded in the order kube-apiserver, kube-controller-manager, kube-scheduler.
@@ -68,11 +68,23 @@ pub struct Position {
     pub step_name: &'static str,
 }
 
+fn step_state_schema() -> utoipa::openapi::Object {
+    crate::http::openapi::string_enum(&["running", "succeeded", "failed"], "running, succeeded or failed")
+}
+
+fn component_state_schema() -> utoipa::openapi::Object {
+    crate::http::openapi::string_enum(
+        &["pending", "upgrading", "upgraded", "rolled_back", "cancelled", "failed", "skipped"],
+        "pending, upgrading, upgraded, rolled_back, cancelled, failed or skipped (the job ended before it)",
+    )
+}
+
 #[derive(Debug, Serialize, ToSchema)]
 pub struct StepView {
     pub step: i64,
     pub name: String,
     /// running, succeeded or failed.
+    #[schema(schema_with = step_state_schema)]
     pub state: String,
     /// Times the step was started; more than one after a restart resumed it.
     pub attempts: i64,
@@ -85,8 +97,10 @@ pub struct StepView {
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ComponentProgress {
+    #[schema(value_type = Component)]
     pub component: String,
     /// pending, upgrading, upgraded, rolled_back, cancelled, failed or skipped (the job ended before it).
+    #[schema(schema_with = component_state_schema)]
     pub state: String,
     pub old_image: Option<String>,
     pub new_image: String,
@@ -124,6 +138,7 @@ pub struct UpgradeView {
 pub struct UpgradeList {
     /// Newest first.
     pub items: Vec<UpgradeView>,
+    /// Pass as `cursor` to get the next page; `null` on the last page.
     pub next_cursor: Option<String>,
 }
 
