@@ -23,7 +23,7 @@ use crate::http::idempotency::{IDEMPOTENCY_KEY_MAX, SECRET_ANSWERS};
 const OPTIONAL_BODIES: &[(&str, &str)] = &[("post", "/v1/pools/{name}/plan"), ("post", "/v1/pools/{name}/rollback")];
 
 /// Response schemas whose fields are not all always sent.
-const SOMETIMES_ABSENT: &[&str] = &["Problem", "Check"];
+const SOMETIMES_ABSENT: &[&str] = &["Problem", "Check", "SseMessage"];
 
 const METHODS: [&str; 6] = ["get", "put", "post", "delete", "patch", "head"];
 
