@@ -275,13 +275,8 @@ async fn create_upgrade(
     caller: Option<axum::Extension<Caller>>,
     ApiJson(body): ApiJson<CreateUpgrade>,
 ) -> ApiResult<Response> {
-    let target: KubeVersion = body.version.parse().map_err(|e| ApiError::invalid("version", "version_format", e))?;
-    let components = order_components(body.components.as_deref().unwrap_or(&Component::ALL))
-        .map_err(|e| ApiError::invalid("components", "components", e))?;
-    check_admin_only(&body, caller.as_deref())?;
-    let repo = body.image_repository.clone().unwrap_or_else(|| DEFAULT_IMAGE_REPOSITORY.to_owned());
-    check_image_reference(&format!("{repo}/kube-apiserver:{target}"))
-        .map_err(|e| ApiError::invalid("image_repository", "image_repository", e))?;
+    let request = parse_create(&name, &body, caller.as_deref())?;
+    let target = request.target;
     db::clusters::get(state.db.read(), &name).await?.ok_or_else(|| ApiError::not_found("cluster", &name))?;
     if !body.dry_run
         && let Some(id) = db::upgrades::active_for_cluster(state.db.read(), &name).await?
@@ -290,8 +285,6 @@ async fn create_upgrade(
     }
 
     let api = connect(&state, &name, 2).await?;
-    let request =
-        UpgradeRequest { cluster: name.clone(), target, components, image_repository: repo, force: body.force };
     let prepared = service::prepare(&api, request).await.map_err(|e| match e {
         PrepareError::Unreachable { .. } => ApiError::Unavailable(e.to_string()),
         PrepareError::Policy(v) => ApiError::invalid("version", v.rule, v.message),
@@ -313,6 +306,18 @@ async fn create_upgrade(
     let id = job.id;
     let body = view(&state, job).await?;
     Ok((StatusCode::ACCEPTED, [(header::LOCATION, location(id))], Json(body)).into_response())
+}
+
+/// The upgrade a create body asks for, with every field checked.
+fn parse_create(cluster: &str, body: &CreateUpgrade, caller: Option<&Caller>) -> ApiResult<UpgradeRequest> {
+    let target: KubeVersion = body.version.parse().map_err(|e| ApiError::invalid("version", "version_format", e))?;
+    let components = order_components(body.components.as_deref().unwrap_or(&Component::ALL))
+        .map_err(|e| ApiError::invalid("components", "components", e))?;
+    check_admin_only(body, caller)?;
+    let repo = body.image_repository.clone().unwrap_or_else(|| DEFAULT_IMAGE_REPOSITORY.to_owned());
+    check_image_reference(&format!("{repo}/kube-apiserver:{target}"))
+        .map_err(|e| ApiError::invalid("image_repository", "image_repository", e))?;
+    Ok(UpgradeRequest { cluster: cluster.to_owned(), target, components, image_repository: repo, force: body.force })
 }
 
 /// List upgrade jobs, newest first.

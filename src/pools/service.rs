@@ -7,7 +7,7 @@
 use chrono::Utc;
 
 use crate::app::AppState;
-use crate::db::{self, pools::Pool};
+use crate::db::{self, machines::Machine, pools::Pool};
 use crate::domain::event::{EventType, NewEvent};
 use crate::domain::names::PoolName;
 use crate::domain::pool::{PoolSpec, describe_change};
@@ -136,6 +136,43 @@ pub async fn delete(state: &AppState, name: &str) -> ApiResult<Pool> {
     tx.commit().await?;
     changed(state, name);
     Ok(pool)
+}
+
+/// Removes a chosen machine: marks it and lowers `replicas` by one, in one
+/// transaction. For a machine already marked (a repeated call) nothing
+/// changes. Returns the machine and the pool.
+pub async fn remove_machine(state: &AppState, name: &str, machine: &str) -> ApiResult<(Machine, Pool)> {
+    let now = Utc::now();
+    let mut tx = db::begin_write(&state.db).await?;
+    let (m, pool) = match db::machines::mark_if_unmarked(&mut tx, name, machine, now).await? {
+        Some(m) => {
+            let Some(pool) = db::pools::decrement_replicas(&mut tx, name, now).await? else {
+                return Err(ApiError::Conflict(format!(
+                    "pool {name:?} is being deleted or has zero replicas; there is nothing to scale down"
+                )));
+            };
+            let message = format!("{machine} removed on request; replicas lowered to {}", pool.spec.replicas);
+            db::events::record(
+                &mut tx,
+                &NewEvent::pool(name, EventType::Normal, "MachineRemovalRequested", message),
+                now,
+            )
+            .await?;
+            tx.commit().await?;
+            (m, pool)
+        }
+        None => {
+            drop(tx);
+            // Marked before (a repeated call), or missing.
+            let pool = state.db.pool(name).await?.ok_or_else(|| ApiError::not_found("pool", name))?;
+            let m = db::machines::get(state.db.read(), name, machine)
+                .await?
+                .ok_or_else(|| ApiError::not_found("machine", machine))?;
+            (m, pool)
+        }
+    };
+    changed(state, name);
+    Ok((m, pool))
 }
 
 /// Approves the next batch of a rollout with `strategy.batch_approval`.

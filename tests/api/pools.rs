@@ -224,6 +224,24 @@ async fn patch_merges_bumps_generation_and_honours_if_match() {
 }
 
 #[tokio::test]
+async fn the_rollout_view_right_after_a_version_patch_agrees_with_the_patch() {
+    let app = spawn_app().await;
+    app.create_pool_ok("roll", 5, json!({"image": "sim/app:1"})).await;
+    app.wait_converged("roll", 5, Duration::from_secs(20)).await;
+    let res = app.patch_pool("roll", json!({"image": "sim/app:2"}), Some("\"1\"")).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    // No pass has run on the new spec yet: the counts are observed now,
+    // against the new image, not carried over from the last pass.
+    let r: Value = app.get("/v1/pools/roll/rollout").await.json().await.unwrap();
+    let count = |k: &str| r["counts"][k].as_u64().unwrap_or(u64::MAX);
+    assert_eq!((r["revision"].clone(), r["desired_image"].clone()), (json!(2), json!("sim/app:2")), "{r:#}");
+    assert_eq!(count("updated") + count("outdated"), count("total"), "counts from one observation: {r:#}");
+    assert!(count("outdated") >= 4 && count("updated") <= 1, "the old machines are outdated at once: {r:#}");
+    assert!(r["remaining"].as_u64() >= Some(4), "{r:#}");
+    assert_eq!(r["state"], "progressing", "{r:#}");
+}
+
+#[tokio::test]
 async fn two_concurrent_patches_with_the_same_if_match_exactly_one_wins() {
     let app = spawn_app().await;
     app.create_pool_ok("race", 1, json!({})).await;
