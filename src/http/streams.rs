@@ -35,7 +35,6 @@ use crate::changes::Watcher;
 use crate::db;
 use crate::domain::event::{Event, SubjectKind};
 use crate::error::{ApiError, ApiResult, Problem, error_chain};
-use crate::http::upgrades;
 use crate::http::wire::PoolView;
 use crate::metrics::{CloseReason, OpenGuard};
 
@@ -148,7 +147,7 @@ impl Watch {
             Subject::Job(id) => match db::upgrades::get(self.state.db.read(), *id).await? {
                 Some(job) => {
                     let finished = !job.state.is_active();
-                    let view = to_value(upgrades::view(&self.state, job).await?)?;
+                    let view = to_value(crate::http::wire::upgrades::view(&self.state, job).await?)?;
                     (SubjectKind::Job, id.to_string(), Some(view), finished)
                 }
                 None => (SubjectKind::Job, id.to_string(), None, false),
@@ -361,7 +360,7 @@ async fn upgrade_stream(
     headers: HeaderMap,
 ) -> ApiResult<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>> {
     let slot = take_slot(&state)?;
-    let job = upgrades::load(&state, &id).await?;
+    let job = crate::http::wire::upgrades::load(&state, &id).await?;
     let after = start_after(&state, &headers, SubjectKind::Job, &job.id.to_string()).await?;
     Ok(sse(watch(state, Subject::Job(job.id), caller, after, slot)))
 }

@@ -2,5 +2,6 @@
 //! and receive. Resource modules import these, never each other.
 
 pub mod pools;
+pub mod upgrades;
 
 pub use pools::{EventList, PoolView};
