@@ -241,6 +241,38 @@ async fn the_rollout_view_right_after_a_version_patch_agrees_with_the_patch() {
     assert_eq!(r["state"], "progressing", "{r:#}");
 }
 
+/// The spec fields of a pool view: every property `PoolPatch` names.
+fn spec_of(view: &Value) -> Value {
+    let doc: Value = serde_json::from_str(include_str!("../../openapi/openapi.json")).expect("openapi.json");
+    let fields = doc["components"]["schemas"]["PoolPatch"]["properties"].as_object().expect("PoolPatch properties");
+    fields.keys().map(|k| (k.clone(), view[k].clone())).collect::<serde_json::Map<_, _>>().into()
+}
+
+#[tokio::test]
+async fn a_patch_of_every_spec_field_a_pool_shows_makes_that_spec() {
+    let app = spawn_app().await;
+    let rich = json!({
+        "image": "app:2", "failure_domains": ["a", "b"], "labels": {"team": "infra"}, "paused": true,
+        "strategy": {"max_surge": "50%", "max_unavailable": 1, "batch_approval": true, "auto_rollback": true,
+                     "replacement": "termination_complete"},
+        "min_ready_seconds": 5, "progress_deadline_seconds": 60, "machine_ready_timeout_seconds": 30,
+    });
+    app.create_pool_ok("rich", 3, rich).await;
+    app.create_pool_ok("plain", 1, json!({})).await;
+    let wanted = spec_of(&app.pool("rich").await);
+    let res = app.patch_pool("plain", wanted.clone(), Some("\"1\"")).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    let got = spec_of(&res.json::<Value>().await.unwrap());
+    assert_eq!(got, wanted, "every spec field the view shows can be patched to that value");
+    // And back: maps merge, so emptying labels takes a null.
+    let mut plain = wanted.clone();
+    plain["labels"] = Value::Null;
+    plain["image"] = Value::Null;
+    assert_eq!(app.patch_pool("plain", plain, None).await.status(), StatusCode::OK);
+    let back = spec_of(&app.pool("plain").await);
+    assert_eq!((back["labels"].clone(), back["image"].clone()), (json!({}), Value::Null));
+}
+
 #[tokio::test]
 async fn two_concurrent_patches_with_the_same_if_match_exactly_one_wins() {
     let app = spawn_app().await;
