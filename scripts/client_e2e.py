@@ -234,21 +234,25 @@ def main():
     check(pool().desired_image == "kindest/node:v1.29.2", "the rollback is done")
     machines = list_machines.sync(name, client=c)
     no_unset(machines, "MachineList")
-    # One machine marked to go first on a scale-down; another removed at once.
-    marked = request_machine_deletion.sync_detailed(name, machines.items[0].name, client=c)
-    check(marked.status_code == 200 and marked.parsed.delete_requested, "the machine is marked")
-    victim = machines.items[1].name
-    deleted = delete_machine.sync_detailed(name, victim, client=c)
-    check(ok(deleted, MachineView, 202).delete_requested, "machine deletion accepted")
-    check(deleted.headers.get("location") == f"/v1/pools/{name}/machines/{victim}", "202 names the machine")
-    check(pool().replicas == 2, "removing a machine lowers replicas")
-    wait(f"{victim} gone", lambda: get_machine.sync_detailed(name, victim, client=c).status_code == 404)
+    # A marked machine goes first on the next scale-down...
+    first, second = machines.items[0].name, machines.items[1].name
+    marked = request_machine_deletion.sync_detailed(name, first, client=c)
+    check(ok(marked, MachineView).delete_requested, "the machine is marked")
+    ok(scale_pool.sync_detailed(name, client=c, body=Scale(replicas=2)), PoolView)
+    wait(f"{first} gone", lambda: get_machine.sync_detailed(name, first, client=c).status_code == 404)
     wait("2 machines", lambda: converged(2))
+    # ...and DELETE removes a chosen one at once, lowering replicas.
+    deleted = delete_machine.sync_detailed(name, second, client=c)
+    check(ok(deleted, MachineView, 202).delete_requested, "machine deletion accepted")
+    check(deleted.headers.get("location") == f"/v1/pools/{name}/machines/{second}", "202 names the machine")
+    check(pool().replicas == 1, "removing a machine lowers replicas")
+    wait(f"{second} gone", lambda: get_machine.sync_detailed(name, second, client=c).status_code == 404)
+    wait("1 machine", lambda: converged(1))
 
     step("typed problems")
     problem(get_pool.sync_detailed("missing", client=c), 404)
     problem(patch_pool.sync_detailed(name, client=c, body=PoolPatch(replicas=-1)), 422, "replicas")
-    problem(patch_pool.sync_detailed(name, client=c, body=PoolPatch(replicas=2), if_match='"1"'), 412)
+    problem(patch_pool.sync_detailed(name, client=c, body=PoolPatch(replicas=3), if_match='"1"'), 412)
 
     step("delete the pool")
     gone = delete_pool.sync_detailed(name, client=c)

@@ -18,9 +18,12 @@ pub const MAX_FAILURE_DOMAINS: usize = 64;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Mount {
-    /// Absolute path inside the container.
+    /// Absolute path inside the container; no `,` or `:`.
+    #[schema(pattern = "^/[^,:]*$")]
     pub container_path: String,
-    /// Absolute path on the Docker host.
+    /// Absolute path on the Docker host, without `..`, inside a directory
+    /// the server allows mounting from; no `,` or `:`.
+    #[schema(pattern = "^/[^,:]*$")]
     pub host_path: String,
     /// Mount read-only.
     #[serde(default)]

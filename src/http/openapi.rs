@@ -40,19 +40,17 @@ pub(crate) fn string_enum(values: &[&str], description: &str) -> utoipa::openapi
 /// The document as served and committed.
 pub fn finish(doc: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
     let doc = with_security(doc);
-    let Ok(mut value) = serde_json::to_value(&doc) else { return doc };
+    // The passes below work on JSON; the document's own types read it back.
+    // Both directions are exercised by the tests (the committed document is
+    // this function's output), so a failure here is a bug in a pass.
+    let mut value = serde_json::to_value(&doc).expect("BUG: the OpenAPI document does not serialize");
     headers(&mut value);
     optional_bodies(&mut value);
     response_fields_required(&mut value);
     links(&mut value);
     stream_payloads(&mut value);
-    match serde_json::from_value(value) {
-        Ok(finished) => finished,
-        Err(e) => {
-            tracing::error!(error = %e, "BUG: the finished OpenAPI document does not read back; serving it unfinished");
-            doc
-        }
-    }
+    label_and_name_rules(&mut value);
+    serde_json::from_value(value).expect("BUG: a pass made the OpenAPI document unreadable to utoipa")
 }
 
 /// Declares the bearer scheme and, on every operation that is not public,
@@ -265,6 +263,54 @@ fn stream_payloads(doc: &mut Value) {
     for (pointer, events) in streams {
         if let Some(ok) = doc.pointer_mut(pointer) {
             ok["x-sse-events"] = events;
+        }
+    }
+}
+
+/// A Kubernetes label value (`domain::labels::is_label_value`).
+const LABEL_VALUE: &str = "^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$";
+/// A label key: an optional DNS prefix and `/`, then a label value.
+const LABEL_KEY: &str =
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$";
+/// A DNS-1123 label (`domain::names::check_dns_label`).
+const DNS_LABEL: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
+
+fn is_type(schema: &Value, ty: &str) -> bool {
+    schema["type"] == ty || schema["type"].as_array().is_some_and(|t| t.iter().any(|t| t == ty))
+}
+
+/// The rules `domain::pool::validate` and `domain::labels::check` enforce
+/// on the items of lists and maps, which utoipa's field attributes cannot
+/// reach: failure domains are label values and engines DNS labels, each
+/// listed once; label maps hold at most 64 keys of the label-key form with
+/// label values (or empty ones). Keys under `drover.dev/` are reserved,
+/// which a pattern does not say; the description does.
+fn label_and_name_rules(doc: &mut Value) {
+    let Some(schemas) = doc.pointer_mut("/components/schemas").and_then(Value::as_object_mut) else { return };
+    for schema in schemas.values_mut() {
+        let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) else { continue };
+        for (name, prop) in props.iter_mut() {
+            match name.as_str() {
+                "failure_domains" | "engines" if is_type(prop, "array") => {
+                    let pattern = if name == "engines" { DNS_LABEL } else { LABEL_VALUE };
+                    prop["items"] = json!({"type": "string", "pattern": pattern, "minLength": 1, "maxLength": 63});
+                    prop["uniqueItems"] = json!(true);
+                }
+                "labels" | "engine_selector" if is_type(prop, "object") => {
+                    prop["maxProperties"] = json!(64);
+                    prop["propertyNames"] = json!({"type": "string", "pattern": LABEL_KEY});
+                    let value = &mut prop["additionalProperties"];
+                    if value.is_object() {
+                        value["maxLength"] = json!(63);
+                        value["pattern"] = json!(format!("^({})?$", &LABEL_VALUE[1..LABEL_VALUE.len() - 1]));
+                    }
+                    let described = prop["description"].as_str().unwrap_or_default().to_owned();
+                    let note =
+                        "Keys are `[prefix/]name` (`drover.dev/` is reserved); values are empty or label values.";
+                    prop["description"] = json!(format!("{described} {note}").trim().to_owned());
+                }
+                _ => {}
+            }
         }
     }
 }
