@@ -133,8 +133,8 @@ async fn read_body<S: Send + Sync>(req: Request, state: &S, accepted: &[&str]) -
     collect(req, state).await
 }
 
-/// The body, unless it is empty; a body that is there must be declared as
-/// one of `accepted`.
+/// The body, unless it is empty or the JSON `null` (what some clients send
+/// for "no body"); a body that is there must be declared as one of `accepted`.
 async fn read_optional_body<S: Send + Sync>(
     req: Request,
     state: &S,
@@ -142,7 +142,7 @@ async fn read_optional_body<S: Send + Sync>(
 ) -> Result<Option<Bytes>, ApiError> {
     let declared = req.headers().get(header::CONTENT_TYPE).cloned();
     let bytes = collect(req, state).await?;
-    if bytes.iter().all(u8::is_ascii_whitespace) {
+    if bytes.iter().all(u8::is_ascii_whitespace) || bytes.trim_ascii() == b"null" {
         return Ok(None);
     }
     check_content_type(declared.as_ref(), accepted)?;

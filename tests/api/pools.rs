@@ -274,6 +274,27 @@ async fn a_patch_of_every_spec_field_a_pool_shows_makes_that_spec() {
 }
 
 #[tokio::test]
+async fn plan_and_rollback_take_no_body_or_null_as_no_body() {
+    let app = spawn_app().await;
+    app.create_pool_ok("opt", 1, json!({"image": "sim/app:1"})).await;
+    let post = |path: &'static str, body: Option<&'static str>| {
+        let mut req = app.client.post(app.url(path));
+        if let Some(body) = body {
+            req = req.header("content-type", "application/json").body(body);
+        }
+        req.send()
+    };
+    for body in [None, Some("null"), Some(" null\n")] {
+        let res = post("/v1/pools/opt/plan", body).await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK, "plan with {body:?}");
+    }
+    assert_eq!(app.patch_pool("opt", json!({"image": "sim/app:2"}), None).await.status(), StatusCode::OK);
+    let res = post("/v1/pools/opt/rollback", Some("null")).await.unwrap();
+    assert_eq!(res.status(), StatusCode::ACCEPTED);
+    assert_eq!(app.pool("opt").await["image"], "sim/app:1");
+}
+
+#[tokio::test]
 async fn two_concurrent_patches_with_the_same_if_match_exactly_one_wins() {
     let app = spawn_app().await;
     app.create_pool_ok("race", 1, json!({})).await;
