@@ -7,6 +7,9 @@
 //! - [`app`]: builds the service and runs it until a shutdown signal.
 //! - [`http`]: the API routes, one module per resource, the OpenAPI document,
 //!   and the accept loop with its connection limits.
+//! - [`pools`], [`clusters`]: the application services handlers call: the
+//!   logic between a parsed request and the store (spec changes with
+//!   optimistic concurrency, rollbacks, plans; reaching a cluster).
 //! - [`error`]: the API's one error type, answered as RFC 9457 problems.
 //! - [`auth`]: bearer tokens (held in memory), roles and the audit trail.
 //! - [`changes`]: "pool X / job Y changed" notices that wake event streams.
@@ -23,6 +26,7 @@ pub mod auth;
 pub mod changes;
 pub mod cli;
 pub mod clock;
+pub mod clusters;
 pub mod config;
 pub mod db;
 pub mod domain;
@@ -31,6 +35,7 @@ pub mod error;
 pub mod http;
 pub mod k8s;
 pub mod metrics;
+pub mod pools;
 pub mod reconcile;
 pub mod retention;
 pub mod runtime;

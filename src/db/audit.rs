@@ -12,6 +12,7 @@ pub struct AuditRecord {
     pub time: DateTime<Utc>,
     /// The token's name; absent when the request had no valid token.
     pub token_name: Option<String>,
+    #[schema(value_type = Option<crate::auth::Role>)]
     pub role: Option<String>,
     pub method: String,
     pub path: String,
@@ -20,10 +21,22 @@ pub struct AuditRecord {
     /// The HTTP status of the answer.
     pub status: i64,
     /// `allowed`, `unauthenticated` or `forbidden`.
+    #[schema(schema_with = outcome_schema)]
     pub outcome: String,
     /// How many requests this record stands for: refusals of requests
     /// without a valid token are recorded once per burst, with their count.
     pub repeats: i64,
+}
+
+/// The outcomes `auth` records.
+pub const OUTCOMES: [&str; 3] = ["allowed", "unauthenticated", "forbidden"];
+
+fn outcome_schema() -> utoipa::openapi::Object {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::String)
+        .enum_values(Some(OUTCOMES))
+        .description(Some("`allowed`, `unauthenticated` or `forbidden`"))
+        .build()
 }
 
 pub struct NewAudit<'a> {

@@ -8,6 +8,7 @@ pub mod engines;
 pub mod events;
 pub mod idempotency;
 pub mod machines;
+pub mod pool_spec;
 pub mod pools;
 pub mod revisions;
 pub mod tokens;

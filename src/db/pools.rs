@@ -3,6 +3,8 @@
 use chrono::{DateTime, Utc};
 use sqlx::{AssertSqlSafe, SqliteExecutor};
 
+use super::pool_spec::StoredSpec;
+use crate::domain::event::{EventType, NewEvent};
 use crate::domain::pool::PoolSpec;
 use crate::domain::status::PoolStatus;
 
@@ -42,7 +44,7 @@ impl TryFrom<PoolRow> for Pool {
         let decode = |what: &str, e: serde_json::Error| {
             sqlx::Error::Decode(format!("pool {:?}: stored {what} is not valid: {e}", r.name).into())
         };
-        let spec = serde_json::from_str(&r.spec).map_err(|e| decode("spec", e))?;
+        let spec = serde_json::from_str::<StoredSpec>(&r.spec).map_err(|e| decode("spec", e))?.into();
         let status = serde_json::from_str(&r.status).map_err(|e| decode("status", e))?;
         Ok(Pool {
             name: r.name,
@@ -72,7 +74,7 @@ pub async fn insert(tx: &mut super::WriteTx, name: &str, spec: &PoolSpec, now: D
          values (?, 1, ?, '{{}}', 0, ?, ?) returning {COLUMNS}"
     )))
     .bind(name)
-    .bind(to_json(spec)?)
+    .bind(to_json(&StoredSpec::from(spec))?)
     .bind(now)
     .bind(now)
     .fetch_one(&mut **tx)
@@ -121,7 +123,7 @@ pub async fn update_spec(
          where name = ? and generation = ? and deleting = 0
          returning {COLUMNS}"
     )))
-    .bind(to_json(spec)?)
+    .bind(to_json(&StoredSpec::from(spec))?)
     .bind(now)
     .bind(name)
     .bind(expected)
@@ -188,4 +190,36 @@ pub async fn remove(tx: &mut super::WriteTx, name: &str) -> sqlx::Result<bool> {
     tx.touched_pool(name);
     let done = sqlx::query("delete from pools where name = ? and deleting = 1").bind(name).execute(&mut **tx).await?;
     Ok(done.rows_affected() == 1)
+}
+
+/// A spec change as written: the pool after it, and the revision it
+/// started when it moved the desired image.
+pub struct SpecWritten {
+    pub pool: Pool,
+    pub revision: Option<i64>,
+}
+
+/// The one way a spec changes, in the caller's transaction: the
+/// compare-and-swap of the generation (from `pool.generation`), a new
+/// revision when the desired image moves, the caller's event (given the new
+/// revision, if any), and `RolloutStarted` when a revision began. `None`
+/// when the generation moved on meanwhile; nothing is written then.
+pub async fn change_spec(
+    tx: &mut super::WriteTx,
+    pool: &Pool,
+    spec: &PoolSpec,
+    now: DateTime<Utc>,
+    event: impl FnOnce(Option<i64>) -> NewEvent,
+) -> sqlx::Result<Option<SpecWritten>> {
+    let Some(updated) = update_spec(tx, &pool.name, pool.generation, spec, now).await? else {
+        return Ok(None);
+    };
+    let revision = super::revisions::record_change(tx, &pool.name, &pool.spec, spec, now).await?;
+    super::events::record(tx, &event(revision), now).await?;
+    if let Some(revision) = revision {
+        let message = format!("revision {revision}: machines move to {}", spec.desired_image());
+        super::events::record(tx, &NewEvent::pool(&pool.name, EventType::Normal, "RolloutStarted", message), now)
+            .await?;
+    }
+    Ok(Some(SpecWritten { pool: updated, revision }))
 }

@@ -10,6 +10,7 @@ use utoipa::ToSchema;
 pub struct TokenInfo {
     pub name: String,
     /// `viewer`, `operator` or `admin`.
+    #[schema(value_type = crate::auth::Role)]
     pub role: String,
     pub created_at: DateTime<Utc>,
     pub last_used_at: Option<DateTime<Utc>>,

@@ -11,16 +11,19 @@ use super::strategy::{IntOrPercent, ReplacementPolicy, RolloutStrategy};
 use super::version::{KubeVersion, node_image};
 
 pub use super::labels::RESERVED_LABEL_PREFIX;
-const MAX_MOUNTS: usize = 64;
-const MAX_FAILURE_DOMAINS: usize = 64;
+pub const MAX_MOUNTS: usize = 64;
+pub const MAX_FAILURE_DOMAINS: usize = 64;
 
 /// A host path bind-mounted into every machine of a pool.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Mount {
-    /// Absolute path inside the container.
+    /// Absolute path inside the container; no `,` or `:`.
+    #[schema(pattern = "^/[^,:]*$")]
     pub container_path: String,
-    /// Absolute path on the Docker host.
+    /// Absolute path on the Docker host, without `..`, inside a directory
+    /// the server allows mounting from; no `,` or `:`.
+    #[schema(pattern = "^/[^,:]*$")]
     pub host_path: String,
     /// Mount read-only.
     #[serde(default)]
@@ -28,7 +31,10 @@ pub struct Mount {
 }
 
 /// What a pool should look like. Every value here has passed `validate`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+///
+/// The domain type only: the API shows it as `PoolSpecView` and changes it
+/// with `PoolPatch` (`http::wire`), the store keeps it as `db::pool_spec::StoredSpec`.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolSpec {
     /// Desired number of machines.
     pub replicas: u32,
@@ -49,22 +55,16 @@ pub struct PoolSpec {
     /// Registered cluster whose nodes these machines are.
     pub cluster: Option<String>,
     /// Engines the machines may run on, by name; empty: every engine.
-    #[serde(default)]
     pub engines: Vec<String>,
     /// Engines the machines may run on, by their labels; empty: every engine.
-    #[serde(default)]
     pub engine_selector: BTreeMap<String, String>,
     /// A new machine counts as available once it has been ready this long.
-    #[serde(default)]
     pub min_ready_seconds: u32,
     /// A rollout that makes no progress for this long is reported stalled.
-    #[serde(default = "default_progress_deadline")]
     pub progress_deadline_seconds: u32,
     /// An up-to-date machine still running but unready after this long is
-    /// replaced. Stored specs from before the default existed hold `null`,
-    /// which means the default too.
-    #[serde(default)]
-    pub machine_ready_timeout_seconds: Option<u32>,
+    /// replaced.
+    pub machine_ready_timeout_seconds: u32,
 }
 
 /// Five minutes: long enough for a slow node image to boot and pass its
@@ -73,10 +73,6 @@ pub struct PoolSpec {
 pub const DEFAULT_MACHINE_READY_TIMEOUT_SECONDS: u32 = 300;
 
 pub const DEFAULT_PROGRESS_DEADLINE_SECONDS: u32 = 600;
-
-fn default_progress_deadline() -> u32 {
-    DEFAULT_PROGRESS_DEADLINE_SECONDS
-}
 
 impl PoolSpec {
     /// May the pool's machines run on this engine (by the pool's placement;
@@ -93,8 +89,49 @@ impl PoolSpec {
     }
 
     pub fn machine_ready_timeout(&self) -> u32 {
-        self.machine_ready_timeout_seconds.unwrap_or(DEFAULT_MACHINE_READY_TIMEOUT_SECONDS)
+        self.machine_ready_timeout_seconds
     }
+}
+
+/// One line naming what changed between two specs, for the event log:
+/// scalars with their old and new values, collections by name.
+pub fn describe_change(old: &PoolSpec, new: &PoolSpec) -> String {
+    fn shown(v: &Option<String>) -> String {
+        v.as_ref().map_or_else(|| "null".to_owned(), |v| format!("{v:?}"))
+    }
+    let scalars = [
+        ("replicas", old.replicas.to_string(), new.replicas.to_string()),
+        ("version", format!("{:?}", old.version.to_string()), format!("{:?}", new.version.to_string())),
+        ("image", shown(&old.image), shown(&new.image)),
+        ("paused", old.paused.to_string(), new.paused.to_string()),
+        ("cluster", shown(&old.cluster), shown(&new.cluster)),
+        ("min_ready_seconds", old.min_ready_seconds.to_string(), new.min_ready_seconds.to_string()),
+        (
+            "progress_deadline_seconds",
+            old.progress_deadline_seconds.to_string(),
+            new.progress_deadline_seconds.to_string(),
+        ),
+        (
+            "machine_ready_timeout_seconds",
+            old.machine_ready_timeout_seconds.to_string(),
+            new.machine_ready_timeout_seconds.to_string(),
+        ),
+    ];
+    let collections = [
+        ("failure_domains", old.failure_domains != new.failure_domains),
+        ("extra_mounts", old.extra_mounts != new.extra_mounts),
+        ("labels", old.labels != new.labels),
+        ("strategy", old.strategy != new.strategy),
+        ("engines", old.engines != new.engines),
+        ("engine_selector", old.engine_selector != new.engine_selector),
+    ];
+    let changed: Vec<String> = scalars
+        .into_iter()
+        .filter(|(_, a, b)| a != b)
+        .map(|(k, a, b)| format!("{k}: {a} -> {b}"))
+        .chain(collections.into_iter().filter(|(_, differs)| *differs).map(|(k, _)| k.to_owned()))
+        .collect();
+    format!("spec changed ({})", changed.join(", "))
 }
 
 /// Limits that come from settings rather than from the rules themselves.
@@ -231,8 +268,53 @@ pub struct RawSpec {
     pub engine_selector: BTreeMap<String, String>,
 }
 
+impl From<&PoolSpec> for RawSpec {
+    /// The spec as input again, so that a change can be applied to it and
+    /// checked by the same rules as a new spec. Destructured in full: a new
+    /// spec field does not compile until it is carried here.
+    fn from(spec: &PoolSpec) -> Self {
+        let PoolSpec {
+            replicas,
+            version,
+            image,
+            failure_domains,
+            extra_mounts,
+            labels,
+            strategy,
+            paused,
+            cluster,
+            engines,
+            engine_selector,
+            min_ready_seconds,
+            progress_deadline_seconds,
+            machine_ready_timeout_seconds,
+        } = spec.clone();
+        let RolloutStrategy { max_surge, max_unavailable, batch_approval, auto_rollback, replacement } = strategy;
+        RawSpec {
+            replicas: i64::from(replicas),
+            version: version.to_string(),
+            image,
+            failure_domains,
+            extra_mounts,
+            labels,
+            max_surge: Some(max_surge),
+            max_unavailable: Some(max_unavailable),
+            batch_approval,
+            auto_rollback,
+            replacement: Some(replacement),
+            paused,
+            cluster,
+            min_ready_seconds: Some(i64::from(min_ready_seconds)),
+            progress_deadline_seconds: Some(i64::from(progress_deadline_seconds)),
+            machine_ready_timeout_seconds: Some(i64::from(machine_ready_timeout_seconds)),
+            engines,
+            engine_selector,
+        }
+    }
+}
+
 /// Longest duration setting: one day.
-const MAX_SECONDS: i64 = 86_400;
+pub const MAX_SECONDS: i64 = 86_400;
 
 /// Checks every rule and returns the spec, or every broken rule.
 pub fn validate(raw: RawSpec, limits: &SpecLimits) -> Result<PoolSpec, ValidationErrors> {
@@ -294,7 +376,7 @@ pub fn validate(raw: RawSpec, limits: &SpecLimits) -> Result<PoolSpec, Validatio
     let progress_deadline_seconds = seconds("progress_deadline_seconds", raw.progress_deadline_seconds, 1)
         .unwrap_or(DEFAULT_PROGRESS_DEADLINE_SECONDS);
     let machine_ready_timeout_seconds = seconds("machine_ready_timeout_seconds", raw.machine_ready_timeout_seconds, 1)
-        .or(Some(DEFAULT_MACHINE_READY_TIMEOUT_SECONDS));
+        .unwrap_or(DEFAULT_MACHINE_READY_TIMEOUT_SECONDS);
     if progress_deadline_seconds <= min_ready_seconds {
         errs.push(
             "progress_deadline_seconds",
@@ -586,13 +668,10 @@ mod tests {
         let spec = validate(ok, &SpecLimits::default()).unwrap();
         assert_eq!(
             (spec.min_ready_seconds, spec.progress_deadline_seconds, spec.machine_ready_timeout_seconds),
-            (5, 6, Some(1))
+            (5, 6, 1)
         );
         let d = validate(raw(), &SpecLimits::default()).unwrap();
-        assert_eq!(
-            (d.min_ready_seconds, d.progress_deadline_seconds, d.machine_ready_timeout_seconds),
-            (0, 600, Some(300))
-        );
+        assert_eq!((d.min_ready_seconds, d.progress_deadline_seconds, d.machine_ready_timeout_seconds), (0, 600, 300));
         let r = |s: RawSpec| fields(validate(s, &SpecLimits::default()));
         assert_eq!(r(RawSpec { min_ready_seconds: Some(-1), ..raw() }), [("min_ready_seconds".into(), "range")]);
         assert_eq!(
@@ -607,6 +686,25 @@ mod tests {
             r(RawSpec { min_ready_seconds: Some(60), progress_deadline_seconds: Some(60), ..raw() }),
             [("progress_deadline_seconds".into(), "greater_than_min_ready")]
         );
+    }
+
+    #[test]
+    fn a_spec_turned_back_into_input_validates_to_itself() {
+        let rich = RawSpec {
+            image: Some("app:1".into()),
+            failure_domains: vec!["a".into(), "b".into()],
+            labels: [("team".to_owned(), "infra".to_owned())].into(),
+            max_surge: Some(IntOrPercent::Percent(25)),
+            batch_approval: true,
+            replacement: Some(ReplacementPolicy::TerminationComplete),
+            paused: true,
+            min_ready_seconds: Some(3),
+            machine_ready_timeout_seconds: Some(60),
+            engines: vec!["local".into()],
+            ..raw()
+        };
+        let spec = validate(rich, &SpecLimits::default()).unwrap();
+        assert_eq!(validate(RawSpec::from(&spec), &SpecLimits::default()).unwrap(), spec);
     }
 
     #[test]

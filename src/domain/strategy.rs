@@ -86,21 +86,18 @@ impl<'de> Deserialize<'de> for IntOrPercent {
 }
 
 /// How a pool replaces outdated machines.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RolloutStrategy {
     /// Machines allowed above `replicas` while a rollout runs.
     pub max_surge: IntOrPercent,
     /// Machines allowed below `replicas` available while a rollout runs.
     pub max_unavailable: IntOrPercent,
     /// Pause the rollout after each batch until it is continued.
-    #[serde(default)]
     pub batch_approval: bool,
     /// Return to the previous revision when the progress deadline passes.
-    #[serde(default)]
     pub auto_rollback: bool,
     /// Whether a machine being deleted still counts toward
     /// `replicas + max_surge`.
-    #[serde(default)]
     pub replacement: ReplacementPolicy,
 }
 

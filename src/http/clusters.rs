@@ -12,6 +12,7 @@ use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::app::AppState;
+use crate::clusters::service::connect;
 use crate::db::{self, clusters::ClusterRecord, clusters::Deleted};
 use crate::domain::ValidationErrors;
 use crate::domain::names::check_dns_label;
@@ -20,7 +21,7 @@ use crate::domain::upgrade::{Component, image_version};
 use crate::error::{ApiError, ApiResult, Problem};
 use crate::http::extract::{ApiJson, ApiQuery};
 use crate::http::pagination::{PageParams, finish_page};
-use crate::k8s::{ClusterApi, Credentials, RetryPolicy};
+use crate::k8s::{ClusterApi, Credentials};
 use crate::upgrade::plan;
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -37,6 +38,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 pub struct CreateCluster {
     /// DNS-1123 label; unique.
     #[schema(example = "prod")]
+    #[schema(pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", min_length = 1, max_length = 63)]
     pub name: String,
     /// A kubeconfig document (YAML or JSON) with embedded data; file paths
     /// and exec plugins are refused.
@@ -70,9 +72,14 @@ pub struct ClusterView {
     /// The API server URL.
     pub server: String,
     /// How drover authenticates: `kubeconfig` or `token`.
+    #[schema(schema_with = auth_schema)]
     pub auth: String,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+}
+
+fn auth_schema() -> utoipa::openapi::Object {
+    crate::http::openapi::string_enum(&["kubeconfig", "token"], "How drover authenticates: `kubeconfig` or `token`")
 }
 
 impl From<ClusterRecord> for ClusterView {
@@ -86,6 +93,7 @@ impl From<ClusterRecord> for ClusterView {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ClusterList {
     pub items: Vec<ClusterView>,
+    /// Pass as `cursor` to get the next page; `null` on the last page.
     pub next_cursor: Option<String>,
 }
 
@@ -163,19 +171,6 @@ fn parse_create(body: CreateCluster) -> ApiResult<(String, Credentials)> {
 
 async fn load(state: &AppState, name: &str) -> ApiResult<ClusterRecord> {
     db::clusters::get(state.db.read(), name).await?.ok_or_else(|| ApiError::not_found("cluster", name))
-}
-
-/// A client for a registered cluster, trying each call `tries` times.
-pub async fn connect(state: &AppState, name: &str, tries: u32) -> ApiResult<ClusterApi> {
-    let unusable = |e| ApiError::Unavailable(format!("cluster {name:?} cannot be reached with its credentials: {e}"));
-    let creds = db::clusters::credentials(state.db.read(), name)
-        .await?
-        .ok_or_else(|| ApiError::not_found("cluster", name))?
-        .map_err(unusable)?;
-    let timeout = state.config.kube_request_timeout;
-    let client = creds.client(timeout).await.map_err(unusable)?;
-    let policy = RetryPolicy { tries, backoff: state.config.upgrade_retry_backoff, call_timeout: timeout };
-    Ok(ClusterApi::new(client, policy))
 }
 
 /// Register a cluster.

@@ -21,7 +21,7 @@ use crate::engines::{EngineError, Registry};
 use crate::error::{ApiError, ApiResult, Problem};
 use crate::http::extract::{ApiJson, ApiQuery};
 use crate::http::pagination::{PageParams, finish_page};
-use crate::http::pools::EventList;
+use crate::http::wire::EventList;
 use crate::runtime::{Engine, Reachability};
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -50,6 +50,7 @@ pub struct TlsInput {
 pub struct RegisterEngine {
     /// DNS-1123 label; `local` is the server's own engine.
     #[schema(example = "host-b")]
+    #[schema(pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", min_length = 1, max_length = 63)]
     pub name: String,
     /// `unix:///path/docker.sock` or `tcp://host:port` (with `tls` unless
     /// the host is loopback). `ssh://` is not supported (see docs/engines.md).
@@ -78,12 +79,17 @@ pub struct EngineStatus {
     pub machines: u32,
 }
 
+fn kind_schema() -> utoipa::openapi::Object {
+    crate::http::openapi::string_enum(&["docker", "simulated"], "`docker` or `simulated`")
+}
+
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct EngineView {
     pub name: String,
     /// The endpoint; never a credential.
     pub endpoint: String,
     /// `docker` or `simulated`.
+    #[schema(schema_with = kind_schema)]
     pub kind: String,
     /// The server's own engine (`--docker-host`), not registered through the API.
     pub builtin: bool,
@@ -98,6 +104,7 @@ pub struct EngineView {
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct EngineList {
     pub items: Vec<EngineView>,
+    /// Pass as `cursor` to get the next page; `null` on the last page.
     pub next_cursor: Option<String>,
 }
 

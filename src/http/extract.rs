@@ -47,11 +47,11 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for OptionalJson<T> {
     }
 }
 
-/// A JSON merge patch (RFC 7396): an object, sent as
-/// `application/merge-patch+json` or `application/json`.
-pub struct MergePatch(pub Value);
+/// A JSON merge patch (RFC 7396) read into its typed form `T`: an object,
+/// sent as `application/merge-patch+json` or `application/json`.
+pub struct MergePatch<T>(pub T);
 
-impl<S: Send + Sync> FromRequest<S> for MergePatch {
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for MergePatch<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
@@ -60,10 +60,10 @@ impl<S: Send + Sync> FromRequest<S> for MergePatch {
     }
 }
 
-/// A merge patch that may be left out.
-pub struct OptionalMergePatch(pub Option<Value>);
+/// A merge patch that may be left out: an empty body is `None`.
+pub struct OptionalMergePatch<T>(pub Option<T>);
 
-impl<S: Send + Sync> FromRequest<S> for OptionalMergePatch {
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for OptionalMergePatch<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
@@ -74,11 +74,57 @@ impl<S: Send + Sync> FromRequest<S> for OptionalMergePatch {
     }
 }
 
-fn merge_patch_object(bytes: &[u8]) -> Result<Value, ApiError> {
+fn merge_patch_object<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     match parse_json::<Value>(bytes)? {
-        v @ Value::Object(_) => Ok(v),
+        v @ Value::Object(_) => from_json_value(v),
         _ => Err(ApiError::invalid("body", "type", "a merge patch must be a JSON object")),
     }
+}
+
+/// The generations an `If-Match` header accepts: `None` when it was not
+/// sent or is `*` (any existing pool). RFC 9110 asks If-Match for the
+/// strong comparison, so a weak tag (`W/"3"`) matches nothing; a list of
+/// tags accepts any of its strong ones. A malformed header is a 412.
+pub struct IfMatch(pub Option<Vec<i64>>);
+
+impl<S: Send + Sync> FromRequestParts<S> for IfMatch {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        if_match(parts.headers.get(header::IF_MATCH)).map(IfMatch)
+    }
+}
+
+fn if_match(value: Option<&header::HeaderValue>) -> Result<Option<Vec<i64>>, ApiError> {
+    let Some(value) = value else { return Ok(None) };
+    let raw = value.to_str().unwrap_or_default().trim();
+    if raw == "*" {
+        return Ok(None);
+    }
+    let shown = || crate::telemetry::truncate(raw, 100).to_owned();
+    let mut strong = Vec::new();
+    for tag in raw.split(',').map(str::trim) {
+        if tag.starts_with("W/") {
+            continue;
+        }
+        let generation = tag.strip_prefix('"').and_then(|t| t.strip_suffix('"')).and_then(|t| t.parse().ok());
+        match generation {
+            Some(g) => strong.push(g),
+            None => {
+                return Err(ApiError::PreconditionFailed(format!(
+                    "If-Match {:?} is not an ETag this server issued (they look like \"3\")",
+                    shown()
+                )));
+            }
+        }
+    }
+    if strong.is_empty() {
+        return Err(ApiError::PreconditionFailed(format!(
+            "If-Match {:?} names only weak ETags, which never match (If-Match uses strong comparison); send the ETag as it was received",
+            shown()
+        )));
+    }
+    Ok(Some(strong))
 }
 
 /// The body, once its declared type is one of `accepted`.
@@ -87,8 +133,8 @@ async fn read_body<S: Send + Sync>(req: Request, state: &S, accepted: &[&str]) -
     collect(req, state).await
 }
 
-/// The body, unless it is empty; a body that is there must be declared as
-/// one of `accepted`.
+/// The body, unless it is empty or the JSON `null` (what some clients send
+/// for "no body"); a body that is there must be declared as one of `accepted`.
 async fn read_optional_body<S: Send + Sync>(
     req: Request,
     state: &S,
@@ -96,7 +142,7 @@ async fn read_optional_body<S: Send + Sync>(
 ) -> Result<Option<Bytes>, ApiError> {
     let declared = req.headers().get(header::CONTENT_TYPE).cloned();
     let bytes = collect(req, state).await?;
-    if bytes.iter().all(u8::is_ascii_whitespace) {
+    if bytes.iter().all(u8::is_ascii_whitespace) || bytes.trim_ascii() == b"null" {
         return Ok(None);
     }
     check_content_type(declared.as_ref(), accepted)?;
@@ -267,6 +313,17 @@ mod tests {
         assert!(patch("application/merge-patch+json") && patch("application/json"));
         assert!(!patch("application/evil+json") && !patch("application/json-patch+json"));
         assert!(check_content_type(None, &[JSON]).is_err());
+    }
+
+    #[test]
+    fn if_match_compares_strongly() {
+        let tags = |v: &'static str| if_match(Some(&header::HeaderValue::from_static(v)));
+        assert_eq!(if_match(None).unwrap(), None);
+        assert_eq!(tags("\"4\"").unwrap(), Some(vec![4]));
+        assert_eq!(tags("*").unwrap(), None);
+        assert_eq!(tags("\"4\", W/\"5\", \"6\"").unwrap(), Some(vec![4, 6]));
+        assert!(matches!(tags("W/\"4\""), Err(ApiError::PreconditionFailed(_))), "a weak tag never matches");
+        assert!(tags("4").is_err());
     }
 
     #[test]

@@ -9,9 +9,14 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::app::AppState;
 
+fn ok_schema() -> utoipa::openapi::Object {
+    crate::http::openapi::string_enum(&["ok"], "Always `ok` when the process answers")
+}
+
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Health {
     /// Always `ok` when the process answers.
+    #[schema(schema_with = ok_schema)]
     pub status: &'static str,
 }
 

@@ -36,9 +36,11 @@ pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 /// Set on a replayed response.
 pub const REPLAYED: &str = "idempotent-replayed";
 const MAX_KEY_LEN: usize = 255;
+/// The longest key, as the OpenAPI document states it.
+pub const IDEMPOTENCY_KEY_MAX: usize = MAX_KEY_LEN;
 
 /// Routes (method, pattern) whose answers hold a secret.
-const SECRET_ANSWERS: &[(&str, &str)] = &[("POST", "/v1/tokens")];
+pub const SECRET_ANSWERS: &[(&str, &str)] = &[("POST", "/v1/tokens")];
 
 pub async fn middleware(
     State(state): State<AppState>,

@@ -101,6 +101,7 @@ fn view(m: Machine, desired_image: &str) -> MachineView {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct MachineList {
     pub items: Vec<MachineView>,
+    /// Pass as `cursor` to get the next page; `null` on the last page.
     pub next_cursor: Option<String>,
 }
 
@@ -196,37 +197,7 @@ async fn delete_machine(
     State(state): State<AppState>,
     Path((name, machine)): Path<(String, String)>,
 ) -> ApiResult<Response> {
-    let now = Utc::now();
-    let mut tx = crate::db::begin_write(&state.db).await?;
-    let (m, pool) = match db::machines::mark_if_unmarked(&mut tx, &name, &machine, now).await? {
-        Some(m) => {
-            let Some(pool) = db::pools::decrement_replicas(&mut tx, &name, now).await? else {
-                return Err(ApiError::Conflict(format!(
-                    "pool {name:?} is being deleted or has zero replicas; there is nothing to scale down"
-                )));
-            };
-            let message = format!("{machine} removed on request; replicas lowered to {}", pool.spec.replicas);
-            db::events::record(
-                &mut tx,
-                &NewEvent::pool(&name, EventType::Normal, "MachineRemovalRequested", message),
-                now,
-            )
-            .await?;
-            tx.commit().await?;
-            (m, pool)
-        }
-        None => {
-            drop(tx);
-            // Marked before (a repeated call), or missing.
-            let pool = state.db.pool(&name).await?.ok_or_else(|| ApiError::not_found("pool", &name))?;
-            let m = db::machines::get(state.db.read(), &name, &machine)
-                .await?
-                .ok_or_else(|| ApiError::not_found("machine", &machine))?;
-            (m, pool)
-        }
-    };
-    state.queue.enqueue(&name);
-    state.changes.pool(&name);
+    let (m, pool) = crate::pools::service::remove_machine(&state, &name, &machine).await?;
     let mut headers = HeaderMap::new();
     if let Ok(loc) = HeaderValue::from_str(&format!("/v1/pools/{name}/machines/{machine}")) {
         headers.insert(header::LOCATION, loc);

@@ -8,6 +8,7 @@ pub mod idempotency;
 pub mod json;
 pub mod machines;
 pub mod metrics;
+mod openapi;
 pub mod pagination;
 pub mod pools;
 pub mod rollouts;
@@ -16,6 +17,7 @@ pub mod streams;
 pub mod tokens;
 pub mod ui;
 pub mod upgrades;
+pub mod wire;
 
 use axum::Router;
 use axum::error_handling::HandleErrorLayer;
@@ -42,6 +44,7 @@ pub const REQUEST_ID: &str = "x-request-id";
         description = "Keeps Docker machine pools at their desired size and image, and upgrades self-hosted Kubernetes control planes.",
         license(name = "Apache-2.0", identifier = "Apache-2.0"),
     ),
+    components(schemas(streams::StreamDeleted, streams::StreamEventName)),
     tags(
         (name = "pools", description = "Machine pools: desired state, scaling, events"),
         (name = "machines", description = "The machines (containers) of a pool"),
@@ -72,57 +75,7 @@ fn api() -> OpenApiRouter<AppState> {
 /// The OpenAPI document, as served at `/openapi.json` and committed at
 /// `openapi/openapi.json`.
 pub fn openapi() -> utoipa::openapi::OpenApi {
-    with_security(api().into_openapi())
-}
-
-/// Declares the bearer scheme and, on every operation that is not public,
-/// the answers any route may give before its handler runs: 401, 403, and
-/// 503 when the server sheds load or a request times out.
-fn with_security(mut doc: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
-    use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityRequirement, SecurityScheme};
-    use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
-    let components = doc.components.get_or_insert_with(Default::default);
-    components.add_security_scheme(
-        "bearer",
-        SecurityScheme::Http(
-            Http::builder()
-                .scheme(HttpAuthScheme::Bearer)
-                .description(Some("A token from POST /v1/tokens, or the admin.token file written on first start"))
-                .build(),
-        ),
-    );
-    let problem = |description: &str| {
-        ResponseBuilder::new()
-            .description(description)
-            .content(
-                "application/problem+json",
-                ContentBuilder::new().schema(Some(Ref::from_schema_name("Problem"))).build(),
-            )
-            .build()
-    };
-    for item in doc.paths.paths.values_mut() {
-        let ops = [&mut item.get, &mut item.put, &mut item.post, &mut item.delete, &mut item.patch, &mut item.head];
-        for op in ops.into_iter().flatten() {
-            let public = op.security.as_ref().is_some_and(|s| s.iter().all(|r| *r == SecurityRequirement::default()));
-            if public {
-                continue;
-            }
-            op.security = Some(vec![SecurityRequirement::new("bearer", Vec::<String>::new())]);
-            let has_body = op.request_body.is_some();
-            let responses = &mut op.responses.responses;
-            if has_body {
-                responses.entry("400".into()).or_insert_with(|| problem("The body is not valid JSON").into());
-                responses.entry("413".into()).or_insert_with(|| problem("The body is over 1 MiB").into());
-                responses.entry("415".into()).or_insert_with(|| problem("The body is not declared as JSON").into());
-            }
-            responses.entry("401".into()).or_insert_with(|| problem("No valid bearer token").into());
-            responses.entry("403".into()).or_insert_with(|| problem("The token's role may not do this").into());
-            responses
-                .entry("503".into())
-                .or_insert_with(|| problem("Overloaded or timed out; retry after `Retry-After` seconds").into());
-        }
-    }
-    doc
+    openapi::finish(api().into_openapi())
 }
 
 /// Answers 503 with `Retry-After` when `max_concurrent_requests` are
@@ -190,7 +143,7 @@ impl MakeRequestId for RandomRequestId {
 /// The whole application router with its middleware.
 pub fn router(state: AppState) -> Router {
     let (routes, doc) = api().split_for_parts();
-    let doc = with_security(doc);
+    let doc = openapi::finish(doc);
     let config = state.config.clone();
     let request_id = HeaderName::from_static(REQUEST_ID);
     let middleware = ServiceBuilder::new()

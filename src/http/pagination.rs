@@ -15,7 +15,9 @@ pub struct PageParams {
     /// Items per page, 1 to 500 (default 50).
     #[param(minimum = 1, maximum = 500)]
     pub limit: Option<u32>,
-    /// Opaque cursor: the `next_cursor` of the previous page.
+    /// Opaque cursor: the `next_cursor` of the previous page, unchanged
+    /// (URL-safe base64 without padding).
+    #[param(pattern = "^[A-Za-z0-9_-]*$")]
     pub cursor: Option<String>,
 }
 

@@ -13,12 +13,12 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use crate::app::AppState;
 use crate::auth::{Caller, Role};
 use crate::db::{self, pools::Pool, revisions::Revision};
-use crate::domain::event::{EventType, NewEvent};
 use crate::domain::rollout::{self, Counts, RolloutState};
-use crate::error::{ApiError, ApiResult, Problem};
+use crate::error::{ApiResult, Problem};
 use crate::http::extract::{OptionalJson, OptionalMergePatch};
-use crate::http::pools::{load, patched_spec, pool_response};
-use crate::reconcile::{self, plan::Plan, rollback::RollbackError};
+use crate::http::wire::pools::{PoolPatch, PoolView, pool_response};
+use crate::pools::service::{self, load};
+use crate::reconcile::plan::Plan;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -150,10 +150,7 @@ async fn get_rollout(State(state): State<AppState>, Path(name): Path<String>) ->
 }
 
 async fn view_now(state: &AppState, pool: &Pool) -> ApiResult<RolloutView> {
-    let counts = crate::reconcile::live_counts(&state.reconcile, pool)
-        .await
-        .map_err(|e| ApiError::Internal(anyhow::Error::new(e).context("observing the pool")))?;
-    Ok(rollout_view(pool, counts))
+    Ok(rollout_view(pool, service::live_counts(state, pool).await?))
 }
 
 /// Approve the next batch of a rollout with `strategy.batch_approval`.
@@ -166,20 +163,7 @@ async fn view_now(state: &AppState, pool: &Pool) -> ApiResult<RolloutView> {
     ))]
 #[tracing::instrument(skip(state))]
 async fn continue_rollout(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Json<RolloutView>> {
-    let pool = load(&state, &name).await?;
-    if !pool.spec.strategy.batch_approval {
-        return Err(ApiError::Conflict(format!("pool {name:?} does not use strategy.batch_approval")));
-    }
-    if pool.status.replicas == pool.status.updated_replicas && pool.status.observed_generation == pool.generation {
-        return Err(ApiError::Conflict(format!("pool {name:?} has no rollout in progress")));
-    }
-    let now = Utc::now();
-    let mut tx = crate::db::begin_write(&state.db).await?;
-    let pool = db::pools::approve_batch(&mut tx, &name).await?.ok_or_else(|| ApiError::not_found("pool", &name))?;
-    let message = format!("batch {} of revision {} approved", pool.batches_approved, pool.revision);
-    db::events::record(&mut tx, &NewEvent::pool(&name, EventType::Normal, "BatchApproved", message), now).await?;
-    tx.commit().await?;
-    state.queue.enqueue(&name);
+    let pool = service::approve_batch(&state, &name).await?;
     Ok(Json(view_now(&state, &pool).await?))
 }
 
@@ -215,9 +199,9 @@ pub struct RollbackRequest {
 /// may be omitted.
 #[utoipa::path(post, path = "/v1/pools/{name}/rollback", tag = "rollouts",
     params(("name" = String, Path, description = "Pool name")),
-    request_body(content = Option<RollbackRequest>, content_type = "application/json"),
+    request_body(content = RollbackRequest, description = "Optional; leave the body out to return to the previous revision", content_type = "application/json"),
     responses(
-        (status = 202, description = "Rolling back; follow `GET .../rollout`", body = crate::http::pools::PoolView),
+        (status = 202, description = "Rolling back; follow `GET .../rollout`", body = PoolView),
         (status = 404, description = "No such pool", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Nothing to roll back to, or the pool changed meanwhile", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "No such revision", body = Problem, content_type = "application/problem+json"),
@@ -230,44 +214,9 @@ async fn rollback_pool(
     OptionalJson(body): OptionalJson<RollbackRequest>,
 ) -> ApiResult<Response> {
     let req = body.unwrap_or_default();
-    let pool = load(&state, &name).await?;
-    if pool.deleting {
-        return Err(ApiError::Conflict(format!("pool {name:?} is being deleted")));
-    }
-    let target = match req.revision {
-        Some(r) => db::revisions::get(state.db.read(), &name, r).await?,
-        None => db::revisions::previous(state.db.read(), &name, pool.revision).await?,
-    };
-    if let Some(target) = &target {
-        // The same rules as a PATCH of `image`: the image must be allowed,
-        // and on a pool with host mounts only an admin picks it.
-        if !state.limits().host.image_allowed(&target.desired_image) {
-            return Err(ApiError::invalid(
-                "revision",
-                "image_allowed",
-                format!(
-                    "revision {} runs {:?}, which this server no longer allows",
-                    target.revision, target.desired_image
-                ),
-            ));
-        }
-        let operator = caller.is_some_and(|c| c.role < Role::Admin);
-        if operator && target.image.is_some() && target.image != pool.spec.image && !pool.spec.extra_mounts.is_empty() {
-            tracing::info!("operator tried to roll a pool with host mounts back to another custom image");
-            return Err(ApiError::Forbidden { need: "admin" });
-        }
-    }
-    let rolled = reconcile::rollback::rollback(&state.db, &pool, req.revision, "rollback requested").await.map_err(
-        |e| match e {
-            RollbackError::UnknownRevision { .. } => ApiError::invalid("revision", "exists", e),
-            RollbackError::Store(s) => ApiError::Database(s),
-            RollbackError::BadRevision { .. } => ApiError::Internal(e.into()),
-            other => ApiError::Conflict(other.to_string()),
-        },
-    )?;
-    state.queue.enqueue(&name);
-    state.changes.pool(&name);
-    Ok(pool_response(StatusCode::ACCEPTED, rolled.pool, true))
+    let admin = caller.is_none_or(|c| c.role >= Role::Admin);
+    let pool = service::rollback(&state, &name, req.revision, admin).await?;
+    Ok(pool_response(StatusCode::ACCEPTED, pool, true))
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -286,7 +235,7 @@ pub struct PlanView {
 /// is changed.
 #[utoipa::path(post, path = "/v1/pools/{name}/plan", tag = "rollouts",
     params(("name" = String, Path, description = "Pool name")),
-    request_body(content = Option<Object>, description = "Optional merge patch of the spec to try", content_type = "application/merge-patch+json"),
+    request_body(content = PoolPatch, description = "Optional merge patch of the spec to try; leave the body out to plan the pool as it is", content_type = "application/merge-patch+json"),
     responses(
         (status = 200, description = "The plan", body = PlanView),
         (status = 400, description = "Body is not JSON", body = Problem, content_type = "application/problem+json"),
@@ -297,21 +246,10 @@ pub struct PlanView {
 async fn plan_pool(
     State(state): State<AppState>,
     Path(name): Path<String>,
-    OptionalMergePatch(patch): OptionalMergePatch,
+    OptionalMergePatch(patch): OptionalMergePatch<PoolPatch>,
 ) -> ApiResult<Json<PlanView>> {
-    let mut pool = load(&state, &name).await?;
-    if let Some(patch) = patch {
-        let proposed = patched_spec(&state, &pool.spec, &patch)?;
-        if proposed.desired_image() != pool.spec.desired_image() {
-            // A new image starts a new rollout with its first batch approved.
-            pool.batches_approved = 1;
-        }
-        pool.spec = proposed;
-    }
-    let (plan, observed) = reconcile::dry_run(&state.reconcile, &pool).await.map_err(|e| match e {
-        reconcile::ReconcileError::Runtime(r) => ApiError::Unavailable(r.to_string()),
-        reconcile::ReconcileError::Store(s) => ApiError::Database(s),
-        other => ApiError::Internal(anyhow::anyhow!(other.to_string())),
-    })?;
+    let limits = state.limits();
+    let propose = patch.map(|patch| move |current: &_| patch.to_spec(current, limits));
+    let (pool, plan, observed) = service::plan(&state, &name, propose).await?;
     Ok(Json(PlanView { pool: name, desired_image: pool.spec.desired_image(), plan, observed }))
 }

@@ -24,7 +24,7 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use futures_util::stream::{self, Stream, StreamExt};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use utoipa_axum::{router::OpenApiRouter, routes};
@@ -35,7 +35,7 @@ use crate::changes::Watcher;
 use crate::db;
 use crate::domain::event::{Event, SubjectKind};
 use crate::error::{ApiError, ApiResult, Problem, error_chain};
-use crate::http::{pools, upgrades};
+use crate::http::wire::PoolView;
 use crate::metrics::{CloseReason, OpenGuard};
 
 /// Shortest time between two reads of the store by one stream: a subject
@@ -139,7 +139,7 @@ impl Watch {
         let (kind, subject, status, finished) = match &self.subject {
             Subject::Pool(name) => {
                 let view = match self.state.db.pool(name).await? {
-                    Some(pool) => Some(to_value(pools::PoolView::from(pool))?),
+                    Some(pool) => Some(to_value(PoolView::from(pool))?),
                     None => None,
                 };
                 (SubjectKind::Pool, name.clone(), view, false)
@@ -147,7 +147,7 @@ impl Watch {
             Subject::Job(id) => match db::upgrades::get(self.state.db.read(), *id).await? {
                 Some(job) => {
                     let finished = !job.state.is_active();
-                    let view = to_value(upgrades::view(&self.state, job).await?)?;
+                    let view = to_value(crate::http::wire::upgrades::view(&self.state, job).await?)?;
                     (SubjectKind::Job, id.to_string(), Some(view), finished)
                 }
                 None => (SubjectKind::Job, id.to_string(), None, false),
@@ -164,7 +164,8 @@ impl Watch {
                 self.done = finished;
             }
             None => {
-                out.push(SseEvent::default().event("deleted").data(json!({ "subject": subject }).to_string()));
+                let gone = to_value(StreamDeleted { subject: subject.clone() })?;
+                out.push(SseEvent::default().event("deleted").data(gone.to_string()));
                 self.done = true;
             }
         }
@@ -270,12 +271,32 @@ fn sse(watch: Watch) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
     Sse::new(messages).keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
 }
 
+/// The names of an event stream's messages; each has its own payload
+/// schema (see the stream operations).
+#[derive(utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)] // Documents the stream; messages are written by axum's `Sse`.
+pub enum StreamEventName {
+    /// `data` is the subject as `GET` answers it: a `PoolView` or an `UpgradeView`.
+    Status,
+    /// `data` is an `Event`; the message's `id` is the event's id.
+    Event,
+    /// `data` is a `StreamDeleted`: the subject is gone and the stream ends.
+    Deleted,
+}
+
+/// Payload of a `deleted` message.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct StreamDeleted {
+    /// The pool's name (or the job's id) that is gone.
+    pub subject: String,
+}
+
 /// One message of an event stream, as its fields arrive on the wire.
 #[derive(utoipa::ToSchema)]
 #[allow(dead_code)] // Documents the stream; messages are written by axum's `Sse`.
 pub struct SseMessage {
-    /// `status`, `event` or `deleted`.
-    event: String,
+    event: StreamEventName,
     /// JSON: the pool or job for `status`, an event record for `event`.
     data: String,
     /// The event's id, on `event` messages; send it back as `Last-Event-ID`.
@@ -295,7 +316,7 @@ pub struct SseMessage {
         ("Last-Event-ID" = Option<i64>, Header, description = "Resume after this event id; without it only new events are sent"),
     ),
     responses(
-        (status = 200, description = "An event stream: `status` (PoolView JSON), `event` (Event JSON), `deleted`", body = SseMessage, content_type = "text/event-stream"),
+        (status = 200, description = "An event stream of `SseMessage`s; by `event` name, `data` is: `status`: a `PoolView`; `event`: an `Event`; `deleted`: a `StreamDeleted` (see `x-sse-events`)", body = SseMessage, content_type = "text/event-stream"),
         (status = 404, description = "No such pool", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "`Last-Event-ID` is not an event id", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "`--max-streams` streams are open; retry after `Retry-After` seconds", body = Problem, content_type = "application/problem+json"),
@@ -308,7 +329,7 @@ async fn pool_stream(
     headers: HeaderMap,
 ) -> ApiResult<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>> {
     let slot = take_slot(&state)?;
-    pools::load(&state, &name).await?;
+    crate::pools::service::load(&state, &name).await?;
     let after = start_after(&state, &headers, SubjectKind::Pool, &name).await?;
     Ok(sse(watch(state, Subject::Pool(name), caller, after, slot)))
 }
@@ -326,7 +347,7 @@ async fn pool_stream(
         ("Last-Event-ID" = Option<i64>, Header, description = "Resume after this event id; without it only new events are sent"),
     ),
     responses(
-        (status = 200, description = "An event stream: `status` (UpgradeView JSON), `event` (Event JSON)", body = SseMessage, content_type = "text/event-stream"),
+        (status = 200, description = "An event stream of `SseMessage`s; by `event` name, `data` is: `status`: an `UpgradeView`; `event`: an `Event` (see `x-sse-events`)", body = SseMessage, content_type = "text/event-stream"),
         (status = 404, description = "No such job", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "`Last-Event-ID` is not an event id", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "`--max-streams` streams are open; retry after `Retry-After` seconds", body = Problem, content_type = "application/problem+json"),
@@ -339,7 +360,7 @@ async fn upgrade_stream(
     headers: HeaderMap,
 ) -> ApiResult<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>> {
     let slot = take_slot(&state)?;
-    let job = upgrades::load(&state, &id).await?;
+    let job = crate::http::wire::upgrades::load(&state, &id).await?;
     let after = start_after(&state, &headers, SubjectKind::Job, &job.id.to_string()).await?;
     Ok(sse(watch(state, Subject::Job(job.id), caller, after, slot)))
 }
@@ -348,6 +369,7 @@ async fn upgrade_stream(
 mod tests {
     use super::*;
     use axum::http::HeaderValue;
+    use serde_json::json;
 
     #[test]
     fn volatile_fields_do_not_count_as_changes() {

@@ -34,6 +34,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 pub struct CreateToken {
     /// Unique, a DNS-1123 label: what the audit trail will name.
     #[schema(example = "ci-pipeline")]
+    #[schema(pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", min_length = 1, max_length = 63)]
     pub name: String,
     pub role: Role,
 }
@@ -56,6 +57,7 @@ pub struct TokenList {
 pub struct AuditList {
     /// Newest first.
     pub items: Vec<AuditRecord>,
+    /// Pass as `cursor` to get the next page; `null` on the last page.
     pub next_cursor: Option<String>,
 }
 

@@ -7,23 +7,23 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::app::AppState;
 use crate::auth::{Caller, Role};
-use crate::db::{self, upgrades::CancelOutcome, upgrades::Job};
+use crate::clusters::service::connect;
+use crate::db::{self, upgrades::CancelOutcome};
 use crate::domain::event::SubjectKind;
 use crate::domain::image::check_image_reference;
 use crate::domain::upgrade::{Component, DEFAULT_IMAGE_REPOSITORY, JobState, order_components};
 use crate::domain::version::KubeVersion;
 use crate::error::{ApiError, ApiResult, Problem};
-use crate::http::clusters::connect;
 use crate::http::extract::{ApiJson, ApiQuery};
 use crate::http::pagination::{PageParams, finish_page};
-use crate::http::pools::EventList;
+use crate::http::wire::EventList;
+use crate::http::wire::upgrades::{UpgradeView, load, parse_id, view};
 use crate::upgrade::plan::ComponentPlan;
 use crate::upgrade::service::{self, PrepareError, StartError, UpgradeRequest};
 
@@ -41,7 +41,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 #[serde(deny_unknown_fields)]
 pub struct CreateUpgrade {
     /// Target version, `vMAJOR.MINOR.PATCH`.
-    #[schema(example = "v1.30.0")]
+    #[schema(example = "v1.30.0", pattern = r"^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$")]
     pub version: String,
     /// Components to upgrade; all three by default. They are always
     /// upgraded in the order kube-apiserver, kube-controller-manager, kube-scheduler.
@@ -59,71 +59,11 @@ pub struct CreateUpgrade {
     pub dry_run: bool,
 }
 
-/// Where a running job is.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct Position {
-    pub component: Component,
-    /// 0-7.
-    pub step: i64,
-    pub step_name: &'static str,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct StepView {
-    pub step: i64,
-    pub name: String,
-    /// running, succeeded or failed.
-    pub state: String,
-    /// Times the step was started; more than one after a restart resumed it.
-    pub attempts: i64,
-    /// API calls of the step that failed and were tried again.
-    pub api_retries: i64,
-    pub started_at: DateTime<Utc>,
-    pub finished_at: Option<DateTime<Utc>>,
-    pub error: Option<String>,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ComponentProgress {
-    pub component: String,
-    /// pending, upgrading, upgraded, rolled_back, cancelled, failed or skipped (the job ended before it).
-    pub state: String,
-    pub old_image: Option<String>,
-    pub new_image: String,
-    /// The pod the upgrade replaces, found by step 0.
-    pub old_pod: Option<String>,
-    pub steps: Vec<StepView>,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct UpgradeView {
-    pub id: i64,
-    pub cluster: String,
-    pub version: KubeVersion,
-    /// The version the cluster ran when the job was accepted.
-    pub from_version: Option<String>,
-    pub components: Vec<Component>,
-    pub image_repository: String,
-    pub force: bool,
-    pub state: JobState,
-    /// The component and step being worked on; absent once the job ended.
-    pub current: Option<Position>,
-    pub cancel_requested: bool,
-    /// Why the job failed, or what a cancel left; names upgraded components.
-    pub error: Option<String>,
-    /// Components that run the target version because of this job.
-    pub upgraded_components: Vec<String>,
-    pub progress: Vec<ComponentProgress>,
-    pub created_at: DateTime<Utc>,
-    pub started_at: Option<DateTime<Utc>>,
-    pub finished_at: Option<DateTime<Utc>>,
-    pub updated_at: DateTime<Utc>,
-}
-
 #[derive(Debug, Serialize, ToSchema)]
 pub struct UpgradeList {
     /// Newest first.
     pub items: Vec<UpgradeView>,
+    /// Pass as `cursor` to get the next page; `null` on the last page.
     pub next_cursor: Option<String>,
 }
 
@@ -144,68 +84,6 @@ pub struct UpgradeFilter {
     /// Only jobs in this state.
     #[param(inline)]
     pub state: Option<JobState>,
-}
-
-pub(crate) async fn view(state: &AppState, job: Job) -> ApiResult<UpgradeView> {
-    let comps = db::upgrades::components(state.db.read(), job.id).await?;
-    let steps = db::upgrades::steps(state.db.read(), job.id).await?;
-    let version = job.version.parse().map_err(|e| ApiError::Internal(anyhow::anyhow!("stored version: {e}")))?;
-    let current = job.state.is_active().then(|| Position {
-        component: job.components.get(job.component_index).copied().unwrap_or(Component::KubeApiserver),
-        step: job.step.number(),
-        step_name: job.step.name(),
-    });
-    let progress = comps
-        .into_iter()
-        .map(|c| ComponentProgress {
-            steps: steps
-                .iter()
-                .filter(|s| s.position == c.position)
-                .map(|s| StepView {
-                    step: s.step,
-                    name: s.name.clone(),
-                    state: s.state.clone(),
-                    attempts: s.attempts,
-                    api_retries: s.api_retries,
-                    started_at: s.started_at,
-                    finished_at: s.finished_at,
-                    error: s.error.clone(),
-                })
-                .collect(),
-            component: c.component,
-            state: c.state,
-            old_image: c.old_image,
-            new_image: c.new_image,
-            old_pod: c.old_pod,
-        })
-        .collect::<Vec<_>>();
-    Ok(UpgradeView {
-        upgraded_components: progress.iter().filter(|p| p.state == "upgraded").map(|p| p.component.clone()).collect(),
-        id: job.id,
-        cluster: job.cluster,
-        version,
-        from_version: job.from_version,
-        components: job.components,
-        image_repository: job.image_repository,
-        force: job.force,
-        state: job.state,
-        current,
-        cancel_requested: job.cancel_requested,
-        error: job.error,
-        progress,
-        created_at: job.created_at,
-        started_at: job.started_at,
-        finished_at: job.finished_at,
-        updated_at: job.updated_at,
-    })
-}
-
-fn parse_id(id: &str) -> ApiResult<i64> {
-    id.parse().map_err(|_| ApiError::not_found("upgrade job", id))
-}
-
-pub(crate) async fn load(state: &AppState, id: &str) -> ApiResult<Job> {
-    db::upgrades::get(state.db.read(), parse_id(id)?).await?.ok_or_else(|| ApiError::not_found("upgrade job", id))
 }
 
 fn location(id: i64) -> HeaderValue {
@@ -260,13 +138,8 @@ async fn create_upgrade(
     caller: Option<axum::Extension<Caller>>,
     ApiJson(body): ApiJson<CreateUpgrade>,
 ) -> ApiResult<Response> {
-    let target: KubeVersion = body.version.parse().map_err(|e| ApiError::invalid("version", "version_format", e))?;
-    let components = order_components(body.components.as_deref().unwrap_or(&Component::ALL))
-        .map_err(|e| ApiError::invalid("components", "components", e))?;
-    check_admin_only(&body, caller.as_deref())?;
-    let repo = body.image_repository.clone().unwrap_or_else(|| DEFAULT_IMAGE_REPOSITORY.to_owned());
-    check_image_reference(&format!("{repo}/kube-apiserver:{target}"))
-        .map_err(|e| ApiError::invalid("image_repository", "image_repository", e))?;
+    let request = parse_create(&name, &body, caller.as_deref())?;
+    let target = request.target;
     db::clusters::get(state.db.read(), &name).await?.ok_or_else(|| ApiError::not_found("cluster", &name))?;
     if !body.dry_run
         && let Some(id) = db::upgrades::active_for_cluster(state.db.read(), &name).await?
@@ -275,8 +148,6 @@ async fn create_upgrade(
     }
 
     let api = connect(&state, &name, 2).await?;
-    let request =
-        UpgradeRequest { cluster: name.clone(), target, components, image_repository: repo, force: body.force };
     let prepared = service::prepare(&api, request).await.map_err(|e| match e {
         PrepareError::Unreachable { .. } => ApiError::Unavailable(e.to_string()),
         PrepareError::Policy(v) => ApiError::invalid("version", v.rule, v.message),
@@ -298,6 +169,18 @@ async fn create_upgrade(
     let id = job.id;
     let body = view(&state, job).await?;
     Ok((StatusCode::ACCEPTED, [(header::LOCATION, location(id))], Json(body)).into_response())
+}
+
+/// The upgrade a create body asks for, with every field checked.
+fn parse_create(cluster: &str, body: &CreateUpgrade, caller: Option<&Caller>) -> ApiResult<UpgradeRequest> {
+    let target: KubeVersion = body.version.parse().map_err(|e| ApiError::invalid("version", "version_format", e))?;
+    let components = order_components(body.components.as_deref().unwrap_or(&Component::ALL))
+        .map_err(|e| ApiError::invalid("components", "components", e))?;
+    check_admin_only(body, caller)?;
+    let repo = body.image_repository.clone().unwrap_or_else(|| DEFAULT_IMAGE_REPOSITORY.to_owned());
+    check_image_reference(&format!("{repo}/kube-apiserver:{target}"))
+        .map_err(|e| ApiError::invalid("image_repository", "image_repository", e))?;
+    Ok(UpgradeRequest { cluster: cluster.to_owned(), target, components, image_repository: repo, force: body.force })
 }
 
 /// List upgrade jobs, newest first.

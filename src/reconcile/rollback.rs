@@ -57,14 +57,17 @@ pub async fn rollback(db: &Db, pool: &Pool, target: Option<i64>, why: &str) -> R
     // A request's rollback, or the reconciler's when a rollout stalls: rare
     // either way, and someone waits for it.
     let mut tx = crate::db::begin_write(db).await?;
-    let Some(updated) = db::pools::update_spec(&mut tx, &pool.name, pool.generation, &spec, now).await? else {
+    let event = |revision: Option<i64>| {
+        let revision = revision.unwrap_or(pool.revision);
+        let message =
+            format!("{why}: rolling back to revision {} ({}) as revision {revision}", rev.revision, rev.desired_image);
+        NewEvent::pool(&pool.name, EventType::Warning, "RolledBack", message)
+    };
+    let Some(written) = db::pools::change_spec(&mut tx, pool, &spec, now, event).await? else {
         return Err(RollbackError::Conflict(pool.name.clone()));
     };
-    let revision =
-        db::revisions::record_change(&mut tx, &pool.name, &pool.spec, &spec, now).await?.unwrap_or(updated.revision);
-    let message =
-        format!("{why}: rolling back to revision {} ({}) as revision {revision}", rev.revision, rev.desired_image);
-    db::events::record(&mut tx, &NewEvent::pool(&pool.name, EventType::Warning, "RolledBack", message), now).await?;
+    let updated = written.pool;
+    let revision = written.revision.unwrap_or(updated.revision);
     tx.commit().await?;
     let pool = db.pool(&pool.name).await?.unwrap_or(updated);
     tracing::warn!(pool = %pool.name, to = rev.revision, revision, "rolled back");

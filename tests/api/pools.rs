@@ -224,6 +224,77 @@ async fn patch_merges_bumps_generation_and_honours_if_match() {
 }
 
 #[tokio::test]
+async fn the_rollout_view_right_after_a_version_patch_agrees_with_the_patch() {
+    let app = spawn_app().await;
+    app.create_pool_ok("roll", 5, json!({"image": "sim/app:1"})).await;
+    app.wait_converged("roll", 5, Duration::from_secs(20)).await;
+    let res = app.patch_pool("roll", json!({"image": "sim/app:2"}), Some("\"1\"")).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    // No pass has run on the new spec yet: the counts are observed now,
+    // against the new image, not carried over from the last pass.
+    let r: Value = app.get("/v1/pools/roll/rollout").await.json().await.unwrap();
+    let count = |k: &str| r["counts"][k].as_u64().unwrap_or(u64::MAX);
+    assert_eq!((r["revision"].clone(), r["desired_image"].clone()), (json!(2), json!("sim/app:2")), "{r:#}");
+    assert_eq!(count("updated") + count("outdated"), count("total"), "counts from one observation: {r:#}");
+    assert!(count("outdated") >= 4 && count("updated") <= 1, "the old machines are outdated at once: {r:#}");
+    assert!(r["remaining"].as_u64() >= Some(4), "{r:#}");
+    assert_eq!(r["state"], "progressing", "{r:#}");
+}
+
+/// The spec fields of a pool view: every property `PoolPatch` names.
+fn spec_of(view: &Value) -> Value {
+    let doc: Value = serde_json::from_str(include_str!("../../openapi/openapi.json")).expect("openapi.json");
+    let fields = doc["components"]["schemas"]["PoolPatch"]["properties"].as_object().expect("PoolPatch properties");
+    fields.keys().map(|k| (k.clone(), view[k].clone())).collect::<serde_json::Map<_, _>>().into()
+}
+
+#[tokio::test]
+async fn a_patch_of_every_spec_field_a_pool_shows_makes_that_spec() {
+    let app = spawn_app().await;
+    let rich = json!({
+        "image": "app:2", "failure_domains": ["a", "b"], "labels": {"team": "infra"}, "paused": true,
+        "strategy": {"max_surge": "50%", "max_unavailable": 1, "batch_approval": true, "auto_rollback": true,
+                     "replacement": "termination_complete"},
+        "min_ready_seconds": 5, "progress_deadline_seconds": 60, "machine_ready_timeout_seconds": 30,
+    });
+    app.create_pool_ok("rich", 3, rich).await;
+    app.create_pool_ok("plain", 1, json!({})).await;
+    let wanted = spec_of(&app.pool("rich").await);
+    let res = app.patch_pool("plain", wanted.clone(), Some("\"1\"")).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    let got = spec_of(&res.json::<Value>().await.unwrap());
+    assert_eq!(got, wanted, "every spec field the view shows can be patched to that value");
+    // And back: maps merge, so emptying labels takes a null.
+    let mut plain = wanted.clone();
+    plain["labels"] = Value::Null;
+    plain["image"] = Value::Null;
+    assert_eq!(app.patch_pool("plain", plain, None).await.status(), StatusCode::OK);
+    let back = spec_of(&app.pool("plain").await);
+    assert_eq!((back["labels"].clone(), back["image"].clone()), (json!({}), Value::Null));
+}
+
+#[tokio::test]
+async fn plan_and_rollback_take_no_body_or_null_as_no_body() {
+    let app = spawn_app().await;
+    app.create_pool_ok("opt", 1, json!({"image": "sim/app:1"})).await;
+    let post = |path: &'static str, body: Option<&'static str>| {
+        let mut req = app.client.post(app.url(path));
+        if let Some(body) = body {
+            req = req.header("content-type", "application/json").body(body);
+        }
+        req.send()
+    };
+    for body in [None, Some("null"), Some(" null\n")] {
+        let res = post("/v1/pools/opt/plan", body).await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK, "plan with {body:?}");
+    }
+    assert_eq!(app.patch_pool("opt", json!({"image": "sim/app:2"}), None).await.status(), StatusCode::OK);
+    let res = post("/v1/pools/opt/rollback", Some("null")).await.unwrap();
+    assert_eq!(res.status(), StatusCode::ACCEPTED);
+    assert_eq!(app.pool("opt").await["image"], "sim/app:1");
+}
+
+#[tokio::test]
 async fn two_concurrent_patches_with_the_same_if_match_exactly_one_wins() {
     let app = spawn_app().await;
     app.create_pool_ok("race", 1, json!({})).await;
