@@ -4,40 +4,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, ValueEnum};
 
-#[derive(Debug, Parser)]
-#[command(
-    name = "drover",
-    version,
-    about = "Keeps Docker machine pools at their desired size and image, and upgrades self-hosted Kubernetes control planes"
-)]
-pub struct Cli {
-    /// Settings of the client commands (`--server`, `--token`, `-o`).
-    #[command(flatten)]
-    pub client: crate::cli::ClientArgs,
-    #[command(subcommand)]
-    pub command: Command,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum Command {
-    /// Run the HTTP API server and its background workers.
-    Serve(Box<ServeConfig>),
-    /// Print the OpenAPI document to standard output.
-    Openapi,
-    /// The client commands: `pools`, `machines`, `rollout`, `clusters`, `upgrade`.
-    #[command(flatten)]
-    Client(Box<crate::cli::ClientCommand>),
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line, for log shippers.
-    Json,
-}
+use crate::telemetry::LogFormat;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum RuntimeKind {
@@ -236,20 +205,23 @@ impl ServeConfig {
     /// Settings for tests and embedding: an explicit data dir, port 0 on
     /// loopback, everything else at its default.
     pub fn for_data_dir(data_dir: PathBuf) -> Self {
-        let mut cfg = Cli::parse_from(["drover", "serve"]);
-        match &mut cfg.command {
-            Command::Serve(serve) => {
-                serve.data_dir = data_dir;
-                serve.listen = SocketAddr::from(([127, 0, 0, 1], 0));
-                (**serve).clone()
-            }
-            Command::Openapi | Command::Client(_) => unreachable!("BUG: parsed `serve` as another command"),
-        }
+        let mut cfg = Defaults::parse_from(["drover"]).serve;
+        cfg.data_dir = data_dir;
+        cfg.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+        cfg
     }
 
     pub fn database_path(&self) -> PathBuf {
         self.data_dir.join("drover.db")
     }
+}
+
+/// `drover serve` with no flags: the settings' defaults (and the
+/// environment's values), for tests and embedding.
+#[derive(Parser)]
+struct Defaults {
+    #[command(flatten)]
+    serve: ServeConfig,
 }
 
 /// A settle time: at least 100 ms (less could not tell a process that runs
@@ -307,8 +279,7 @@ mod tests {
 
     #[test]
     fn serve_defaults_match_the_readme() {
-        let cli = Cli::parse_from(["drover", "serve"]);
-        let Command::Serve(cfg) = cli.command else { panic!("not serve") };
+        let cfg = Defaults::parse_from(["drover"]).serve;
         assert_eq!(cfg.listen.to_string(), "127.0.0.1:8080");
         assert_eq!(cfg.data_dir, PathBuf::from("./drover-data"));
         assert_eq!(cfg.max_replicas, 1000);

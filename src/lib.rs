@@ -5,6 +5,7 @@
 //! - [`config`]: command-line flags and their environment fallbacks.
 //! - [`cli`]: the client commands (`drover pools ...`) that talk to a server.
 //! - [`app`]: builds the service and runs it until a shutdown signal.
+//! - [`state`]: what every handler shares (`AppState`).
 //! - [`http`]: the API routes, one module per resource, the OpenAPI document,
 //!   and the accept loop with its connection limits.
 //! - [`error`]: the API's one error type, answered as RFC 9457 problems.
@@ -34,5 +35,6 @@ pub mod metrics;
 pub mod reconcile;
 pub mod retention;
 pub mod runtime;
+pub mod state;
 pub mod telemetry;
 pub mod upgrade;

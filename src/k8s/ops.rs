@@ -44,6 +44,12 @@ pub struct RetryPolicy {
 }
 
 impl RetryPolicy {
+    /// One policy for every Kubernetes call drover makes: upgrade steps and
+    /// node drains alike.
+    pub fn from_config(c: &crate::config::ServeConfig) -> Self {
+        Self { tries: c.upgrade_api_tries, backoff: c.upgrade_retry_backoff, call_timeout: c.kube_request_timeout }
+    }
+
     fn delay(&self, retry: u32) -> Duration {
         let d = self.backoff.saturating_mul(1 << retry.saturating_sub(1).min(4));
         // Jitter in [d/2, d], so that retries against a struggling server spread out.

@@ -25,7 +25,7 @@ impl NodeSettings {
     pub fn from_config(c: &crate::config::ServeConfig) -> Self {
         Self {
             drain: crate::k8s::DrainSettings { timeout: c.drain_timeout, poll_interval: c.drain_poll_interval },
-            retry: crate::upgrade::Settings::from_config(c).retry,
+            retry: RetryPolicy::from_config(c),
         }
     }
 }

@@ -20,7 +20,7 @@ pub struct TestApp {
     pub admin_token: String,
     pub data_dir: PathBuf,
     /// The server's state: its engines, for tests that act on them.
-    pub state: drover::app::AppState,
+    pub state: drover::state::AppState,
     /// Keeps the temporary data directory alive as long as the app.
     _tmp: Option<TempDir>,
     stop: Option<oneshot::Sender<()>>,

@@ -59,9 +59,9 @@ async fn heal_after(app: &TestApp, d: &bollard::Docker, pool: &str, what: &str, 
     // status and events, so "healthy" alone does not mean "noticed".
     loop {
         let events = reasons(&app.events(pool).await);
-        let missing = expect
-            .iter()
-            .find(|(reason, word)| !events.iter().any(|e| e.starts_with(reason) && e.contains(&victim) && e.contains(word)));
+        let missing = expect.iter().find(|(reason, word)| {
+            !events.iter().any(|e| e.starts_with(reason) && e.contains(&victim) && e.contains(word))
+        });
         let Some((reason, word)) = missing else { break };
         assert!(
             started.elapsed() < HEAL_WITHIN,
