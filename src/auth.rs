@@ -18,9 +18,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::Utc;
 use rand::RngCore;
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use utoipa::ToSchema;
 
 use crate::db::{self, Db, audit::NewAudit};
 use crate::error::ApiError;
@@ -31,45 +29,9 @@ use refusals::RefusalAudit;
 
 pub mod cache;
 pub mod refusals;
+pub mod role;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Role {
-    /// Reads everything but tokens and the audit trail.
-    Viewer,
-    /// Also scales, changes image or version, drives rollouts, removes
-    /// chosen machines, starts and cancels upgrades.
-    Operator,
-    /// Everything, including creating and deleting pools and clusters, and
-    /// managing tokens.
-    Admin,
-}
-
-impl Role {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Viewer => "viewer",
-            Self::Operator => "operator",
-            Self::Admin => "admin",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "viewer" => Some(Self::Viewer),
-            "operator" => Some(Self::Operator),
-            "admin" => Some(Self::Admin),
-            _ => None,
-        }
-    }
-}
-
-/// The authenticated caller, put in the request's extensions.
-#[derive(Debug, Clone)]
-pub struct Caller {
-    pub name: String,
-    pub role: Role,
-}
+pub use role::{Caller, Role};
 
 const TOKEN_PREFIX: &str = "drover_";
 

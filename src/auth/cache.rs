@@ -20,7 +20,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
-use super::{Caller, Role};
+use super::role::{Caller, Role};
 use crate::db::{self, Db};
 
 /// How often the map is rebuilt from the store.

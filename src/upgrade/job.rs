@@ -25,7 +25,7 @@ use super::lease::{JobError, Lease};
 use super::plan::{self, OnCancel};
 use super::steps::{StepError, StepRunner, Target};
 use crate::db::{self, upgrades::Job};
-use crate::domain::event::{EventType, NewEvent, SubjectKind};
+use crate::domain::event::{EventType, NewEvent};
 use crate::domain::upgrade::{Component, JobState, Step};
 use crate::k8s::ClusterApi;
 
@@ -439,11 +439,6 @@ impl Driver<'_> {
     }
 
     fn event(&self, type_: EventType, reason: &'static str, message: String) -> NewEvent {
-        job_event(self.job.id, type_, reason, message)
+        NewEvent::job(self.job.id, type_, reason, message)
     }
-}
-
-/// An event about job `id`.
-pub fn job_event(id: i64, type_: EventType, reason: &'static str, message: String) -> NewEvent {
-    NewEvent { kind: SubjectKind::Job, subject: id.to_string(), type_, reason, message }
 }
