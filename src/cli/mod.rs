@@ -22,6 +22,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 
 use crate::config::parse_duration;
 use client::{CliError, Client};
@@ -105,14 +106,11 @@ impl PageArgs {
     }
 }
 
-/// Percent-encodes a query value (RFC 3986 unreserved characters pass).
+/// Everything but RFC 3986's unreserved characters is escaped in a query value.
+const QUERY_VALUE: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
+
 fn encode(v: &str) -> String {
-    v.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => char::from(b).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+    utf8_percent_encode(v, QUERY_VALUE).to_string()
 }
 
 #[derive(Debug, Subcommand)]
