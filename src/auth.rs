@@ -28,10 +28,11 @@ use cache::TokenCache;
 use refusals::RefusalAudit;
 
 pub mod cache;
+pub mod caller;
 pub mod refusals;
-pub mod role;
 
-pub use role::{Caller, Role};
+pub use crate::domain::role::Role;
+pub use caller::Caller;
 
 const TOKEN_PREFIX: &str = "drover_";
 

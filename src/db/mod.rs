@@ -10,6 +10,7 @@ pub mod idempotency;
 pub mod machines;
 pub mod pools;
 pub mod revisions;
+mod text;
 pub mod tokens;
 pub mod upgrades;
 

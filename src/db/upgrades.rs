@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use sqlx::SqliteConnection;
 use sqlx::{AssertSqlSafe, SqliteExecutor};
 
-use crate::domain::upgrade::{Component, JobState, Step};
+use crate::domain::upgrade::{Component, ComponentState, JobState, Step, StepState, WindDown};
 
 /// A stored job.
 #[derive(Debug, Clone)]
@@ -25,8 +25,8 @@ pub struct Job {
     pub component_index: usize,
     pub step: Step,
     pub cancel_requested: bool,
-    /// `rollback` or `cleanup` while the job winds down.
-    pub wind_down: Option<String>,
+    /// Set while the job winds down.
+    pub wind_down: Option<WindDown>,
     pub wind_down_state: Option<JobState>,
     pub error: Option<String>,
     /// The runner that drives the job, while one does.
@@ -46,12 +46,12 @@ struct JobRow {
     image_repository: String,
     force: bool,
     from_version: Option<String>,
-    state: String,
+    state: JobState,
     component_index: i64,
     step: i64,
     cancel_requested: bool,
-    wind_down: Option<String>,
-    wind_down_state: Option<String>,
+    wind_down: Option<WindDown>,
+    wind_down_state: Option<JobState>,
     error: Option<String>,
     owner: Option<String>,
     created_at: DateTime<Utc>,
@@ -67,12 +67,8 @@ impl TryFrom<JobRow> for Job {
         let bad = |what: &str| sqlx::Error::Decode(format!("upgrade job {}: stored {what} is not valid", r.id).into());
         Ok(Job {
             components: serde_json::from_str(&r.components).map_err(|_| bad("components"))?,
-            state: JobState::parse(&r.state).ok_or_else(|| bad("state"))?,
-            wind_down_state: r
-                .wind_down_state
-                .as_deref()
-                .map(|s| JobState::parse(s).ok_or_else(|| bad("wind_down_state")))
-                .transpose()?,
+            state: r.state,
+            wind_down_state: r.wind_down_state,
             component_index: usize::try_from(r.component_index).map_err(|_| bad("component_index"))?,
             step: Step::from_number(r.step).ok_or_else(|| bad("step"))?,
             id: r.id,
@@ -166,7 +162,7 @@ pub async fn list(
     )))
     .bind(before.unwrap_or(i64::MAX))
     .bind(cluster)
-    .bind(state.map(JobState::as_str))
+    .bind(state)
     .bind(limit)
     .fetch_all(db)
     .await?;
@@ -360,7 +356,7 @@ pub async fn request_cancel(
 pub async fn start_wind_down(
     db: &mut SqliteConnection,
     id: i64,
-    kind: &str,
+    kind: WindDown,
     end_state: JobState,
     error: &str,
     now: DateTime<Utc>,
@@ -370,7 +366,7 @@ pub async fn start_wind_down(
          where id = ? and wind_down is null",
     )
     .bind(kind)
-    .bind(end_state.as_str())
+    .bind(end_state)
     .bind(error)
     .bind(now)
     .bind(id)
@@ -390,7 +386,7 @@ pub async fn finish(
         "update upgrade_jobs set state = ?, error = ?, wind_down = null, owner = null, finished_at = ?, updated_at = ?
          where id = ?",
     )
-    .bind(state.as_str())
+    .bind(state)
     .bind(error)
     .bind(now)
     .bind(now)
@@ -415,6 +411,8 @@ pub struct JobComponent {
     pub position: i64,
     pub component: String,
     /// pending, upgrading, upgraded, rolled_back, cancelled, failed, skipped.
+    /// A [`ComponentState`]'s text: a `String` while the API's view
+    /// (src/http/upgrades.rs) takes it as one.
     pub state: String,
     pub old_pod: Option<String>,
     pub old_image: Option<String>,
@@ -455,7 +453,12 @@ pub async fn save_observation(
     Ok(())
 }
 
-pub async fn set_component_state(db: &mut SqliteConnection, id: i64, position: usize, state: &str) -> sqlx::Result<()> {
+pub async fn set_component_state(
+    db: &mut SqliteConnection,
+    id: i64,
+    position: usize,
+    state: ComponentState,
+) -> sqlx::Result<()> {
     sqlx::query("update upgrade_components set state = ? where job_id = ? and position = ?")
         .bind(state)
         .bind(id)
@@ -472,6 +475,7 @@ pub struct StepRecord {
     pub position: i64,
     pub step: i64,
     pub name: String,
+    /// A [`StepState`]'s text, for the same reason.
     pub state: String,
     pub attempts: i64,
     pub api_retries: i64,
@@ -528,7 +532,7 @@ pub async fn end_step(
         "update upgrade_steps set state = ?, error = ?, api_retries = api_retries + ?, finished_at = ?
          where job_id = ? and position = ? and step = ?",
     )
-    .bind(if error.is_some() { "failed" } else { "succeeded" })
+    .bind(if error.is_some() { StepState::Failed } else { StepState::Succeeded })
     .bind(error)
     .bind(api_retries)
     .bind(now)

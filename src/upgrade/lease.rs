@@ -63,8 +63,8 @@ impl Lease {
         } else {
             let c = job.components.get(job.component_index).map_or("?", |c| c.as_str());
             let step = job.step;
-            match job.wind_down.as_deref() {
-                Some(kind) => format!("resuming the {kind} of {c}"),
+            match job.wind_down {
+                Some(kind) => format!("resuming the {} of {c}", kind.as_str()),
                 None => format!("resuming at step {} ({}) of {c}", step.number(), step.name()),
             }
         };

@@ -1,6 +1,5 @@
-//! The three roles and the caller a request's token names: what the token
-//! cache holds and the handlers read, apart from the middleware that
-//! decides.
+//! The three roles a token may have, ordered: each can do what the one
+//! before it can, and more.
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -35,11 +34,4 @@ impl Role {
             _ => None,
         }
     }
-}
-
-/// The authenticated caller, put in the request's extensions.
-#[derive(Debug, Clone)]
-pub struct Caller {
-    pub name: String,
-    pub role: Role,
 }
