@@ -7,7 +7,7 @@
 
 use chrono::Utc;
 
-use super::{Context, ReconcileError, warn_unrecorded};
+use super::context::{Context, ReconcileError, warn_unrecorded};
 use crate::db::{self, pools::Pool};
 use crate::domain::event::{EventType, NewEvent};
 use crate::k8s::drain::NodeDrain;

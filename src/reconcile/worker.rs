@@ -23,7 +23,8 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tokio_util::time::{DelayQueue, delay_queue};
 
-use super::{Context, Outcome, ReconcileError, reconcile_once, record_failure};
+use super::context::{Context, ReconcileError};
+use super::{Outcome, reconcile_once, record_failure};
 use crate::metrics::PassOutcome;
 use crate::runtime::Wake;
 

@@ -21,9 +21,9 @@ use tokio_util::sync::CancellationToken;
 use utoipa::ToSchema;
 
 use super::cache::ContainerCache;
+use super::container::{Container, ContainerState, CreateContainer, RuntimeError, Wake};
 use super::docker::{ContainerEvent, DockerBackend};
 use super::simulated::SimulatedBackend;
-use super::{Container, ContainerState, CreateContainer, RuntimeError, Wake};
 
 /// How a quiet event stream is checked: the engine must answer a ping.
 const PING_EVERY: Duration = Duration::from_secs(5);
