@@ -12,6 +12,8 @@ pub mod pools;
 pub mod revisions;
 mod text;
 pub mod tokens;
+pub mod upgrade_components;
+pub mod upgrade_steps;
 pub mod upgrades;
 
 mod gate;

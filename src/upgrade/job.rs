@@ -141,7 +141,7 @@ impl Driver<'_> {
             }
             if step == Step::CreateTemp {
                 let mut tx = self.lease.begin().await?;
-                db::upgrades::set_component_state(&mut tx, self.job.id, i, ComponentState::Upgrading).await?;
+                db::upgrade_components::set_component_state(&mut tx, self.job.id, i, ComponentState::Upgrading).await?;
                 tx.commit().await?;
                 self.ctx.changes.job(self.job.id);
             }
@@ -166,7 +166,7 @@ impl Driver<'_> {
             }
             let c = self.component();
             let msg = format!("{c} runs {}", self.job.version);
-            db::upgrades::set_component_state(&mut tx, self.job.id, i, ComponentState::Upgraded).await?;
+            db::upgrade_components::set_component_state(&mut tx, self.job.id, i, ComponentState::Upgraded).await?;
             db::events::record(&mut tx, &self.event(EventType::Normal, "ComponentUpgraded", msg), Utc::now()).await?;
             if i + 1 == n {
                 return self.finish_in(tx, None, None, JobState::Succeeded, "").await;
@@ -199,7 +199,7 @@ impl Driver<'_> {
     async fn step(&self, position: usize, step: Step) -> Result<Option<(Ended, Tx)>, JobError> {
         let target = self.target(position).await?;
         let mut tx = self.lease.begin().await?;
-        db::upgrades::begin_step(&mut tx, self.job.id, position, step, Utc::now()).await?;
+        db::upgrade_steps::begin_step(&mut tx, self.job.id, position, step, Utc::now()).await?;
         tx.commit().await?;
         self.ctx.changes.job(self.job.id);
         let ended = match self.api.as_ref() {
@@ -222,12 +222,13 @@ impl Driver<'_> {
         };
         let retries = self.api.as_ref().map_or(0, ClusterApi::take_retries);
         let mut tx = self.lease.begin().await?;
-        db::upgrades::end_step(&mut tx, self.job.id, position, step, error.as_deref(), retries, Utc::now()).await?;
+        db::upgrade_steps::end_step(&mut tx, self.job.id, position, step, error.as_deref(), retries, Utc::now())
+            .await?;
         Ok(Some((ended, tx)))
     }
 
     async fn target(&self, position: usize) -> sqlx::Result<Target> {
-        let rows = db::upgrades::components(self.ctx.db.background(), self.job.id).await?;
+        let rows = db::upgrade_components::components(self.ctx.db.background(), self.job.id).await?;
         let row = rows.into_iter().find(|r| r.position == position as i64).ok_or_else(|| {
             sqlx::Error::Decode(format!("upgrade job {}: component {position} is missing", self.job.id).into())
         })?;
@@ -320,7 +321,7 @@ impl Driver<'_> {
             db::events::record(&mut tx, ev, now).await?;
         }
         if let Some(state) = component_state {
-            db::upgrades::set_component_state(&mut tx, self.job.id, self.job.component_index, state).await?;
+            db::upgrade_components::set_component_state(&mut tx, self.job.id, self.job.component_index, state).await?;
         }
         if kind == WindDown::Rollback {
             let ev =
@@ -422,12 +423,12 @@ impl Driver<'_> {
     ) -> Result<(), JobError> {
         let now = Utc::now();
         if let Some((i, c_state)) = component {
-            db::upgrades::set_component_state(&mut tx, self.job.id, i, c_state).await?;
+            db::upgrade_components::set_component_state(&mut tx, self.job.id, i, c_state).await?;
         }
         if let Some(ev) = &before {
             db::events::record(&mut tx, ev, now).await?;
         }
-        let rows = db::upgrades::components(&mut *tx, self.job.id).await?;
+        let rows = db::upgrade_components::components(&mut *tx, self.job.id).await?;
         let upgraded: Vec<&str> = rows
             .iter()
             .filter(|r| r.state == ComponentState::Upgraded.as_str())
