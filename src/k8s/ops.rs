@@ -13,7 +13,7 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::version::Info;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
-use rand::Rng;
+use rand::RngExt;
 
 use crate::domain::upgrade::NAMESPACE;
 
