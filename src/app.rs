@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::{RuntimeKind, ServeConfig};
-use crate::db::{self, Db};
+use crate::db;
 use crate::domain::pool::{HostPolicy, SpecLimits};
 use crate::reconcile::{
     self,
@@ -31,55 +31,7 @@ use crate::runtime::docker::{DockerBackend, Endpoint};
 use crate::runtime::engine::Backend;
 use crate::runtime::engines::LOCAL_ENGINE;
 use crate::runtime::{Engines, Wake};
-
-/// Shared by every handler; cheap to clone.
-#[derive(Clone)]
-pub struct AppState(Arc<Shared>);
-
-/// What every handler shares. Behind one `Arc`: each request clones the
-/// state once per middleware layer and handler, and one counter is cheaper
-/// than a dozen.
-pub struct Shared {
-    pub db: Db,
-    /// The container engines and what they hold.
-    pub engines: Engines,
-    /// Wakes the reconcile worker for a pool.
-    pub queue: PoolQueue,
-    pub config: Arc<ServeConfig>,
-    /// What reconcile passes (and the API's dry runs) work with.
-    pub reconcile: reconcile::Context,
-    /// Requests being served; `max_concurrent_requests` permits.
-    pub inflight: Arc<Semaphore>,
-    /// Event streams open; `max_streams` permits.
-    pub streams: Arc<Semaphore>,
-    /// Every token, so that authenticating reads no store.
-    pub tokens: Arc<crate::auth::cache::TokenCache>,
-    /// Audits refusals of token-less requests once per burst.
-    pub refusals: Arc<crate::auth::refusals::RefusalAudit>,
-    /// "Pool X / job Y changed", for event streams.
-    pub changes: crate::changes::Changes,
-    /// Rules of pool specs that come from settings.
-    limits: Arc<SpecLimits>,
-    pub metrics: Arc<crate::metrics::Metrics>,
-    /// Wakes the upgrade runner when a job is created.
-    pub upgrades: crate::upgrade::UpgradeQueue,
-    /// Fires when shutdown begins: long-lived responses (event streams)
-    /// end on it, since a graceful shutdown waits for every open response.
-    pub shutdown: CancellationToken,
-}
-
-impl std::ops::Deref for AppState {
-    type Target = Shared;
-    fn deref(&self) -> &Shared {
-        &self.0
-    }
-}
-
-impl Shared {
-    pub fn limits(&self) -> &SpecLimits {
-        &self.limits
-    }
-}
+pub use crate::state::{AppState, Shared};
 
 /// The host-safety policy from the settings: besides the built-in
 /// protected paths, the Docker endpoint drover itself uses (when it is a
@@ -172,7 +124,7 @@ impl Application {
         };
         let inflight = Arc::new(Semaphore::new(config.max_concurrent_requests as usize));
         let limits = Arc::new(SpecLimits { max_replicas: config.max_replicas, host: host_policy(&config) });
-        let state = AppState(Arc::new(Shared {
+        let state = AppState::new(Shared {
             db,
             engines,
             queue,
@@ -187,7 +139,7 @@ impl Application {
             config: Arc::new(config),
             metrics,
             shutdown,
-        }));
+        });
         Ok(Self { listener, state, wakes, tasks, lock })
     }
 

@@ -8,6 +8,7 @@
 //! ([`refusals`]), so that nobody without a token can grow the store fast.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderValue, Method, header};
@@ -16,57 +17,22 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::Utc;
-use rand::RngCore;
-use serde::{Deserialize, Serialize};
+use rand::Rng;
 use sha2::{Digest, Sha256};
-use utoipa::ToSchema;
 
-use crate::app::AppState;
 use crate::db::{self, Db, audit::NewAudit};
 use crate::error::ApiError;
+use crate::metrics::Metrics;
 use crate::telemetry::{Clipped, truncate};
+use cache::TokenCache;
+use refusals::RefusalAudit;
 
 pub mod cache;
+pub mod caller;
 pub mod refusals;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Role {
-    /// Reads everything but tokens and the audit trail.
-    Viewer,
-    /// Also scales, changes image or version, drives rollouts, removes
-    /// chosen machines, starts and cancels upgrades.
-    Operator,
-    /// Everything, including creating and deleting pools and clusters, and
-    /// managing tokens.
-    Admin,
-}
-
-impl Role {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Viewer => "viewer",
-            Self::Operator => "operator",
-            Self::Admin => "admin",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "viewer" => Some(Self::Viewer),
-            "operator" => Some(Self::Operator),
-            "admin" => Some(Self::Admin),
-            _ => None,
-        }
-    }
-}
-
-/// The authenticated caller, put in the request's extensions.
-#[derive(Debug, Clone)]
-pub struct Caller {
-    pub name: String,
-    pub role: Role,
-}
+pub use crate::domain::role::Role;
+pub use caller::Caller;
 
 const TOKEN_PREFIX: &str = "drover_";
 
@@ -151,9 +117,9 @@ fn bearer(header: Option<&HeaderValue>) -> Option<&str> {
 /// The caller a request's token names, from the in-memory token cache: no
 /// store read. The cache is keyed by the token's SHA-256, so the lookup's
 /// timing depends on the hash, never on how much of a token was right.
-fn lookup(state: &AppState, header: Option<&HeaderValue>) -> Option<Caller> {
+fn lookup(tokens: &TokenCache, header: Option<&HeaderValue>) -> Option<Caller> {
     let token = bearer(header)?;
-    state.tokens.lookup(&hash_token(token), Utc::now())
+    tokens.lookup(&hash_token(token), Utc::now())
 }
 
 fn unauthenticated() -> Response {
@@ -162,9 +128,20 @@ fn unauthenticated() -> Response {
     res
 }
 
+/// What [`middleware`] works with: a few handles from the application's
+/// state (see `state.rs`), so that this module needs nothing of the HTTP
+/// layer but its extractors.
+#[derive(Clone)]
+pub struct Gate {
+    pub db: Db,
+    pub tokens: Arc<TokenCache>,
+    pub refusals: Arc<RefusalAudit>,
+    pub metrics: Arc<Metrics>,
+}
+
 /// Authenticates, authorizes and audits one request.
 pub async fn middleware(
-    State(state): State<AppState>,
+    State(state): State<Gate>,
     matched: Option<MatchedPath>,
     mut req: Request,
     next: Next,
@@ -176,7 +153,7 @@ pub async fn middleware(
     let method = req.method().clone();
     let route = matched.as_ref().map_or(path.as_str(), |m| m.as_str()).to_owned();
     let mutating = !matches!(method, Method::GET | Method::HEAD | Method::OPTIONS);
-    let caller = lookup(&state, req.headers().get(header::AUTHORIZATION));
+    let caller = lookup(&state.tokens, req.headers().get(header::AUTHORIZATION));
     let need = required_role(&method, &route);
     let (response, outcome) = match &caller {
         None => {

@@ -4,40 +4,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, ValueEnum};
 
-#[derive(Debug, Parser)]
-#[command(
-    name = "drover",
-    version,
-    about = "Keeps Docker machine pools at their desired size and image, and upgrades self-hosted Kubernetes control planes"
-)]
-pub struct Cli {
-    /// Settings of the client commands (`--server`, `--token`, `-o`).
-    #[command(flatten)]
-    pub client: crate::cli::ClientArgs,
-    #[command(subcommand)]
-    pub command: Command,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum Command {
-    /// Run the HTTP API server and its background workers.
-    Serve(Box<ServeConfig>),
-    /// Print the OpenAPI document to standard output.
-    Openapi,
-    /// The client commands: `pools`, `machines`, `rollout`, `clusters`, `upgrade`.
-    #[command(flatten)]
-    Client(Box<crate::cli::ClientCommand>),
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line, for log shippers.
-    Json,
-}
+use crate::telemetry::LogFormat;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum RuntimeKind {
@@ -236,20 +205,23 @@ impl ServeConfig {
     /// Settings for tests and embedding: an explicit data dir, port 0 on
     /// loopback, everything else at its default.
     pub fn for_data_dir(data_dir: PathBuf) -> Self {
-        let mut cfg = Cli::parse_from(["drover", "serve"]);
-        match &mut cfg.command {
-            Command::Serve(serve) => {
-                serve.data_dir = data_dir;
-                serve.listen = SocketAddr::from(([127, 0, 0, 1], 0));
-                (**serve).clone()
-            }
-            Command::Openapi | Command::Client(_) => unreachable!("BUG: parsed `serve` as another command"),
-        }
+        let mut cfg = Defaults::parse_from(["drover"]).serve;
+        cfg.data_dir = data_dir;
+        cfg.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+        cfg
     }
 
     pub fn database_path(&self) -> PathBuf {
         self.data_dir.join("drover.db")
     }
+}
+
+/// `drover serve` with no flags: the settings' defaults (and the
+/// environment's values), for tests and embedding.
+#[derive(Parser)]
+struct Defaults {
+    #[command(flatten)]
+    serve: ServeConfig,
 }
 
 /// A settle time: at least 100 ms (less could not tell a process that runs
@@ -262,22 +234,26 @@ fn parse_settle(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-/// Parses `500ms`, `30s`, `5m`, `1h`, or a bare number of seconds.
-/// Parses `500ms`, `30s`, `5m`, `1h`, `30d`, or a bare number of seconds.
+/// Longest duration any setting takes. Deadlines add a setting to the
+/// current time, which panics past the clock's range; ten years is far
+/// beyond any real timeout or retention and far within that range.
+pub const MAX_DURATION: Duration = Duration::from_secs(3650 * 86_400);
+
+/// Parses `500ms`, `30s`, `5m`, `1h`, `30d`, combinations such as `1h30m`
+/// (humantime's syntax), or a bare number of seconds; at most
+/// [`MAX_DURATION`].
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a duration like 500ms, 30s, 5m, 1h or 30d"))?;
-    let secs = |per: u64| n.checked_mul(per).map(Duration::from_secs).ok_or_else(|| format!("{s:?} is too long"));
-    match unit {
-        "ms" => Ok(Duration::from_millis(n)),
-        "" | "s" => Ok(Duration::from_secs(n)),
-        "m" => secs(60),
-        "h" => secs(3600),
-        "d" => secs(86_400),
-        _ => Err(format!("{s:?} has an unknown unit; use ms, s, m, h or d")),
+    let d = if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
+        s.parse::<u64>().map(Duration::from_secs).map_err(|_| format!("{s:?} is too long; at most 3650d"))?
+    } else {
+        humantime::parse_duration(s)
+            .map_err(|e| format!("{s:?} is not a duration like 500ms, 30s, 5m, 1h or 30d: {e}"))?
+    };
+    if d > MAX_DURATION {
+        return Err(format!("{s:?} is too long; at most 3650d"));
     }
+    Ok(d)
 }
 
 /// A stream re-check interval: a duration of at most 30 seconds, so that a
@@ -301,14 +277,24 @@ mod tests {
         assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
         assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
         assert_eq!(parse_duration("30d"), Ok(Duration::from_secs(30 * 86_400)));
-        assert!(parse_duration("5 minutes").is_err());
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert!(parse_duration("5 parsecs").is_err());
         assert!(parse_duration("").is_err());
+        assert!(parse_duration("-1s").is_err());
+    }
+
+    #[test]
+    fn durations_past_ten_years_are_refused_not_overflowed() {
+        assert_eq!(parse_duration("3650d"), Ok(MAX_DURATION));
+        assert!(parse_duration("3651d").unwrap_err().contains("too long"));
+        assert!(parse_duration("18446744073709551615").unwrap_err().contains("too long"));
+        assert!(parse_duration("99999999999999999999").unwrap_err().contains("too long"));
+        assert!(parse_duration("213503982334601d").is_err());
     }
 
     #[test]
     fn serve_defaults_match_the_readme() {
-        let cli = Cli::parse_from(["drover", "serve"]);
-        let Command::Serve(cfg) = cli.command else { panic!("not serve") };
+        let cfg = Defaults::parse_from(["drover"]).serve;
         assert_eq!(cfg.listen.to_string(), "127.0.0.1:8080");
         assert_eq!(cfg.data_dir, PathBuf::from("./drover-data"));
         assert_eq!(cfg.max_replicas, 1000);

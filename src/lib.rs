@@ -5,6 +5,7 @@
 //! - [`config`]: command-line flags and their environment fallbacks.
 //! - [`cli`]: the client commands (`drover pools ...`) that talk to a server.
 //! - [`app`]: builds the service and runs it until a shutdown signal.
+//! - [`state`]: what every handler shares (`AppState`).
 //! - [`http`]: the API routes, one module per resource, the OpenAPI document,
 //!   and the accept loop with its connection limits.
 //! - [`pools`], [`clusters`]: the application services handlers call: the
@@ -39,5 +40,6 @@ pub mod pools;
 pub mod reconcile;
 pub mod retention;
 pub mod runtime;
+pub mod state;
 pub mod telemetry;
 pub mod upgrade;

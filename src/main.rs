@@ -1,7 +1,34 @@
 use std::process::ExitCode;
 
-use clap::Parser;
-use drover::config::{Cli, Command};
+use clap::{Parser, Subcommand};
+use drover::config::ServeConfig;
+
+/// The whole command line: the server's settings belong to `config`, the
+/// client's to `cli`; only the binary joins them.
+#[derive(Debug, Parser)]
+#[command(
+    name = "drover",
+    version,
+    about = "Keeps Docker machine pools at their desired size and image, and upgrades self-hosted Kubernetes control planes"
+)]
+struct Cli {
+    /// Settings of the client commands (`--server`, `--token`, `-o`).
+    #[command(flatten)]
+    client: drover::cli::ClientArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the HTTP API server and its background workers.
+    Serve(Box<ServeConfig>),
+    /// Print the OpenAPI document to standard output.
+    Openapi,
+    /// The client commands: `pools`, `machines`, `rollout`, `clusters`, `upgrade`.
+    #[command(flatten)]
+    Client(Box<drover::cli::ClientCommand>),
+}
 
 #[tokio::main]
 async fn main() -> anyhow::Result<ExitCode> {

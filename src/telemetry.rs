@@ -7,10 +7,18 @@
 
 use std::fmt::Write as _;
 
+use clap::ValueEnum;
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::field::MakeExt as _;
 
-use crate::config::LogFormat;
+/// How log lines are written (`--log-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line, for log shippers.
+    Json,
+}
 
 pub fn init(filter: &str, format: LogFormat) -> anyhow::Result<()> {
     let filter = EnvFilter::try_new(filter).map_err(|e| anyhow::anyhow!("bad log filter {filter:?}: {e}"))?;

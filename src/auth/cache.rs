@@ -20,8 +20,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
-use super::{Caller, Role};
+use super::caller::Caller;
 use crate::db::{self, Db};
+use crate::domain::role::Role;
 
 /// How often the map is rebuilt from the store.
 pub const RELOAD_INTERVAL: Duration = Duration::from_secs(1);
@@ -75,7 +76,7 @@ impl TokenCache {
         }
         let mut next = HashMap::with_capacity(rows.len());
         for row in rows {
-            let Some(role) = Role::parse(&row.role) else { continue };
+            let role = row.role;
             let stored = row.last_used_at.map_or(0, |t| t.timestamp());
             let entry = match map.remove(&row.hash) {
                 Some(e) if e.name == row.name && e.role == role => e,

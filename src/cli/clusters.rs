@@ -6,10 +6,10 @@ use std::path::{Path, PathBuf};
 use clap::{ArgGroup, Args, Subcommand};
 use serde_json::{Map, Value, json};
 
+use super::args::{PageArgs, WaitArgs};
 use super::client::{CliError, Client};
 use super::output::{OutputFormat, Table, items, more_hint, print_fields, print_json, text};
 use super::wait::{self, Target};
-use super::{PageArgs, WaitArgs};
 
 #[derive(Debug, Subcommand)]
 pub enum ClustersCommand {

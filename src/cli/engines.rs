@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand};
 use serde_json::json;
 
-use super::PageArgs;
+use super::args::PageArgs;
 use super::client::{CliError, Client};
 use super::output::{OutputFormat, Table, print_fields, print_json};
 use crate::http::engines::{EngineList, EngineView};

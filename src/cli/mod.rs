@@ -7,8 +7,10 @@
 //! - [`output`]: tables for people, the server's JSON for scripts.
 //! - [`wait`] and [`sse`]: `--wait`, following the server's event streams
 //!   (or polling when a stream fails) until the work ends.
+//! - [`args`]: `--wait`/`--timeout` and paging, shared by the command groups.
 //! - [`pools`], [`rollout`], [`clusters`]: one module per command group.
 
+pub mod args;
 pub mod client;
 pub mod clusters;
 pub mod engines;
@@ -19,11 +21,9 @@ pub mod sse;
 pub mod wait;
 
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::{Args, Subcommand};
 
-use crate::config::parse_duration;
 use client::{CliError, Client};
 use output::OutputFormat;
 
@@ -62,57 +62,6 @@ pub struct ClientArgs {
     /// `table` for people, `json` (the server's answer, pretty-printed) for scripts.
     #[arg(short = 'o', long, global = true, value_enum, default_value_t = OutputFormat::Table, help_heading = "Client options")]
     pub output: OutputFormat,
-}
-
-/// `--wait` and `--timeout`, for commands that start work.
-#[derive(Debug, Clone, Copy, Args)]
-pub struct WaitArgs {
-    /// Block until the work finishes, showing progress; exit 3 if it fails, 4 on timeout.
-    #[arg(long)]
-    pub wait: bool,
-
-    /// Longest `--wait` (e.g. 90s, 10m, 1h).
-    #[arg(long, value_parser = parse_duration, default_value = "10m", requires = "wait")]
-    pub timeout: Duration,
-}
-
-/// One page of a list: the server answers at most `--limit` items and a
-/// cursor for the next page.
-#[derive(Debug, Clone, Default, Args)]
-pub struct PageArgs {
-    /// Items per page, 1-500 (the server's default is 50).
-    #[arg(long)]
-    pub limit: Option<u32>,
-    /// The `next_cursor` of the previous page.
-    #[arg(long)]
-    pub cursor: Option<String>,
-}
-
-impl PageArgs {
-    /// `path` with the paging parameters and `extra` ones as a query string.
-    pub fn query(&self, path: &str) -> String {
-        self.query_with(path, &[])
-    }
-
-    pub fn query_with(&self, path: &str, extra: &[(&str, Option<&str>)]) -> String {
-        let limit = self.limit.map(|l| l.to_string());
-        let params: Vec<String> = [("limit", limit.as_deref()), ("cursor", self.cursor.as_deref())]
-            .iter()
-            .chain(extra)
-            .filter_map(|(k, v)| v.map(|v| format!("{k}={}", encode(v))))
-            .collect();
-        if params.is_empty() { path.to_owned() } else { format!("{path}?{}", params.join("&")) }
-    }
-}
-
-/// Percent-encodes a query value (RFC 3986 unreserved characters pass).
-fn encode(v: &str) -> String {
-    v.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => char::from(b).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 #[derive(Debug, Subcommand)]
@@ -159,21 +108,5 @@ async fn dispatch(args: &ClientArgs, command: ClientCommand) -> Result<(), CliEr
         ClientCommand::Clusters(cmd) => clusters::run_clusters(&client, out, cmd).await,
         ClientCommand::Upgrade(cmd) => clusters::run_upgrade(&client, out, cmd).await,
         ClientCommand::Engines(cmd) => engines::run(&client, out, cmd).await,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn page_queries_carry_only_what_was_given_and_encode_it() {
-        let none = PageArgs::default();
-        assert_eq!(none.query("/v1/pools"), "/v1/pools");
-        let page = PageArgs { limit: Some(5), cursor: Some("a b".into()) };
-        assert_eq!(
-            page.query_with("/v1/upgrades", &[("state", Some("failed")), ("cluster", None)]),
-            "/v1/upgrades?limit=5&cursor=a%20b&state=failed"
-        );
     }
 }

@@ -5,10 +5,10 @@ use std::path::PathBuf;
 use clap::{ArgGroup, Args, Subcommand};
 use serde_json::{Map, Value, json};
 
+use super::args::{PageArgs, WaitArgs};
 use super::client::{CliError, Client};
 use super::output::{OutputFormat, Table, cell, items, more_hint, print_fields, print_json, text};
 use super::wait::{self, Target};
-use super::{PageArgs, WaitArgs};
 
 #[derive(Debug, Subcommand)]
 pub enum PoolsCommand {

@@ -4,7 +4,7 @@
 use clap::Subcommand;
 use serde_json::{Value, json};
 
-use super::WaitArgs;
+use super::args::WaitArgs;
 use super::client::{CliError, Client};
 use super::output::{OutputFormat, print_fields, print_json, text};
 use super::pools::finish;

@@ -11,7 +11,10 @@ pub mod machines;
 pub mod pool_spec;
 pub mod pools;
 pub mod revisions;
+mod text;
 pub mod tokens;
+pub mod upgrade_components;
+pub mod upgrade_steps;
 pub mod upgrades;
 
 mod gate;

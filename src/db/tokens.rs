@@ -6,6 +6,8 @@ use sqlx::SqliteConnection;
 use sqlx::SqliteExecutor;
 use utoipa::ToSchema;
 
+use crate::domain::role::Role;
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema, sqlx::FromRow)]
 pub struct TokenInfo {
     pub name: String,
@@ -20,7 +22,7 @@ pub struct TokenInfo {
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct Stored {
     pub name: String,
-    pub role: String,
+    pub role: Role,
     pub hash: String,
     pub last_used_at: Option<DateTime<Utc>>,
 }
@@ -66,12 +68,14 @@ pub async fn list(db: impl SqliteExecutor<'_>) -> sqlx::Result<Vec<TokenInfo>> {
 /// Deletes a token unless it is the last admin token, which would lock
 /// everyone out. `Ok(None)`: no such token.
 pub async fn delete(tx: &mut sqlx::SqliteConnection, name: &str) -> sqlx::Result<Option<DeleteOutcome>> {
-    let role: Option<String> =
+    let role: Option<Role> =
         sqlx::query_scalar("select role from tokens where name = ?").bind(name).fetch_optional(&mut *tx).await?;
     let Some(role) = role else { return Ok(None) };
-    if role == "admin" {
-        let admins: i64 =
-            sqlx::query_scalar("select count(*) from tokens where role = 'admin'").fetch_one(&mut *tx).await?;
+    if role == Role::Admin {
+        let admins: i64 = sqlx::query_scalar("select count(*) from tokens where role = ?")
+            .bind(Role::Admin)
+            .fetch_one(&mut *tx)
+            .await?;
         if admins <= 1 {
             return Ok(Some(DeleteOutcome::LastAdmin));
         }

@@ -1,5 +1,6 @@
-//! The `upgrade_jobs`, `upgrade_components` and `upgrade_steps` tables:
-//! a job's position, what it observed, and the history of every step.
+//! The `upgrade_jobs` table: each job's request, state and position, and
+//! which runner drives it. Its components and the history of its steps
+//! are tables of their own ([`upgrade_components`], [`upgrade_steps`]).
 //!
 //! The runner's writes take a connection, not the pool: it makes each of
 //! them inside a transaction that first checks it still owns the job
@@ -9,7 +10,12 @@ use chrono::{DateTime, Utc};
 use sqlx::SqliteConnection;
 use sqlx::{AssertSqlSafe, SqliteExecutor};
 
-use crate::domain::upgrade::{Component, JobState, Step};
+use super::upgrade_components;
+use crate::domain::upgrade::{Component, JobState, Step, WindDown};
+
+// The API's handlers (src/http) still read these through this module.
+pub use super::upgrade_components::{JobComponent, components};
+pub use super::upgrade_steps::{StepRecord, steps};
 
 /// A stored job.
 #[derive(Debug, Clone)]
@@ -25,8 +31,8 @@ pub struct Job {
     pub component_index: usize,
     pub step: Step,
     pub cancel_requested: bool,
-    /// `rollback` or `cleanup` while the job winds down.
-    pub wind_down: Option<String>,
+    /// Set while the job winds down.
+    pub wind_down: Option<WindDown>,
     pub wind_down_state: Option<JobState>,
     pub error: Option<String>,
     /// The runner that drives the job, while one does.
@@ -46,12 +52,12 @@ struct JobRow {
     image_repository: String,
     force: bool,
     from_version: Option<String>,
-    state: String,
+    state: JobState,
     component_index: i64,
     step: i64,
     cancel_requested: bool,
-    wind_down: Option<String>,
-    wind_down_state: Option<String>,
+    wind_down: Option<WindDown>,
+    wind_down_state: Option<JobState>,
     error: Option<String>,
     owner: Option<String>,
     created_at: DateTime<Utc>,
@@ -67,12 +73,8 @@ impl TryFrom<JobRow> for Job {
         let bad = |what: &str| sqlx::Error::Decode(format!("upgrade job {}: stored {what} is not valid", r.id).into());
         Ok(Job {
             components: serde_json::from_str(&r.components).map_err(|_| bad("components"))?,
-            state: JobState::parse(&r.state).ok_or_else(|| bad("state"))?,
-            wind_down_state: r
-                .wind_down_state
-                .as_deref()
-                .map(|s| JobState::parse(s).ok_or_else(|| bad("wind_down_state")))
-                .transpose()?,
+            state: r.state,
+            wind_down_state: r.wind_down_state,
             component_index: usize::try_from(r.component_index).map_err(|_| bad("component_index"))?,
             step: Step::from_number(r.step).ok_or_else(|| bad("step"))?,
             id: r.id,
@@ -128,17 +130,7 @@ pub async fn insert(tx: &mut sqlx::SqliteConnection, job: &NewJob<'_>, now: Date
     .bind(now)
     .fetch_one(&mut *tx)
     .await?;
-    for (position, (c, image)) in job.components.iter().zip(job.new_images).enumerate() {
-        sqlx::query(
-            "insert into upgrade_components (job_id, position, component, state, new_image) values (?, ?, ?, 'pending', ?)",
-        )
-        .bind(row.id)
-        .bind(position as i64)
-        .bind(c.as_str())
-        .bind(image)
-        .execute(&mut *tx)
-        .await?;
-    }
+    upgrade_components::insert_all(tx, row.id, job.components, job.new_images).await?;
     row.try_into()
 }
 
@@ -166,7 +158,7 @@ pub async fn list(
     )))
     .bind(before.unwrap_or(i64::MAX))
     .bind(cluster)
-    .bind(state.map(JobState::as_str))
+    .bind(state)
     .bind(limit)
     .fetch_all(db)
     .await?;
@@ -342,10 +334,7 @@ pub async fn request_cancel(
         .execute(&mut *tx)
         .await?;
         if outcome == CancelOutcome::CancelledNow {
-            sqlx::query("update upgrade_components set state = 'skipped' where job_id = ? and state = 'pending'")
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
+            upgrade_components::skip_pending(&mut tx, id).await?;
         }
         if let Some(ev) = event(outcome) {
             crate::db::events::record(&mut tx, &ev, now).await?;
@@ -360,7 +349,7 @@ pub async fn request_cancel(
 pub async fn start_wind_down(
     db: &mut SqliteConnection,
     id: i64,
-    kind: &str,
+    kind: WindDown,
     end_state: JobState,
     error: &str,
     now: DateTime<Utc>,
@@ -370,7 +359,7 @@ pub async fn start_wind_down(
          where id = ? and wind_down is null",
     )
     .bind(kind)
-    .bind(end_state.as_str())
+    .bind(end_state)
     .bind(error)
     .bind(now)
     .bind(id)
@@ -390,152 +379,15 @@ pub async fn finish(
         "update upgrade_jobs set state = ?, error = ?, wind_down = null, owner = null, finished_at = ?, updated_at = ?
          where id = ?",
     )
-    .bind(state.as_str())
+    .bind(state)
     .bind(error)
     .bind(now)
     .bind(now)
     .bind(id)
     .execute(&mut *db)
     .await?;
-    // Components the job never reached say so, rather than "pending".
     if state != JobState::Succeeded {
-        sqlx::query("update upgrade_components set state = 'skipped' where job_id = ? and state = 'pending'")
-            .bind(id)
-            .execute(&mut *db)
-            .await?;
+        upgrade_components::skip_pending(db, id).await?;
     }
-    Ok(())
-}
-
-// ---- components ------------------------------------------------------------
-
-/// One component of a job.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct JobComponent {
-    pub position: i64,
-    pub component: String,
-    /// pending, upgrading, upgraded, rolled_back, cancelled, failed, skipped.
-    pub state: String,
-    pub old_pod: Option<String>,
-    pub old_image: Option<String>,
-    pub new_image: String,
-    /// The real DaemonSet as step 0 read it, as JSON.
-    pub original_daemonset: Option<String>,
-}
-
-pub async fn components(db: impl SqliteExecutor<'_>, id: i64) -> sqlx::Result<Vec<JobComponent>> {
-    sqlx::query_as(
-        "select position, component, state, old_pod, old_image, new_image, original_daemonset
-         from upgrade_components where job_id = ? order by position",
-    )
-    .bind(id)
-    .fetch_all(db)
-    .await
-}
-
-/// What step 0 saw: the pod to be replaced and the spec to restore.
-pub async fn save_observation(
-    db: &mut SqliteConnection,
-    id: i64,
-    position: usize,
-    old_pod: &str,
-    old_image: Option<&str>,
-    original_daemonset: &str,
-) -> sqlx::Result<()> {
-    sqlx::query(
-        "update upgrade_components set old_pod = ?, old_image = ?, original_daemonset = ? where job_id = ? and position = ?",
-    )
-    .bind(old_pod)
-    .bind(old_image)
-    .bind(original_daemonset)
-    .bind(id)
-    .bind(position as i64)
-    .execute(db)
-    .await?;
-    Ok(())
-}
-
-pub async fn set_component_state(db: &mut SqliteConnection, id: i64, position: usize, state: &str) -> sqlx::Result<()> {
-    sqlx::query("update upgrade_components set state = ? where job_id = ? and position = ?")
-        .bind(state)
-        .bind(id)
-        .bind(position as i64)
-        .execute(db)
-        .await?;
-    Ok(())
-}
-
-// ---- steps -----------------------------------------------------------------
-
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct StepRecord {
-    pub position: i64,
-    pub step: i64,
-    pub name: String,
-    pub state: String,
-    pub attempts: i64,
-    pub api_retries: i64,
-    pub started_at: DateTime<Utc>,
-    pub finished_at: Option<DateTime<Utc>>,
-    pub error: Option<String>,
-}
-
-pub async fn steps(db: impl SqliteExecutor<'_>, id: i64) -> sqlx::Result<Vec<StepRecord>> {
-    sqlx::query_as(
-        "select position, step, name, state, attempts, api_retries, started_at, finished_at, error
-         from upgrade_steps where job_id = ? order by position, step",
-    )
-    .bind(id)
-    .fetch_all(db)
-    .await
-}
-
-/// Marks a step running; a step started again (after a restart) counts one
-/// more attempt and forgets its previous end.
-pub async fn begin_step(
-    db: &mut SqliteConnection,
-    id: i64,
-    position: usize,
-    step: Step,
-    now: DateTime<Utc>,
-) -> sqlx::Result<()> {
-    sqlx::query(
-        "insert into upgrade_steps (job_id, position, step, name, state, attempts, started_at)
-         values (?1, ?2, ?3, ?4, 'running', 1, ?5)
-         on conflict (job_id, position, step) do update set
-            state = 'running', attempts = attempts + 1, finished_at = null, error = null",
-    )
-    .bind(id)
-    .bind(position as i64)
-    .bind(step.number())
-    .bind(step.name())
-    .bind(now)
-    .execute(db)
-    .await?;
-    Ok(())
-}
-
-pub async fn end_step(
-    db: &mut SqliteConnection,
-    id: i64,
-    position: usize,
-    step: Step,
-    error: Option<&str>,
-    api_retries: u32,
-    now: DateTime<Utc>,
-) -> sqlx::Result<()> {
-    sqlx::query(
-        "update upgrade_steps set state = ?, error = ?, api_retries = api_retries + ?, finished_at = ?
-         where job_id = ? and position = ? and step = ?",
-    )
-    .bind(if error.is_some() { "failed" } else { "succeeded" })
-    .bind(error)
-    .bind(api_retries)
-    .bind(now)
-    .bind(id)
-    .bind(position as i64)
-    .bind(step.number())
-    .execute(db)
-    .await?;
     Ok(())
 }

@@ -66,6 +66,11 @@ impl NewEvent {
         Self { kind: SubjectKind::Pool, subject: pool.to_owned(), type_, reason, message: message.into() }
     }
 
+    /// An event about upgrade job `id`.
+    pub fn job(id: i64, type_: EventType, reason: &'static str, message: impl Into<String>) -> Self {
+        Self { kind: SubjectKind::Job, subject: id.to_string(), type_, reason, message: message.into() }
+    }
+
     pub fn engine(engine: &str, type_: EventType, reason: &'static str, message: impl Into<String>) -> Self {
         Self { kind: SubjectKind::Engine, subject: engine.to_owned(), type_, reason, message: message.into() }
     }

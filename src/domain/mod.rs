@@ -8,6 +8,7 @@ pub mod labels;
 pub mod machine;
 pub mod names;
 pub mod pool;
+pub mod role;
 pub mod rollout;
 pub mod server_url;
 pub mod status;

@@ -6,7 +6,7 @@
 
 use std::fmt;
 
-use rand::Rng;
+use rand::RngExt;
 use serde::{Deserialize, Serialize};
 
 /// Longest DNS-1123 label.

@@ -235,6 +235,73 @@ impl JobState {
     }
 }
 
+/// `as_str` and `parse` for an enum stored (and sent) as its snake_case name.
+macro_rules! named {
+    ($t:ident { $($v:ident => $s:literal),* $(,)? }) => {
+        impl $t {
+            pub fn as_str(self) -> &'static str {
+                match self { $(Self::$v => $s),* }
+            }
+
+            pub fn parse(s: &str) -> Option<Self> {
+                match s { $($s => Some(Self::$v),)* _ => None }
+            }
+        }
+    };
+}
+
+/// Where one component of a job is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ComponentState {
+    /// Not reached yet.
+    Pending,
+    /// Its steps are running.
+    Upgrading,
+    /// Runs the new image.
+    Upgraded,
+    /// Failed, and runs its saved spec again.
+    RolledBack,
+    /// Failed, or its wind-down did; the job's error says what it runs.
+    Failed,
+    /// The job was cancelled while it was this component's turn.
+    Cancelled,
+    /// The job ended before this component's turn.
+    Skipped,
+}
+
+named!(ComponentState {
+    Pending => "pending",
+    Upgrading => "upgrading",
+    Upgraded => "upgraded",
+    RolledBack => "rolled_back",
+    Failed => "failed",
+    Cancelled => "cancelled",
+    Skipped => "skipped",
+});
+
+/// How one step's latest attempt went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum StepState {
+    Running,
+    Succeeded,
+    Failed,
+}
+
+named!(StepState { Running => "running", Succeeded => "succeeded", Failed => "failed" });
+
+/// How a job that will not finish its upgrade winds down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindDown {
+    /// Restore the current component's saved spec.
+    Rollback,
+    /// Remove the temporary copy, leaving the component as it runs.
+    Cleanup,
+}
+
+named!(WindDown { Rollback => "rollback", Cleanup => "cleanup" });
+
 /// A rule of the version policy a request broke.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PolicyViolation {

@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams};
 use tokio::time::Instant;
 
-use super::CredentialError;
+use super::credentials::CredentialError;
 use super::ops::{CallError, ClusterApi, is_status};
 
 /// The annotation the kubelet puts on the API's copy of a static pod; the

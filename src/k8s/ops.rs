@@ -13,7 +13,7 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::version::Info;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
-use rand::Rng;
+use rand::RngExt;
 
 use crate::domain::upgrade::NAMESPACE;
 
@@ -44,6 +44,12 @@ pub struct RetryPolicy {
 }
 
 impl RetryPolicy {
+    /// One policy for every Kubernetes call drover makes: upgrade steps and
+    /// node drains alike.
+    pub fn from_config(c: &crate::config::ServeConfig) -> Self {
+        Self { tries: c.upgrade_api_tries, backoff: c.upgrade_retry_backoff, call_timeout: c.kube_request_timeout }
+    }
+
     fn delay(&self, retry: u32) -> Duration {
         let d = self.backoff.saturating_mul(1 << retry.saturating_sub(1).min(4));
         // Jitter in [d/2, d], so that retries against a struggling server spread out.

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 
-use super::{Context, warn_unrecorded};
+use super::context::{Context, warn_unrecorded};
 use crate::db;
 use crate::domain::event::{EventType, NewEvent};
 

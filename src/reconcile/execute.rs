@@ -8,9 +8,9 @@ use std::collections::HashMap;
 use chrono::Utc;
 use futures_util::future::join_all;
 
+use super::context::{Context, ReconcileError, count_call};
 use super::plan::{Creation, Plan, Repair, RepairAction};
 use super::terminate::deleting_event;
-use super::{Context, ReconcileError, count_call};
 use crate::db::{self, machines::Machine, pools::Pool};
 use crate::domain::event::{EventType, NewEvent};
 use crate::domain::machine::MachinePhase;

@@ -10,6 +10,7 @@
 //! - `records`, `status`: what a pass writes back, only when it changed.
 //! - [`worker`]: which pool gets a pass when.
 
+mod context;
 mod engine_events;
 mod execute;
 mod node;
@@ -21,71 +22,19 @@ mod status;
 pub mod terminate;
 pub mod worker;
 
+pub use context::{Context, ReconcileError};
 pub use node::NodeSettings;
 pub use status::{counts, record_failure};
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use tokio::sync::mpsc;
 
-use crate::db::{self, Db, pools::Pool};
+use crate::db::{self, pools::Pool};
 use crate::domain::event::SubjectKind;
 use crate::domain::rollout::Counts;
-use crate::runtime::{Engines, RuntimeError, Wake};
 use observe::{EngineView, Observation, Timing};
 use plan::{Desired, Observed, Plan};
-use terminate::Terminator;
-
-/// What every pass needs, shared by the worker and the API's dry runs.
-#[derive(Clone)]
-pub struct Context {
-    pub db: Db,
-    pub engines: Engines,
-    pub timing: Timing,
-    pub stop_timeout_secs: i64,
-    pub metrics: Arc<crate::metrics::Metrics>,
-    /// Tells event streams that a pool changed.
-    pub changes: crate::changes::Changes,
-    /// Cordon and drain of a machine's node, for pools that belong to a cluster.
-    pub nodes: NodeSettings,
-    /// Deletions in flight, in the background.
-    pub terminator: Arc<Terminator>,
-    /// Wakes a pool (a deletion finished); the engines' events use it too.
-    pub wakes: mpsc::UnboundedSender<Wake>,
-    /// What time it is, for settling, backoff and deadlines.
-    pub clock: crate::clock::Clock,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum ReconcileError {
-    #[error(transparent)]
-    Runtime(#[from] RuntimeError),
-    #[error("store: {0}")]
-    Store(#[from] sqlx::Error),
-    #[error("{failed} of {total} container operations failed; first: {first}")]
-    Partial { failed: usize, total: usize, first: Box<ReconcileError> },
-    /// Rule 5: the machine's node was not cordoned and drained, so its
-    /// container is kept.
-    #[error("machine {machine} kept: its node in cluster {cluster:?} was not drained")]
-    Drain {
-        machine: String,
-        cluster: String,
-        #[source]
-        source: crate::k8s::DrainError,
-    },
-}
-
-impl ReconcileError {
-    /// The error behind a `Partial`, or this one.
-    fn first(&self) -> &ReconcileError {
-        match self {
-            Self::Partial { first, .. } => first,
-            other => other,
-        }
-    }
-}
 
 /// How a pass ended, and when the pool wants its next one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,17 +51,6 @@ pub enum Outcome {
 
 /// How soon a pass that acted looks again, events aside.
 const RECHECK: Duration = Duration::from_secs(2);
-
-/// Counts one engine call by its result.
-pub(crate) fn count_call<T>(ctx: &Context, engine: &str, op: &'static str, r: &Result<T, RuntimeError>) {
-    use crate::metrics::CallResult;
-    let result = match r {
-        Ok(_) => CallResult::Ok,
-        Err(RuntimeError::Unavailable(_)) => CallResult::Unavailable,
-        Err(_) => CallResult::Error,
-    };
-    ctx.metrics.runtime_call(engine, op, result);
-}
 
 /// What the pass knows of every engine, now, for `pool`.
 fn engine_views(ctx: &Context, pool: &Pool, now: DateTime<Utc>) -> Vec<EngineView> {
@@ -273,13 +211,4 @@ async fn purge(ctx: &Context, name: &str) -> Result<Outcome, ReconcileError> {
     tx.commit().await?;
     tracing::info!(pool = name, "pool deleted");
     Ok(Outcome::Gone)
-}
-
-/// The container is already created or gone when its record is written,
-/// and the next pass re-derives records from the engines, so a failed
-/// write is logged rather than failing the operation.
-pub(crate) fn warn_unrecorded(result: sqlx::Result<()>) {
-    if let Err(e) = result {
-        tracing::warn!(error = %e, "recording a machine change failed; the next pass will repair it");
-    }
 }

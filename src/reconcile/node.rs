@@ -7,7 +7,7 @@
 
 use chrono::Utc;
 
-use super::{Context, ReconcileError, warn_unrecorded};
+use super::context::{Context, ReconcileError, warn_unrecorded};
 use crate::db::{self, pools::Pool};
 use crate::domain::event::{EventType, NewEvent};
 use crate::k8s::drain::NodeDrain;
@@ -25,7 +25,7 @@ impl NodeSettings {
     pub fn from_config(c: &crate::config::ServeConfig) -> Self {
         Self {
             drain: crate::k8s::DrainSettings { timeout: c.drain_timeout, poll_interval: c.drain_poll_interval },
-            retry: crate::upgrade::Settings::from_config(c).retry,
+            retry: RetryPolicy::from_config(c),
         }
     }
 }

@@ -8,8 +8,8 @@ use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 
+use super::context::{Context, ReconcileError};
 use super::observe::Observation;
-use super::{Context, ReconcileError};
 use crate::db::{self, machines::Machine};
 use crate::domain::event::{EventType, NewEvent};
 use crate::domain::machine::MachinePhase;

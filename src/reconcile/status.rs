@@ -13,9 +13,10 @@
 
 use chrono::{DateTime, Utc};
 
+use super::context::{Context, ReconcileError};
 use super::observe::EngineView;
 use super::plan::Observed;
-use super::{Context, ReconcileError, rollback};
+use super::rollback;
 use crate::db::{self, pools::Pool};
 use crate::domain::event::{EventType, NewEvent};
 use crate::domain::machine::MachinePhase;

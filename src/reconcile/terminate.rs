@@ -16,8 +16,9 @@ use chrono::Utc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::context::{Context, ReconcileError};
+use super::node;
 use super::plan::{DeleteReason, Deletion};
-use super::{Context, ReconcileError, node};
 use crate::db::{self, pools::Pool};
 use crate::domain::event::{EventType, NewEvent};
 use crate::runtime::Wake;
@@ -167,7 +168,7 @@ async fn delete_machine(ctx: &Context, pool: &Pool, d: &Deletion) -> Result<(), 
     // Draining waits on the cluster, not on the engine.
     let cluster = node::leave_cluster(ctx, pool, &d.machine).await?;
     let removed = engine.remove(&d.container_id, ctx.stop_timeout_secs).await;
-    super::count_call(ctx, &d.engine, "remove", &removed);
+    super::context::count_call(ctx, &d.engine, "remove", &removed);
     removed?;
     if let Some(api) = &cluster {
         node::forget_node(ctx, pool, api, &d.machine).await;
@@ -202,6 +203,6 @@ async fn report_failure(ctx: &Context, pool: &Pool, d: &Deletion, e: &ReconcileE
     if n == 1 || n.is_power_of_two() {
         let reason = if matches!(e, ReconcileError::Drain { .. }) { "DrainFailed" } else { "MachineDeleteFailed" };
         let ev = NewEvent::pool(&pool.name, EventType::Warning, reason, message);
-        super::warn_unrecorded(db::events::record_alone(&ctx.db, &ev, Utc::now()).await);
+        super::context::warn_unrecorded(db::events::record_alone(&ctx.db, &ev, Utc::now()).await);
     }
 }

@@ -17,13 +17,14 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use rand::Rng;
+use rand::RngExt;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tokio_util::time::{DelayQueue, delay_queue};
 
-use super::{Context, Outcome, ReconcileError, reconcile_once, record_failure};
+use super::context::{Context, ReconcileError};
+use super::{Outcome, reconcile_once, record_failure};
 use crate::metrics::PassOutcome;
 use crate::runtime::Wake;
 

@@ -8,7 +8,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use super::Container;
+use super::container::Container;
 
 #[derive(Default)]
 pub struct ContainerCache {

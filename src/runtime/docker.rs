@@ -27,7 +27,9 @@ use chrono::{DateTime, Utc};
 use futures_util::{Stream, StreamExt};
 use tokio::sync::Mutex;
 
-use super::{Container, ContainerState, CreateContainer, HealthState, RuntimeError, labels, parse_engine_time};
+use super::container::{
+    Container, ContainerState, CreateContainer, HealthState, RuntimeError, labels, parse_engine_time,
+};
 
 /// Longest wait for the engine to answer the version handshake.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);

@@ -14,16 +14,16 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
-use rand::Rng;
+use rand::RngExt;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 use utoipa::ToSchema;
 
 use super::cache::ContainerCache;
+use super::container::{Container, ContainerState, CreateContainer, RuntimeError, Wake};
 use super::docker::{ContainerEvent, DockerBackend};
 use super::simulated::SimulatedBackend;
-use super::{Container, ContainerState, CreateContainer, RuntimeError, Wake};
 
 /// How a quiet event stream is checked: the engine must answer a ping.
 const PING_EVERY: Duration = Duration::from_secs(5);

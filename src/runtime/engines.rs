@@ -9,8 +9,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::container::{Container, Wake};
 use super::engine::{Backend, Engine};
-use super::{Container, Wake};
 
 /// The engine of `--docker-host` (or the simulated one): always there.
 pub const LOCAL_ENGINE: &str = "local";

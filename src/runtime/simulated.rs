@@ -15,7 +15,7 @@ use chrono::{DateTime, Utc};
 use crate::clock::Clock;
 
 use super::cache::ContainerCache;
-use super::{Container, ContainerState, CreateContainer, HealthState, RuntimeError};
+use super::container::{Container, ContainerState, CreateContainer, HealthState, RuntimeError};
 
 /// Images whose name contains this create containers that exit at once:
 /// how tests (and demos) get a rollout that never becomes ready.
@@ -58,7 +58,7 @@ impl SimulatedBackend {
     pub fn create(&self, cache: &ContainerCache, spec: &CreateContainer) -> Result<Container, RuntimeError> {
         self.check()?;
         if cache
-            .pool(spec.labels.get(super::labels::POOL).map(String::as_str).unwrap_or_default())
+            .pool(spec.labels.get(super::container::labels::POOL).map(String::as_str).unwrap_or_default())
             .iter()
             .any(|c| c.name == spec.name)
         {

@@ -25,12 +25,9 @@ use super::lease::{JobError, Lease};
 use super::plan::{self, OnCancel};
 use super::steps::{StepError, StepRunner, Target};
 use crate::db::{self, upgrades::Job};
-use crate::domain::event::{EventType, NewEvent, SubjectKind};
-use crate::domain::upgrade::{Component, JobState, Step};
+use crate::domain::event::{EventType, NewEvent};
+use crate::domain::upgrade::{Component, ComponentState, JobState, Step, WindDown};
 use crate::k8s::ClusterApi;
-
-const ROLLBACK: &str = "rollback";
-const CLEANUP: &str = "cleanup";
 
 /// Claims job `id` and drives it until it ends, until `stop` fires (then
 /// at a step boundary, or in a wait, which is redone on the next start),
@@ -122,7 +119,7 @@ impl Driver<'_> {
                 let Some((ended, mut tx)) = self.step(i, Step::CheckPods).await? else { return Ok(()) };
                 if let Ended::Failed(e) = ended {
                     let msg = format!("{}; nothing was changed", self.failure(i, Step::CheckPods, &e));
-                    return self.finish_in(tx, Some((i, "failed")), None, JobState::Failed, &msg).await;
+                    return self.finish_in(tx, Some((i, ComponentState::Failed)), None, JobState::Failed, &msg).await;
                 }
                 // Not cancellable: the checks take a moment and change nothing.
                 let next = if i + 1 < n { (i + 1, Step::CheckPods) } else { (0, Step::CreateTemp) };
@@ -144,7 +141,7 @@ impl Driver<'_> {
             }
             if step == Step::CreateTemp {
                 let mut tx = self.lease.begin().await?;
-                db::upgrades::set_component_state(&mut tx, self.job.id, i, "upgrading").await?;
+                db::upgrade_components::set_component_state(&mut tx, self.job.id, i, ComponentState::Upgrading).await?;
                 tx.commit().await?;
                 self.ctx.changes.job(self.job.id);
             }
@@ -169,7 +166,7 @@ impl Driver<'_> {
             }
             let c = self.component();
             let msg = format!("{c} runs {}", self.job.version);
-            db::upgrades::set_component_state(&mut tx, self.job.id, i, "upgraded").await?;
+            db::upgrade_components::set_component_state(&mut tx, self.job.id, i, ComponentState::Upgraded).await?;
             db::events::record(&mut tx, &self.event(EventType::Normal, "ComponentUpgraded", msg), Utc::now()).await?;
             if i + 1 == n {
                 return self.finish_in(tx, None, None, JobState::Succeeded, "").await;
@@ -202,7 +199,7 @@ impl Driver<'_> {
     async fn step(&self, position: usize, step: Step) -> Result<Option<(Ended, Tx)>, JobError> {
         let target = self.target(position).await?;
         let mut tx = self.lease.begin().await?;
-        db::upgrades::begin_step(&mut tx, self.job.id, position, step, Utc::now()).await?;
+        db::upgrade_steps::begin_step(&mut tx, self.job.id, position, step, Utc::now()).await?;
         tx.commit().await?;
         self.ctx.changes.job(self.job.id);
         let ended = match self.api.as_ref() {
@@ -225,12 +222,13 @@ impl Driver<'_> {
         };
         let retries = self.api.as_ref().map_or(0, ClusterApi::take_retries);
         let mut tx = self.lease.begin().await?;
-        db::upgrades::end_step(&mut tx, self.job.id, position, step, error.as_deref(), retries, Utc::now()).await?;
+        db::upgrade_steps::end_step(&mut tx, self.job.id, position, step, error.as_deref(), retries, Utc::now())
+            .await?;
         Ok(Some((ended, tx)))
     }
 
     async fn target(&self, position: usize) -> sqlx::Result<Target> {
-        let rows = db::upgrades::components(self.ctx.db.background(), self.job.id).await?;
+        let rows = db::upgrade_components::components(self.ctx.db.background(), self.job.id).await?;
         let row = rows.into_iter().find(|r| r.position == position as i64).ok_or_else(|| {
             sqlx::Error::Decode(format!("upgrade job {}: component {position} is missing", self.job.id).into())
         })?;
@@ -269,7 +267,7 @@ impl Driver<'_> {
     async fn cancel(&mut self, step: Step) -> Result<(), JobError> {
         let c = self.component();
         let msg = format!("cancelled on request at step {} ({}) of {c}", step.number(), step.name());
-        self.begin_wind_down(CLEANUP, JobState::Cancelled, msg, None, None).await
+        self.begin_wind_down(WindDown::Cleanup, JobState::Cancelled, msg, None, None).await
     }
 
     /// A step failed: undo what can be undone for this component.
@@ -278,20 +276,27 @@ impl Driver<'_> {
         let warn = self.event(EventType::Warning, "StepFailed", msg.clone());
         match step {
             Step::CreateTemp | Step::WaitTempRunning => {
-                self.begin_wind_down(CLEANUP, JobState::Failed, msg, Some(warn), None).await
+                self.begin_wind_down(WindDown::Cleanup, JobState::Failed, msg, Some(warn), None).await
             }
             Step::UpdateDaemonSet | Step::WaitOldPodGone | Step::WaitNewRunning => {
-                self.begin_wind_down(ROLLBACK, JobState::Failed, msg, Some(warn), None).await
+                self.begin_wind_down(WindDown::Rollback, JobState::Failed, msg, Some(warn), None).await
             }
             // The new pods run: the component is upgraded, whatever follows.
             Step::DeleteTemp => {
-                self.begin_wind_down(CLEANUP, JobState::Failed, msg, Some(warn), Some("upgraded")).await
+                self.begin_wind_down(
+                    WindDown::Cleanup,
+                    JobState::Failed,
+                    msg,
+                    Some(warn),
+                    Some(ComponentState::Upgraded),
+                )
+                .await
             }
             Step::WaitHealthy => {
                 let c = self.component();
                 let msg = format!("{msg}; {c} runs the new image");
                 let tx = self.lease.begin().await?;
-                self.finish_in(tx, Some((i, "upgraded")), Some(warn), JobState::Failed, &msg).await
+                self.finish_in(tx, Some((i, ComponentState::Upgraded)), Some(warn), JobState::Failed, &msg).await
             }
             Step::CheckPods | Step::Rollback | Step::Cleanup => {
                 let tx = self.lease.begin().await?;
@@ -304,11 +309,11 @@ impl Driver<'_> {
     /// that go with it), then runs it.
     async fn begin_wind_down(
         &mut self,
-        kind: &str,
+        kind: WindDown,
         end: JobState,
         msg: String,
         first: Option<NewEvent>,
-        component_state: Option<&str>,
+        component_state: Option<ComponentState>,
     ) -> Result<(), JobError> {
         let mut tx = self.lease.begin().await?;
         let now = Utc::now();
@@ -316,9 +321,9 @@ impl Driver<'_> {
             db::events::record(&mut tx, ev, now).await?;
         }
         if let Some(state) = component_state {
-            db::upgrades::set_component_state(&mut tx, self.job.id, self.job.component_index, state).await?;
+            db::upgrade_components::set_component_state(&mut tx, self.job.id, self.job.component_index, state).await?;
         }
-        if kind == ROLLBACK {
+        if kind == WindDown::Rollback {
             let ev =
                 self.event(EventType::Warning, "RollingBack", format!("restoring {}'s saved spec", self.component()));
             db::events::record(&mut tx, &ev, now).await?;
@@ -326,7 +331,7 @@ impl Driver<'_> {
         db::upgrades::start_wind_down(&mut tx, self.job.id, kind, end, &msg, now).await?;
         tx.commit().await?;
         self.ctx.changes.job(self.job.id);
-        self.job.wind_down = Some(kind.to_owned());
+        self.job.wind_down = Some(kind);
         self.job.wind_down_state = Some(end);
         self.job.error = Some(msg);
         self.wind_down().await
@@ -337,7 +342,7 @@ impl Driver<'_> {
     /// what the component runs at the end is read from the cluster.
     async fn wind_down(&mut self) -> Result<(), JobError> {
         let (i, c) = (self.job.component_index, self.component());
-        let rollback = self.job.wind_down.as_deref() == Some(ROLLBACK);
+        let rollback = self.job.wind_down == Some(WindDown::Rollback);
         let end = self.job.wind_down_state.unwrap_or(JobState::Failed);
         let base = self.job.error.clone().unwrap_or_default();
         let step = if rollback { Step::Rollback } else { Step::Cleanup };
@@ -345,7 +350,7 @@ impl Driver<'_> {
         if let (Ended::Done, true) = (&ended, rollback) {
             let msg = format!("{base}; {c} was rolled back to its saved spec");
             let ev = self.event(EventType::Normal, "RolledBack", format!("{c} runs its saved spec again"));
-            return self.finish_in(tx, Some((i, "rolled_back")), Some(ev), end, &msg).await;
+            return self.finish_in(tx, Some((i, ComponentState::RolledBack)), Some(ev), end, &msg).await;
         }
         // What the component runs now is read from the cluster, outside
         // any transaction.
@@ -355,10 +360,10 @@ impl Driver<'_> {
         let (state, end, msg) = match ended {
             Ended::Done => {
                 let (state, runs) = match runs_new {
-                    Some(true) => ("upgraded", "runs the new image"),
-                    Some(false) if end == JobState::Cancelled => ("cancelled", "keeps its old spec"),
-                    Some(false) => ("failed", "keeps its old spec"),
-                    None => ("failed", "could not be read"),
+                    Some(true) => (ComponentState::Upgraded, "runs the new image"),
+                    Some(false) if end == JobState::Cancelled => (ComponentState::Cancelled, "keeps its old spec"),
+                    Some(false) => (ComponentState::Failed, "keeps its old spec"),
+                    None => (ComponentState::Failed, "could not be read"),
                 };
                 (state, end, format!("{base}; {c} {runs}; no temporary DaemonSet is left"))
             }
@@ -373,7 +378,8 @@ impl Driver<'_> {
                     c.daemonset(),
                     c.temp_daemonset()
                 );
-                (if runs_new == Some(true) { "upgraded" } else { "failed" }, JobState::Failed, msg)
+                let state = if runs_new == Some(true) { ComponentState::Upgraded } else { ComponentState::Failed };
+                (state, JobState::Failed, msg)
             }
         };
         self.end_component_and_job(i, state, end, &msg).await
@@ -388,7 +394,13 @@ impl Driver<'_> {
     }
 
     /// Sets component `i`'s state and ends the job, in one transaction.
-    async fn end_component_and_job(&mut self, i: usize, state: &str, end: JobState, msg: &str) -> Result<(), JobError> {
+    async fn end_component_and_job(
+        &mut self,
+        i: usize,
+        state: ComponentState,
+        end: JobState,
+        msg: &str,
+    ) -> Result<(), JobError> {
         let tx = self.lease.begin().await?;
         self.finish_in(tx, Some((i, state)), None, end, msg).await
     }
@@ -404,20 +416,24 @@ impl Driver<'_> {
     async fn finish_in(
         &mut self,
         mut tx: Tx,
-        component: Option<(usize, &str)>,
+        component: Option<(usize, ComponentState)>,
         before: Option<NewEvent>,
         state: JobState,
         msg: &str,
     ) -> Result<(), JobError> {
         let now = Utc::now();
         if let Some((i, c_state)) = component {
-            db::upgrades::set_component_state(&mut tx, self.job.id, i, c_state).await?;
+            db::upgrade_components::set_component_state(&mut tx, self.job.id, i, c_state).await?;
         }
         if let Some(ev) = &before {
             db::events::record(&mut tx, ev, now).await?;
         }
-        let rows = db::upgrades::components(&mut *tx, self.job.id).await?;
-        let upgraded: Vec<&str> = rows.iter().filter(|r| r.state == "upgraded").map(|r| r.component.as_str()).collect();
+        let rows = db::upgrade_components::components(&mut *tx, self.job.id).await?;
+        let upgraded: Vec<&str> = rows
+            .iter()
+            .filter(|r| r.state == ComponentState::Upgraded.as_str())
+            .map(|r| r.component.as_str())
+            .collect();
         let error = match state {
             JobState::Succeeded => None,
             _ if upgraded.is_empty() => Some(format!("{msg}; no component was upgraded")),
@@ -439,11 +455,6 @@ impl Driver<'_> {
     }
 
     fn event(&self, type_: EventType, reason: &'static str, message: String) -> NewEvent {
-        job_event(self.job.id, type_, reason, message)
+        NewEvent::job(self.job.id, type_, reason, message)
     }
-}
-
-/// An event about job `id`.
-pub fn job_event(id: i64, type_: EventType, reason: &'static str, message: String) -> NewEvent {
-    NewEvent { kind: SubjectKind::Job, subject: id.to_string(), type_, reason, message }
 }

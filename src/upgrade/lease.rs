@@ -12,9 +12,7 @@ use chrono::Utc;
 use tokio::time::Instant;
 
 use crate::db::{self, Db, upgrades::Job};
-use crate::domain::event::EventType;
-
-use super::job::job_event;
+use crate::domain::event::{EventType, NewEvent};
 
 /// How often a runner shows it is alive while it only waits.
 pub const HEARTBEAT: Duration = Duration::from_secs(5);
@@ -65,13 +63,13 @@ impl Lease {
         } else {
             let c = job.components.get(job.component_index).map_or("?", |c| c.as_str());
             let step = job.step;
-            match job.wind_down.as_deref() {
-                Some(kind) => format!("resuming the {kind} of {c}"),
+            match job.wind_down {
+                Some(kind) => format!("resuming the {} of {c}", kind.as_str()),
                 None => format!("resuming at step {} ({}) of {c}", step.number(), step.name()),
             }
         };
         let reason = if started { "Started" } else { "Resumed" };
-        db::events::record(&mut tx, &job_event(id, EventType::Normal, reason, message), now).await?;
+        db::events::record(&mut tx, &NewEvent::job(id, EventType::Normal, reason, message), now).await?;
         tx.commit().await?;
         tracing::info!(job = id, owner, started, "upgrade job claimed");
         let lease = Lease { db: db.clone(), job: id, owner: owner.to_owned(), last_beat: Mutex::new(Instant::now()) };

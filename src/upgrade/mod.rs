@@ -66,11 +66,7 @@ pub struct Settings {
 impl Settings {
     pub fn from_config(c: &ServeConfig) -> Self {
         Self {
-            retry: RetryPolicy {
-                tries: c.upgrade_api_tries,
-                backoff: c.upgrade_retry_backoff,
-                call_timeout: c.kube_request_timeout,
-            },
+            retry: RetryPolicy::from_config(c),
             wait_timeout: c.upgrade_wait_timeout,
             poll_interval: c.upgrade_poll_interval,
         }

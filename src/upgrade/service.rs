@@ -5,10 +5,9 @@
 
 use chrono::Utc;
 
-use super::job::job_event;
 use super::plan::{self, ComponentPlan};
 use crate::db::{self, Db, upgrades::CancelOutcome, upgrades::Job};
-use crate::domain::event::EventType;
+use crate::domain::event::{EventType, NewEvent};
 use crate::domain::upgrade::{Component, PolicyViolation, check_version_policy, image_version, release_version};
 use crate::domain::version::KubeVersion;
 use crate::k8s::{CallError, ClusterApi};
@@ -104,7 +103,7 @@ pub async fn start(db: &Db, prepared: &Prepared) -> Result<Job, StartError> {
     };
     let from = new.from_version.as_deref().unwrap_or("an unknown version");
     let msg = format!("upgrade from {from} to {version} accepted (force: {})", r.force);
-    db::events::record(&mut tx, &job_event(job.id, EventType::Normal, "Accepted", msg), now).await?;
+    db::events::record(&mut tx, &NewEvent::job(job.id, EventType::Normal, "Accepted", msg), now).await?;
     tx.commit().await?;
     tracing::info!(job = job.id, cluster = %r.cluster, version = %version, "upgrade job accepted");
     Ok(job)
@@ -120,7 +119,7 @@ pub async fn cancel(db: &Db, id: i64) -> sqlx::Result<Option<(Job, CancelOutcome
             CancelOutcome::Requested => "cancel requested",
             CancelOutcome::AlreadyRequested | CancelOutcome::Ended => return None,
         };
-        Some(job_event(id, EventType::Normal, "CancelRequested", msg.to_owned()))
+        Some(NewEvent::job(id, EventType::Normal, "CancelRequested", msg.to_owned()))
     };
     db::upgrades::request_cancel(db, id, event).await
 }

@@ -166,7 +166,7 @@ impl StepRunner<'_> {
             serde_json::to_string(&ds).map_err(|e| StepError::Check(format!("cannot save the DaemonSet: {e}")))?;
         let image = plan::daemonset_image(&ds, c);
         let mut tx = self.lease.begin().await?;
-        db::upgrades::save_observation(&mut tx, t.job, t.position, &pod, image.as_deref(), &saved).await?;
+        db::upgrade_components::save_observation(&mut tx, t.job, t.position, &pod, image.as_deref(), &saved).await?;
         tx.commit().await?;
         Ok(())
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use drover::config::RuntimeKind;
-use rand::Rng;
+use rand::RngExt;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tokio::net::{UnixListener, UnixStream};

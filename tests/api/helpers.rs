@@ -20,7 +20,7 @@ pub struct TestApp {
     pub admin_token: String,
     pub data_dir: PathBuf,
     /// The server's state: its engines, for tests that act on them.
-    pub state: drover::app::AppState,
+    pub state: drover::state::AppState,
     /// Keeps the temporary data directory alive as long as the app.
     _tmp: Option<TempDir>,
     stop: Option<oneshot::Sender<()>>,
@@ -253,7 +253,7 @@ pub async fn assert_problem(res: Response, status: u16, field: Option<&str>) -> 
 /// share pool names.
 #[allow(dead_code)] // Used by the Docker-backed tests.
 pub fn unique(prefix: &str) -> String {
-    use rand::Rng;
+    use rand::RngExt;
     let suffix: String = (0..5).map(|_| char::from(b'a' + rand::rng().random_range(0..26u8))).collect();
     format!("{prefix}-{suffix}")
 }

@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use rand::Rng;
+use rand::RngExt;
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 

@@ -568,7 +568,7 @@ fn node_selector_matches(sel: &Value) -> bool {
 }
 
 fn new_pod(w: &mut World, ds: &Value) -> Value {
-    use rand::Rng;
+    use rand::RngExt;
     let ds_name = name_of(ds);
     let suffix: String = (0..5).map(|_| char::from(b'a' + rand::rng().random_range(0..26u8))).collect();
     let mut labels = ds["spec"]["template"]["metadata"]["labels"].clone();

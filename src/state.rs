@@ -1,0 +1,82 @@
+//! The state every handler and middleware shares, in a module of its own:
+//! `app` builds it and `http` reads it, and neither needs the other for it.
+
+use std::sync::Arc;
+
+use axum::extract::FromRef;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::ServeConfig;
+use crate::db::Db;
+use crate::domain::pool::SpecLimits;
+use crate::reconcile::{self, worker::PoolQueue};
+use crate::runtime::Engines;
+
+/// Shared by every handler; cheap to clone.
+#[derive(Clone)]
+pub struct AppState(Arc<Shared>);
+
+/// What every handler shares. Behind one `Arc`: each request clones the
+/// state once per middleware layer and handler, and one counter is cheaper
+/// than a dozen.
+pub struct Shared {
+    pub db: Db,
+    /// The container engines and what they hold.
+    pub engines: Engines,
+    /// Wakes the reconcile worker for a pool.
+    pub queue: PoolQueue,
+    pub config: Arc<ServeConfig>,
+    /// What reconcile passes (and the API's dry runs) work with.
+    pub reconcile: reconcile::Context,
+    /// Requests being served; `max_concurrent_requests` permits.
+    pub inflight: Arc<Semaphore>,
+    /// Event streams open; `max_streams` permits.
+    pub streams: Arc<Semaphore>,
+    /// Every token, so that authenticating reads no store.
+    pub tokens: Arc<crate::auth::cache::TokenCache>,
+    /// Audits refusals of token-less requests once per burst.
+    pub refusals: Arc<crate::auth::refusals::RefusalAudit>,
+    /// "Pool X / job Y changed", for event streams.
+    pub changes: crate::changes::Changes,
+    /// Rules of pool specs that come from settings.
+    pub(crate) limits: Arc<SpecLimits>,
+    pub metrics: Arc<crate::metrics::Metrics>,
+    /// Wakes the upgrade runner when a job is created.
+    pub upgrades: crate::upgrade::UpgradeQueue,
+    /// Fires when shutdown begins: long-lived responses (event streams)
+    /// end on it, since a graceful shutdown waits for every open response.
+    pub shutdown: CancellationToken,
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+impl AppState {
+    pub fn new(shared: Shared) -> Self {
+        Self(Arc::new(shared))
+    }
+}
+
+impl Shared {
+    pub fn limits(&self) -> &SpecLimits {
+        &self.limits
+    }
+}
+
+/// What the authentication middleware needs, taken from the state by
+/// axum's `State` extractor.
+impl FromRef<AppState> for crate::auth::Gate {
+    fn from_ref(state: &AppState) -> Self {
+        Self {
+            db: state.db.clone(),
+            tokens: state.tokens.clone(),
+            refusals: state.refusals.clone(),
+            metrics: state.metrics.clone(),
+        }
+    }
+}
