@@ -1,7 +1,7 @@
 //! Reaching a registered cluster with its stored credentials, for the
 //! handlers that inspect one (cluster status, upgrade plans).
 
-use crate::app::AppState;
+use crate::state::AppState;
 use crate::db;
 use crate::error::{ApiError, ApiResult};
 use crate::k8s::{ClusterApi, RetryPolicy};

@@ -12,7 +12,7 @@ pub struct AuditRecord {
     pub time: DateTime<Utc>,
     /// The token's name; absent when the request had no valid token.
     pub token_name: Option<String>,
-    #[schema(value_type = Option<crate::auth::Role>)]
+    #[schema(value_type = Option<crate::domain::role::Role>)]
     pub role: Option<String>,
     pub method: String,
     pub path: String,

@@ -12,7 +12,7 @@ use crate::domain::role::Role;
 pub struct TokenInfo {
     pub name: String,
     /// `viewer`, `operator` or `admin`.
-    #[schema(value_type = crate::auth::Role)]
+    #[schema(value_type = crate::domain::role::Role)]
     pub role: String,
     pub created_at: DateTime<Utc>,
     pub last_used_at: Option<DateTime<Utc>>,

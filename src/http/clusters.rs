@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use crate::app::AppState;
+use crate::state::AppState;
 use crate::clusters::service::connect;
 use crate::db::{self, clusters::ClusterRecord, clusters::Deleted};
 use crate::domain::ValidationErrors;

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use crate::app::AppState;
+use crate::state::AppState;
 use crate::db;
 use crate::domain::engine::{self as rules, RawEngine, Tls};
 use crate::domain::event::SubjectKind;

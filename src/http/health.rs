@@ -7,7 +7,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use crate::app::AppState;
+use crate::state::AppState;
 
 fn ok_schema() -> utoipa::openapi::Object {
     crate::http::openapi::string_enum(&["ok"], "Always `ok` when the process answers")

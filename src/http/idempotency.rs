@@ -26,7 +26,7 @@ use axum::response::{IntoResponse, Response};
 use chrono::Utc;
 use sha2::{Digest, Sha256};
 
-use crate::app::AppState;
+use crate::state::AppState;
 use crate::auth::Caller;
 use crate::db::{self, Db};
 use crate::error::ApiError;

@@ -10,7 +10,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use crate::app::AppState;
+use crate::state::AppState;
 use crate::db::{self, machines::Machine};
 use crate::domain::event::{EventType, NewEvent};
 use crate::domain::machine::MachinePhase;

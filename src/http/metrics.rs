@@ -10,7 +10,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 use prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
-use crate::app::AppState;
+use crate::state::AppState;
 use crate::error::{ApiError, ApiResult};
 use crate::metrics::ScrapeGauges;
 

@@ -32,7 +32,7 @@ use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_swagger_ui::SwaggerUi;
 
-use crate::app::AppState;
+use crate::state::AppState;
 use crate::error::ApiError;
 
 pub const REQUEST_ID: &str = "x-request-id";

@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use crate::app::AppState;
+use crate::state::AppState;
 use crate::auth::{Caller, OPERATOR_PATCHABLE, Role};
 use crate::db;
 use crate::domain::ValidationErrors;

@@ -29,7 +29,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use crate::app::AppState;
+use crate::state::AppState;
 use crate::auth::{Caller, Role};
 use crate::changes::Watcher;
 use crate::db;

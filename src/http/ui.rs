@@ -11,7 +11,7 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
-use crate::app::AppState;
+use crate::state::AppState;
 
 const INDEX_HTML: &str = include_str!("../../ui/index.html");
 

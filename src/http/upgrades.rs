@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use crate::app::AppState;
+use crate::state::AppState;
 use crate::auth::{Caller, Role};
 use crate::clusters::service::connect;
 use crate::db::{self, upgrades::CancelOutcome};

@@ -6,7 +6,7 @@
 
 use chrono::Utc;
 
-use crate::app::AppState;
+use crate::state::AppState;
 use crate::db::{self, machines::Machine, pools::Pool};
 use crate::domain::event::{EventType, NewEvent};
 use crate::domain::names::PoolName;

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::app::AppState;
+use crate::state::AppState;
 use crate::db::{self, upgrades::Job};
 use crate::domain::upgrade::{Component, JobState};
 use crate::domain::version::KubeVersion;
