@@ -168,7 +168,8 @@ pub async fn write_observed(db: &mut SqliteConnection, m: &Machine) -> sqlx::Res
             state = excluded.state, health = excluded.health, exit_code = excluded.exit_code,
             oom_killed = excluded.oom_killed, ready = excluded.ready, ready_since = excluded.ready_since,
             started_at = excluded.started_at, finished_at = excluded.finished_at,
-            failed_restarts = excluded.failed_restarts, updated_at = excluded.updated_at",
+            failed_restarts = excluded.failed_restarts, updated_at = excluded.updated_at
+         where machines.pool = excluded.pool",
     )
     .bind(&m.name)
     .bind(&m.pool)
@@ -191,6 +192,11 @@ pub async fn write_observed(db: &mut SqliteConnection, m: &Machine) -> sqlx::Res
     .execute(db)
     .await?;
     Ok(())
+}
+
+/// True when a machine of that name is recorded, in any pool.
+pub async fn name_taken(db: impl SqliteExecutor<'_>, name: &str) -> sqlx::Result<bool> {
+    sqlx::query_scalar("select exists(select 1 from machines where name = ?1)").bind(name).fetch_one(db).await
 }
 
 /// Records that the machine's deletion begins, before the engine is asked

@@ -67,7 +67,7 @@ pub(super) async fn execute(
                 db::machines::write_observed(tx, &created_record(&pool.name, &engine, &container, now)).await?;
                 db::events::record(tx, &ev, now).await?;
             }
-            Err(e) => errors.push(ReconcileError::from(e)),
+            Err(e) => errors.push(e),
         }
     }
     if let Some(tx) = tx {
@@ -129,12 +129,29 @@ async fn repair(ctx: &Context, r: &Repair) -> Result<(), RuntimeError> {
     Ok(())
 }
 
-async fn create(ctx: &Context, pool: &Pool, c: &Creation) -> Result<(Container, String, NewEvent), RuntimeError> {
+/// A fresh machine name that no engine and no record holds. Names are
+/// drawn from 36^6; by the birthday bound a collision is likely somewhere
+/// once about 50,000 machines exist, and a name is the machine's key in the
+/// store and its container's name on every engine, so it is checked, not
+/// hoped for.
+async fn unused_name(ctx: &Context) -> Result<String, ReconcileError> {
+    let mut name = crate::domain::names::new_machine_name();
+    for _ in 0..16 {
+        let on_an_engine = ctx.engines.all().iter().any(|e| e.has_container_named(&name));
+        if !on_an_engine && !db::machines::name_taken(ctx.db.background(), &name).await? {
+            return Ok(name);
+        }
+        name = crate::domain::names::new_machine_name();
+    }
+    Err(RuntimeError::NameInUse(name).into())
+}
+
+async fn create(ctx: &Context, pool: &Pool, c: &Creation) -> Result<(Container, String, NewEvent), ReconcileError> {
     let engine = ctx
         .engines
         .get(&c.engine)
         .ok_or_else(|| RuntimeError::Unavailable(format!("engine {:?} is not registered", c.engine)))?;
-    let name = crate::domain::names::new_machine_name();
+    let name = unused_name(ctx).await?;
     let mut container_labels: HashMap<String, String> = pool.spec.labels.clone().into_iter().collect();
     container_labels.insert(labels::POOL.into(), pool.name.clone());
     container_labels.insert(labels::MANAGED_BY.into(), labels::MANAGED_BY_VALUE.into());

@@ -20,6 +20,8 @@ struct Inner {
     by_id: HashMap<String, Container>,
     /// Pool name -> ids of its containers.
     by_pool: HashMap<String, BTreeSet<String>>,
+    /// Container name -> id: names are unique on one engine.
+    by_name: HashMap<String, String>,
     /// Containers drover removed itself, and when. The engine's events of
     /// their last moments (`die`, then `destroy`) may still be in flight,
     /// and an inspect made before the removal must not bring them back.
@@ -31,6 +33,9 @@ const TOMBSTONE: Duration = Duration::from_secs(60);
 
 impl Inner {
     fn unindex(&mut self, c: &Container) {
+        if self.by_name.get(&c.name).is_some_and(|id| *id == c.id) {
+            self.by_name.remove(&c.name);
+        }
         if let Some(pool) = c.pool()
             && let Some(ids) = self.by_pool.get_mut(pool)
         {
@@ -42,6 +47,7 @@ impl Inner {
     }
 
     fn index(&mut self, c: &Container) {
+        self.by_name.insert(c.name.clone(), c.id.clone());
         if let Some(pool) = c.pool() {
             self.by_pool.entry(pool.to_owned()).or_default().insert(c.id.clone());
         }
@@ -54,6 +60,11 @@ impl ContainerCache {
         // maps; they are still consistent enough to be corrected by the
         // next list.
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// True when a container of that name is here, whatever its pool.
+    pub fn has_name(&self, name: &str) -> bool {
+        self.lock().by_name.contains_key(name)
     }
 
     /// Inserts or replaces a container; answers its pool when anything changed.
@@ -122,6 +133,7 @@ impl ContainerCache {
         }
         inner.by_id = HashMap::new();
         inner.by_pool = HashMap::new();
+        inner.by_name = HashMap::new();
         for (_, c) in fresh {
             inner.index(&c);
             inner.by_id.insert(c.id.clone(), c);
@@ -209,6 +221,19 @@ mod tests {
         assert_eq!(cache.upsert(exited.clone()), None, "the inspect made before the removal is ignored");
         assert!(cache.replace_all(vec![exited]).is_empty(), "and so is a list taken before it");
         assert!(cache.pool("a").is_empty());
+    }
+
+    #[test]
+    fn names_are_known_whatever_the_pool_until_the_container_goes() {
+        let cache = ContainerCache::default();
+        cache.upsert(c("1", "a"));
+        assert!(cache.has_name("worker-1"), "a name in use blocks every pool, as on Docker");
+        cache.replace_all(vec![c("1", "a"), c("2", "b")]);
+        assert!(cache.has_name("worker-1") && cache.has_name("worker-2"));
+        cache.forget("1");
+        assert!(!cache.has_name("worker-1"));
+        cache.remove("2");
+        assert!(!cache.has_name("worker-2"));
     }
 
     #[test]

@@ -158,6 +158,11 @@ impl Engine {
         self.cache.get(id)
     }
 
+    /// True when a container of that name is on this engine, in any pool.
+    pub fn has_container_named(&self, name: &str) -> bool {
+        self.cache.has_name(name)
+    }
+
     pub fn container_count(&self) -> usize {
         self.cache.len()
     }

@@ -57,11 +57,8 @@ impl SimulatedBackend {
 
     pub fn create(&self, cache: &ContainerCache, spec: &CreateContainer) -> Result<Container, RuntimeError> {
         self.check()?;
-        if cache
-            .pool(spec.labels.get(super::container::labels::POOL).map(String::as_str).unwrap_or_default())
-            .iter()
-            .any(|c| c.name == spec.name)
-        {
+        // As Docker: a name is unique on its engine, whatever the pool.
+        if cache.has_name(&spec.name) {
             return Err(RuntimeError::NameInUse(spec.name.clone()));
         }
         let id = format!("sim{:013x}", self.next_id.fetch_add(1, Ordering::Relaxed));
