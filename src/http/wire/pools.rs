@@ -416,7 +416,7 @@ impl StrategyPatch {
 
 // ---- responses -------------------------------------------------------------
 
-#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum PoolPhase {
     /// The reconciler keeps the pool at its spec.
@@ -426,7 +426,7 @@ pub enum PoolPhase {
 }
 
 /// A pool's spec as the API shows it, every default filled in.
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct PoolSpecView {
     pub replicas: u32,
     #[schema(value_type = String, example = "v1.29.2")]
@@ -446,7 +446,7 @@ pub struct PoolSpecView {
     pub machine_ready_timeout_seconds: u32,
 }
 
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct StrategyView {
     pub max_surge: IntOrPercent,
     pub max_unavailable: IntOrPercent,
@@ -493,7 +493,7 @@ impl From<&PoolSpec> for PoolSpecView {
     }
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct PoolView {
     pub name: String,
     #[serde(flatten)]
@@ -526,14 +526,14 @@ impl From<Pool> for PoolView {
     }
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct PoolList {
     pub items: Vec<PoolView>,
     /// Pass as `cursor` to get the next page; `null` on the last page.
     pub next_cursor: Option<String>,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct EventList {
     /// Newest first.
     pub items: Vec<Event>,
