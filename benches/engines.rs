@@ -88,7 +88,13 @@ impl Drover {
 
     /// Waits until the pool is back to exactly `n` containers across the
     /// engines (the local one and `extra`), all ready in drover's status.
-    async fn until_exact(&self, pool: &str, n: u64, extra: &[&ExtraEngine], started: Instant) -> anyhow::Result<Duration> {
+    async fn until_exact(
+        &self,
+        pool: &str,
+        n: u64,
+        extra: &[&ExtraEngine],
+        started: Instant,
+    ) -> anyhow::Result<Duration> {
         let docker = bollard::Docker::connect_with_defaults()?.negotiate_version().await?;
         loop {
             let local = pool_containers(&docker, pool, true).await?;
@@ -119,8 +125,7 @@ impl Drover {
 async fn pool_containers(docker: &bollard::Docker, pool: &str, all: bool) -> anyhow::Result<u64> {
     let label = format!("drover.dev/pool={pool}");
     let filters = std::collections::HashMap::from([("label".to_owned(), vec![label])]);
-    let opts =
-        bollard::query_parameters::ListContainersOptionsBuilder::default().all(all).filters(&filters).build();
+    let opts = bollard::query_parameters::ListContainersOptionsBuilder::default().all(all).filters(&filters).build();
     Ok(docker.list_containers(Some(opts)).await?.len() as u64)
 }
 

@@ -1,10 +1,10 @@
 //! Reaching a registered cluster with its stored credentials, for the
 //! handlers that inspect one (cluster status, upgrade plans).
 
-use crate::state::AppState;
 use crate::db;
 use crate::error::{ApiError, ApiResult};
 use crate::k8s::{ClusterApi, RetryPolicy};
+use crate::state::AppState;
 
 /// A client for a registered cluster, trying each call `tries` times.
 pub async fn connect(state: &AppState, name: &str, tries: u32) -> ApiResult<ClusterApi> {

@@ -11,7 +11,6 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use crate::state::AppState;
 use crate::clusters::service::connect;
 use crate::db::{self, clusters::ClusterRecord, clusters::Deleted};
 use crate::domain::ValidationErrors;
@@ -22,6 +21,7 @@ use crate::error::{ApiError, ApiResult, Problem};
 use crate::http::extract::{ApiJson, ApiQuery};
 use crate::http::pagination::{PageParams, finish_page};
 use crate::k8s::{ClusterApi, Credentials};
+use crate::state::AppState;
 use crate::upgrade::plan;
 
 pub fn router() -> OpenApiRouter<AppState> {

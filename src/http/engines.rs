@@ -13,7 +13,6 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use crate::state::AppState;
 use crate::db;
 use crate::domain::engine::{self as rules, RawEngine, Tls};
 use crate::domain::event::SubjectKind;
@@ -23,6 +22,7 @@ use crate::http::extract::{ApiJson, ApiQuery};
 use crate::http::pagination::{PageParams, finish_page};
 use crate::http::wire::EventList;
 use crate::runtime::{Engine, Reachability};
+use crate::state::AppState;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()

@@ -26,11 +26,11 @@ use axum::response::{IntoResponse, Response};
 use chrono::Utc;
 use sha2::{Digest, Sha256};
 
-use crate::state::AppState;
 use crate::auth::Caller;
 use crate::db::{self, Db};
 use crate::error::ApiError;
 use crate::http::extract::MAX_BODY_BYTES;
+use crate::state::AppState;
 
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 /// Set on a replayed response.

@@ -10,7 +10,6 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use crate::state::AppState;
 use crate::db::{self, machines::Machine};
 use crate::domain::event::{EventType, NewEvent};
 use crate::domain::machine::MachinePhase;
@@ -18,6 +17,7 @@ use crate::error::{ApiError, ApiResult, Problem};
 use crate::http::extract::ApiQuery;
 use crate::http::pagination::{PageParams, finish_page};
 use crate::runtime::{ContainerState, HealthState};
+use crate::state::AppState;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()

@@ -10,9 +10,9 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 use prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
-use crate::state::AppState;
 use crate::error::{ApiError, ApiResult};
 use crate::metrics::ScrapeGauges;
+use crate::state::AppState;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(metrics))

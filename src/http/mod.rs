@@ -32,8 +32,8 @@ use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_swagger_ui::SwaggerUi;
 
-use crate::state::AppState;
 use crate::error::ApiError;
+use crate::state::AppState;
 
 pub const REQUEST_ID: &str = "x-request-id";
 

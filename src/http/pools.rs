@@ -9,7 +9,6 @@ use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use crate::state::AppState;
 use crate::auth::{Caller, OPERATOR_PATCHABLE, Role};
 use crate::db;
 use crate::domain::ValidationErrors;
@@ -23,6 +22,7 @@ use crate::http::wire::pools::{
     CreatePool, EventList, PoolList, PoolPatch, PoolSpecInput, PoolView, Scale, etag, pool_response,
 };
 use crate::pools::service;
+use crate::state::AppState;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()

@@ -10,7 +10,6 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use crate::state::AppState;
 use crate::auth::{Caller, Role};
 use crate::db::{self, pools::Pool, revisions::Revision};
 use crate::domain::rollout::{self, Counts, RolloutState};
@@ -19,6 +18,7 @@ use crate::http::extract::{OptionalJson, OptionalMergePatch};
 use crate::http::wire::pools::{PoolPatch, PoolView, pool_response};
 use crate::pools::service::{self, load};
 use crate::reconcile::plan::Plan;
+use crate::state::AppState;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()

@@ -29,7 +29,6 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use crate::state::AppState;
 use crate::auth::{Caller, Role};
 use crate::changes::Watcher;
 use crate::db;
@@ -37,6 +36,7 @@ use crate::domain::event::{Event, SubjectKind};
 use crate::error::{ApiError, ApiResult, Problem, error_chain};
 use crate::http::wire::PoolView;
 use crate::metrics::{CloseReason, OpenGuard};
+use crate::state::AppState;
 
 /// Shortest time between two reads of the store by one stream: a subject
 /// that changes constantly costs at most ten reads a second per stream.

@@ -11,7 +11,6 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use crate::state::AppState;
 use crate::auth::{Caller, Role};
 use crate::clusters::service::connect;
 use crate::db::{self, upgrades::CancelOutcome};
@@ -24,6 +23,7 @@ use crate::http::extract::{ApiJson, ApiQuery};
 use crate::http::pagination::{PageParams, finish_page};
 use crate::http::wire::EventList;
 use crate::http::wire::upgrades::{UpgradeView, load, parse_id, view};
+use crate::state::AppState;
 use crate::upgrade::plan::ComponentPlan;
 use crate::upgrade::service::{self, PrepareError, StartError, UpgradeRequest};
 

@@ -6,7 +6,6 @@
 
 use chrono::Utc;
 
-use crate::state::AppState;
 use crate::db::{self, machines::Machine, pools::Pool};
 use crate::domain::event::{EventType, NewEvent};
 use crate::domain::names::PoolName;
@@ -14,6 +13,7 @@ use crate::domain::pool::{PoolSpec, describe_change};
 use crate::domain::rollout::Counts;
 use crate::error::{ApiError, ApiResult};
 use crate::reconcile::{self, plan::Plan, rollback::RollbackError};
+use crate::state::AppState;
 
 pub async fn load(state: &AppState, name: &str) -> ApiResult<Pool> {
     state.db.pool(name).await?.ok_or_else(|| ApiError::not_found("pool", name))

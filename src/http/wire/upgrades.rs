@@ -6,11 +6,11 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::state::AppState;
 use crate::db::{self, upgrades::Job};
 use crate::domain::upgrade::{Component, JobState};
 use crate::domain::version::KubeVersion;
 use crate::error::{ApiError, ApiResult};
+use crate::state::AppState;
 
 /// Where a running job is.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
