@@ -152,9 +152,14 @@ impl Client {
     /// Fields the answer has and the type lacks (a newer server) are fine.
     pub fn decode<T: serde::de::DeserializeOwned + serde::Serialize>(what: &str, v: Value) -> Result<T, CliError> {
         let bad = |reason: String| CliError::BadResponse { what: what.to_owned(), reason };
-        let decoded: T = serde_path_to_error::deserialize(&v).map_err(|e| match e.path().to_string().as_str() {
-            "." => bad(e.inner().to_string()),
-            path => bad(format!("{path}: {}", e.inner())),
+        let decoded: T = serde_path_to_error::deserialize(&v).map_err(|e| {
+            let (path, inner) = (e.path().to_string(), e.inner().to_string());
+            match inner.strip_prefix("missing field `") {
+                _ if path == "." => bad(inner),
+                // As `missing_field` below names them: `status.replicas`.
+                Some(field) => bad(format!("missing field `{path}.{field}")),
+                None => bad(format!("{path}: {inner}")),
+            }
         })?;
         let expected = serde_json::to_value(&decoded).map_err(|e| bad(e.to_string()))?;
         match missing_field(&v, &expected, "") {
@@ -288,6 +293,14 @@ mod tests {
             decoded(json!({"name": "a", "inner": [{"error": "x"}]})).unwrap_err(),
             "unexpected answer to GET /x: missing field `inner[0].count`",
             "a field with a default"
+        );
+        #[derive(Debug, Deserialize, serde::Serialize)]
+        struct Outer {
+            view: View,
+        }
+        assert_eq!(
+            Client::decode::<Outer>("GET /y", json!({"view": {"inner": []}})).unwrap_err().to_string(),
+            "unexpected answer to GET /y: missing field `view.name`"
         );
         assert_eq!(
             decoded(json!({"name": "a", "inner": [{"error": 3, "count": 1}]})).unwrap_err(),

@@ -4,8 +4,13 @@ use serde_json::json;
 
 use super::*;
 
-/// A pool's view; `status` may leave fields out (they default).
+/// A pool's view with `status` set over an empty status.
 fn pool(replicas: u64, status: Value) -> Value {
+    let mut full = serde_json::to_value(crate::domain::status::PoolStatus::default()).unwrap();
+    for (k, f) in status.as_object().unwrap() {
+        full[k] = f.clone();
+    }
+    let status = full;
     json!({"name": "p", "replicas": replicas, "version": "v1.29.2", "image": null, "failure_domains": [],
            "extra_mounts": [], "labels": {}, "paused": false, "cluster": null, "engines": [], "engine_selector": {},
            "strategy": {"max_surge": 1, "max_unavailable": 0, "batch_approval": false, "auto_rollback": false,
@@ -83,13 +88,12 @@ fn upgrade_jobs_end_in_success_or_failure_and_report_their_step() {
 #[test]
 fn an_answer_that_is_not_the_view_ends_the_wait_with_an_error_naming_the_field() {
     let mut p = pool(1, json!({}));
-    p["status"].as_object_mut().unwrap().remove("ready_replicas");
     p.as_object_mut().unwrap().remove("desired_image");
     let err = Target::Pool("p".into()).judge(&p).unwrap_err().to_string();
     assert_eq!(err, "unexpected answer to GET /v1/pools/p: missing field `desired_image`");
-    let mut s = serde_json::to_value(crate::domain::status::PoolStatus::default()).unwrap();
-    s.as_object_mut().unwrap().remove("ready_replicas");
-    let err = Target::Pool("p".into()).judge(&pool(1, s)).unwrap_err().to_string();
+    let mut p = pool(1, json!({}));
+    p["status"].as_object_mut().unwrap().remove("ready_replicas");
+    let err = Target::Pool("p".into()).judge(&p).unwrap_err().to_string();
     assert_eq!(err, "unexpected answer to GET /v1/pools/p: missing field `status.ready_replicas`");
     let err = Target::Upgrade(1).judge(&json!({"state": "running"})).unwrap_err().to_string();
     assert!(err.starts_with("unexpected answer to GET /v1/upgrades/1: missing field"), "{err}");
