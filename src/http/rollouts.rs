@@ -167,7 +167,7 @@ async fn continue_rollout(State(state): State<AppState>, Path(name): Path<String
     Ok(Json(view_now(&state, &pool).await?))
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct RevisionList {
     /// The pool's current revision.
     pub current: i64,
@@ -219,7 +219,7 @@ async fn rollback_pool(
     Ok(pool_response(StatusCode::ACCEPTED, pool, true))
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct PlanView {
     pub pool: String,
     /// The image the plan converges to.
