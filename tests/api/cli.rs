@@ -297,6 +297,10 @@ async fn cluster_and_upgrade_commands_register_probe_upgrade_and_list() {
     assert!(!other.to_string().contains(SIM_TOKEN), "credentials are write-only");
     assert_eq!(drover(app, &["clusters", "delete", "other", "-o", "json"]).await.ok().json()["deleted"], true);
 
+    // The tables read the real answers into the server's views, which fails on any field missing.
+    assert!(drover(app, &["clusters", "get", CLUSTER]).await.ok().stdout.contains(CLUSTER));
+    assert!(drover(app, &["clusters", "status", CLUSTER]).await.ok().stdout.contains("kube-apiserver"));
+    assert!(drover(app, &["upgrade", "start", CLUSTER, "--version", TO, "--dry-run"]).await.ok().stdout.contains(TO));
     let plan =
         drover(app, &["upgrade", "start", CLUSTER, "--version", TO, "--dry-run", "-o", "json"]).await.ok().json();
     assert_eq!(plan["target_version"], TO);
@@ -309,6 +313,7 @@ async fn cluster_and_upgrade_commands_register_probe_upgrade_and_list() {
     let list =
         drover(app, &["upgrade", "list", "--cluster", CLUSTER, "--state", "succeeded", "-o", "json"]).await.ok().json();
     assert_eq!(list["items"][0]["id"], job["id"]);
+    assert!(drover(app, &["upgrade", "list"]).await.ok().stdout.contains("succeeded"));
     assert!(drover(app, &["upgrade", "status", &id]).await.ok().stdout.contains("succeeded"));
     let cancel = drover(app, &["upgrade", "cancel", &id]).await;
     assert_eq!(cancel.code, 1, "an ended job cannot be cancelled: {}", cancel.stderr);
