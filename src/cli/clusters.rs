@@ -1,5 +1,6 @@
 //! `drover clusters ...` and `drover upgrade ...`: registered Kubernetes
-//! clusters and their control-plane upgrade jobs.
+//! clusters and their control-plane upgrade jobs. Answers are read into
+//! the server's own view types.
 
 use std::path::{Path, PathBuf};
 
@@ -14,7 +15,7 @@ use super::wait::{self, Target};
 use crate::domain::upgrade::JobState;
 use crate::http::clusters::{ClusterList, ClusterStatus, ClusterView};
 use crate::http::upgrades::{UpgradeList, UpgradePlan};
-use crate::http::wire::upgrades::{StepView, UpgradeView};
+use crate::http::wire::upgrades::UpgradeView;
 
 #[derive(Debug, Subcommand)]
 pub enum ClustersCommand {
@@ -280,7 +281,7 @@ fn show_job(j: UpgradeView) {
     ]);
     let mut t = Table::new(&["COMPONENT", "STATE", "STEPS DONE", "OLD IMAGE", "NEW IMAGE"]);
     for p in j.progress {
-        let done = p.steps.iter().filter(|s: &&StepView| s.state == "succeeded").count();
+        let done = p.steps.iter().filter(|s| s.state == "succeeded").count();
         t.row(vec![p.component, p.state, done.to_string(), or_dash(&p.old_image), p.new_image]);
     }
     println!();

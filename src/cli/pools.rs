@@ -1,4 +1,5 @@
-//! `drover pools ...` and `drover machines ...`.
+//! `drover pools ...` and `drover machines ...`. Answers are read into the
+//! server's own view types (`PoolView`, `MachineView`).
 
 use std::path::PathBuf;
 
