@@ -8,7 +8,10 @@ library as `drover::`) is mapped to its module path (src/db/mod.rs and
 src/db.rs are `crate::db`, src/db/pools.rs is `crate::db::pools`, inline
 `mod x { ... }` blocks are modules too). Its references are the paths it
 names: `use` trees and inline paths that start with `crate::`, `super::`,
-`self::` or the name of one of the module's own child modules.
+`self::` or the name of one of the module's own child modules. A path
+through a re-export (`pub use gate::WriteTx;` in src/db/mod.rs, named as
+`crate::db::WriteTx`) counts as a reference to where the item lives
+(`crate::db::gate`), not to the module that re-exports it.
 
 Modules are then grouped at a depth and the strongly connected components
 of the graph printed with one example (file:line) per edge:
@@ -144,9 +147,11 @@ class Module:
 
 
 def scan(src: Path):
-    """Returns (modules by path, references as (from, to-path-segments, file, line, test))."""
+    """Returns (modules by path, references as (from, to-path-segments, file,
+    line, test), re-exports as {(module, name): path-segments})."""
     modules: dict[tuple[str, ...], Module] = {}
     refs = []
+    reexports: dict[tuple[tuple[str, ...], str], list[str]] = {}
     test_files: set[tuple[str, ...]] = set()
     files = sorted(p for p in src.rglob("*.rs") if p != src / "main.rs")
     stripped = {}
@@ -191,7 +196,7 @@ def scan(src: Path):
             if p[: len(t)] == t:
                 m.test = True
 
-    use_re = re.compile(r"\buse\s+([^;]+);")
+    use_re = re.compile(r"(\bpub(?:\s*\([^)]*\))?\s+)?\buse\s+([^;]+);")
     for f in files:
         text, events = stripped[f]
         line_starts = [0] + [k + 1 for k, ch in enumerate(text) if ch == "\n"]
@@ -219,8 +224,10 @@ def scan(src: Path):
         for m in use_re.finditer(text):
             spans.append((m.start(), m.end()))
             mod, is_test = where(m.start())
-            for p in expand_use(m.group(1)):
+            for p in expand_use(m.group(2)):
                 refs.append((mod, p.split("::"), f, line_of(m.start()), is_test))
+                if m.group(1) and not is_test and not m.group(2).rstrip().endswith("*") and " as " not in m.group(2):
+                    reexports[(mod, p.split("::")[-1])] = p.split("::")
         in_use = lambda off: any(a <= off < b for a, b in spans)  # noqa: E731
         path_re = re.compile(r"(?<![A-Za-z0-9_:])(" + IDENT + r")((?:\s*::\s*" + IDENT + r")+)")
         for m in path_re.finditer(text):
@@ -229,11 +236,12 @@ def scan(src: Path):
             segs = [m.group(1)] + [s for s in re.split(r"\s*::\s*", m.group(2)) if s]
             mod, is_test = where(m.start())
             refs.append((mod, segs, f, line_of(m.start()), is_test))
-    return modules, refs
+    return modules, refs, reexports
 
 
-def resolve(modules, here: tuple[str, ...], segs: list[str]):
-    """The deepest known module a path names, or None for an outside crate."""
+def resolve(modules, here: tuple[str, ...], segs: list[str], reexports=None, hops: int = 0):
+    """The deepest known module a path names (following re-exports), or None
+    for an outside crate."""
     first = segs[0]
     if first == "crate":
         base, rest = ("crate",), segs[1:]
@@ -248,11 +256,15 @@ def resolve(modules, here: tuple[str, ...], segs: list[str]):
     else:
         return None
     target = base
-    for s in rest:
+    for k, s in enumerate(rest):
         if (*target, s) in modules:
             target = (*target, s)
-        else:
-            break
+            continue
+        again = (reexports or {}).get((target, s))
+        if again is not None and hops < 8:
+            through = resolve(modules, target, again + rest[k + 1:], reexports, hops + 1)
+            return through if through is not None else target
+        break
     return target
 
 
@@ -298,7 +310,7 @@ def main() -> int:
     args = ap.parse_args()
     src = Path(args.src)
     root = src.parent
-    modules, refs = scan(src)
+    modules, refs, reexports = scan(src)
 
     def group(path: tuple[str, ...], depth: int) -> str:
         return "::".join(path[: 1 + depth])
@@ -311,7 +323,7 @@ def main() -> int:
         for here, segs, f, line, is_test in refs:
             if here is None or (is_test and not args.tests):
                 continue
-            target = resolve(modules, here, segs)
+            target = resolve(modules, here, segs, reexports)
             if target is None or len(target) < 2:
                 continue
             if depth == 2 and (here[:2] != target[:2] or len(here) < 2):

@@ -24,7 +24,7 @@ use crate::domain::pool::{HostPolicy, SpecLimits};
 use crate::reconcile::{
     self,
     observe::Timing,
-    terminate::Terminator,
+    terminator::Terminator,
     worker::{PoolQueue, WorkerSettings},
 };
 use crate::runtime::docker::{DockerBackend, Endpoint};

@@ -145,8 +145,27 @@ impl Client {
 
     /// Reads an answer as the type the server serialized it from, so that a
     /// renamed or missing field is an error, never a silent `-`.
-    pub fn decode<T: serde::de::DeserializeOwned>(what: &str, v: Value) -> Result<T, CliError> {
-        serde_json::from_value(v).map_err(|e| CliError::BadResponse { what: what.to_owned(), reason: e.to_string() })
+    ///
+    /// serde fills in a missing `Option` (and a `#[serde(default)]` field,
+    /// which stored types have); the server always sends those fields, so
+    /// every field the decoded value would send back must be in the answer.
+    /// Fields the answer has and the type lacks (a newer server) are fine.
+    pub fn decode<T: serde::de::DeserializeOwned + serde::Serialize>(what: &str, v: Value) -> Result<T, CliError> {
+        let bad = |reason: String| CliError::BadResponse { what: what.to_owned(), reason };
+        let decoded: T = serde_path_to_error::deserialize(&v).map_err(|e| {
+            let (path, inner) = (e.path().to_string(), e.inner().to_string());
+            match inner.strip_prefix("missing field `") {
+                _ if path == "." => bad(inner),
+                // As `missing_field` below names them: `status.replicas`.
+                Some(field) => bad(format!("missing field `{path}.{field}")),
+                None => bad(format!("{path}: {inner}")),
+            }
+        })?;
+        let expected = serde_json::to_value(&decoded).map_err(|e| bad(e.to_string()))?;
+        match missing_field(&v, &expected, "") {
+            Some(path) => Err(bad(format!("missing field `{path}`"))),
+            None => Ok(decoded),
+        }
     }
 
     pub async fn delete(&self, path: &str) -> Result<Value, CliError> {
@@ -192,6 +211,21 @@ impl Client {
     }
 }
 
+/// The first field of `expected` that `got` lacks, as a path like `items[0].status.replicas`.
+fn missing_field(got: &Value, expected: &Value, path: &str) -> Option<String> {
+    let at = |key: &str| if path.is_empty() { key.to_owned() } else { format!("{path}.{key}") };
+    match (got, expected) {
+        (Value::Object(got), Value::Object(expected)) => expected.iter().find_map(|(key, e)| match got.get(key) {
+            None => Some(at(key)),
+            Some(g) => missing_field(g, e, &at(key)),
+        }),
+        (Value::Array(got), Value::Array(expected)) => {
+            got.iter().zip(expected).enumerate().find_map(|(i, (g, e))| missing_field(g, e, &format!("{path}[{i}]")))
+        }
+        _ => None,
+    }
+}
+
 /// The problem in an error answer, or one made up from its status when the
 /// body is not a problem document.
 fn problem_of(status: StatusCode, body: &[u8]) -> Problem {
@@ -226,6 +260,52 @@ mod tests {
     fn a_body_that_is_not_a_problem_still_gives_a_message() {
         let p = problem_of(StatusCode::BAD_GATEWAY, b"upstream down");
         assert_eq!(p.to_string(), "Bad Gateway (502): upstream down");
+    }
+
+    #[derive(Debug, Deserialize, serde::Serialize)]
+    struct View {
+        name: String,
+        inner: Vec<Inner>,
+    }
+
+    #[derive(Debug, Deserialize, serde::Serialize)]
+    struct Inner {
+        error: Option<String>,
+        #[serde(default)]
+        count: u32,
+    }
+
+    fn decoded(v: Value) -> Result<View, String> {
+        Client::decode::<View>("GET /x", v).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn an_answer_missing_any_field_is_an_error_that_names_it() {
+        use serde_json::json;
+        assert!(decoded(json!({"name": "a", "inner": [{"error": null, "count": 1}], "newer": 1})).is_ok());
+        assert_eq!(decoded(json!({"inner": []})).unwrap_err(), "unexpected answer to GET /x: missing field `name`");
+        assert_eq!(
+            decoded(json!({"name": "a", "inner": [{"error": null, "count": 1}, {"count": 2}]})).unwrap_err(),
+            "unexpected answer to GET /x: missing field `inner[1].error`",
+            "an Option the server always sends"
+        );
+        assert_eq!(
+            decoded(json!({"name": "a", "inner": [{"error": "x"}]})).unwrap_err(),
+            "unexpected answer to GET /x: missing field `inner[0].count`",
+            "a field with a default"
+        );
+        #[derive(Debug, Deserialize, serde::Serialize)]
+        struct Outer {
+            view: View,
+        }
+        assert_eq!(
+            Client::decode::<Outer>("GET /y", json!({"view": {"inner": []}})).unwrap_err().to_string(),
+            "unexpected answer to GET /y: missing field `view.name`"
+        );
+        assert_eq!(
+            decoded(json!({"name": "a", "inner": [{"error": 3, "count": 1}]})).unwrap_err(),
+            "unexpected answer to GET /x: inner[0].error: invalid type: integer `3`, expected a string"
+        );
     }
 
     #[test]

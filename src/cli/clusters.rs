@@ -1,15 +1,21 @@
 //! `drover clusters ...` and `drover upgrade ...`: registered Kubernetes
-//! clusters and their control-plane upgrade jobs.
+//! clusters and their control-plane upgrade jobs. Answers are read into
+//! the server's own view types.
 
 use std::path::{Path, PathBuf};
 
+use chrono::SecondsFormat;
 use clap::{ArgGroup, Args, Subcommand};
 use serde_json::{Map, Value, json};
 
 use super::args::{PageArgs, WaitArgs};
 use super::client::{CliError, Client};
-use super::output::{OutputFormat, Table, items, more_hint, print_fields, print_json, text};
+use super::output::{OutputFormat, Table, more_hint, or_dash, print_fields, print_json, show, wire_name};
 use super::wait::{self, Target};
+use crate::domain::upgrade::JobState;
+use crate::http::clusters::{ClusterList, ClusterStatus, ClusterView};
+use crate::http::upgrades::{UpgradeList, UpgradePlan};
+use crate::http::wire::upgrades::UpgradeView;
 
 #[derive(Debug, Subcommand)]
 pub enum ClustersCommand {
@@ -94,24 +100,25 @@ fn read(path: &Path) -> Result<String, CliError> {
 }
 
 pub async fn run_clusters(client: &Client, out: OutputFormat, cmd: ClustersCommand) -> Result<(), CliError> {
-    let json_or = |v: &Value, table: &dyn Fn(&Value)| if out == OutputFormat::Json { print_json(v) } else { table(v) };
     match cmd {
         ClustersCommand::List(page) => {
-            let page = client.get(&page.query("/v1/clusters")).await?;
-            json_or(&page, &|page| {
+            let path = page.query("/v1/clusters");
+            let page = client.get(&path).await?;
+            show(out, &format!("GET {path}"), page, |page: ClusterList| {
                 let mut t = Table::new(&["NAME", "SERVER", "AUTH", "CREATED"]);
-                for c in items(page) {
-                    t.row(vec![text(c, "name"), text(c, "server"), text(c, "auth"), text(c, "created_at")]);
+                for c in page.items {
+                    t.row(vec![c.name, c.server, c.auth, c.created_at.to_rfc3339_opts(SecondsFormat::Secs, true)]);
                 }
                 t.print();
-                more_hint(page);
-            });
+                more_hint(&page.next_cursor);
+            })?;
         }
         ClustersCommand::Get { name } => {
-            let c = client.get(&format!("/v1/clusters/{name}")).await?;
-            json_or(&c, &|c| {
-                print_fields(&[("name", text(c, "name")), ("server", text(c, "server")), ("auth", text(c, "auth"))])
-            });
+            let path = format!("/v1/clusters/{name}");
+            let c = client.get(&path).await?;
+            show(out, &format!("GET {path}"), c, |c: ClusterView| {
+                print_fields(&[("name", c.name), ("server", c.server), ("auth", c.auth)])
+            })?;
         }
         ClustersCommand::Create(args) => {
             let mut body = Map::new();
@@ -133,34 +140,45 @@ pub async fn run_clusters(client: &Client, out: OutputFormat, cmd: ClustersComma
                 body.insert("ca_certificate".into(), json!(read(path)?));
             }
             let c = client.post("/v1/clusters", Some(&Value::Object(body))).await?;
-            json_or(&c, &|c| println!("cluster {} registered ({})", text(c, "name"), text(c, "server")));
+            show(out, "POST /v1/clusters", c, |c: ClusterView| {
+                println!("cluster {} registered ({})", c.name, c.server)
+            })?;
         }
         ClustersCommand::Delete { name } => {
             client.delete(&format!("/v1/clusters/{name}")).await?;
-            // 204 has no body; scripts still get one JSON document.
-            json_or(&json!({ "name": name, "deleted": true }), &|_| println!("cluster {name} deleted"));
+            match out {
+                // 204 has no body; scripts still get one JSON document.
+                OutputFormat::Json => print_json(&json!({ "name": name, "deleted": true })),
+                OutputFormat::Table => println!("cluster {name} deleted"),
+            }
         }
         ClustersCommand::Status { name } => {
-            let s = client.get(&format!("/v1/clusters/{name}/status")).await?;
-            json_or(&s, &show_cluster_status);
+            let path = format!("/v1/clusters/{name}/status");
+            let s = client.get(&path).await?;
+            show(out, &format!("GET {path}"), s, show_cluster_status)?;
         }
     }
     Ok(())
 }
 
-fn show_cluster_status(s: &Value) {
+fn show_cluster_status(s: ClusterStatus) {
     print_fields(&[
-        ("name", text(s, "name")),
-        ("reachable", text(s, "reachable")),
-        ("healthy", text(s, "healthy")),
-        ("version", text(s, "version")),
-        ("detail", text(s, "detail")),
+        ("name", s.name),
+        ("reachable", s.reachable.to_string()),
+        ("healthy", s.healthy.to_string()),
+        ("version", or_dash(&s.version)),
+        ("detail", or_dash(&s.detail)),
     ]);
     let mut t = Table::new(&["COMPONENT", "VERSION", "PODS", "IMAGE", "ERROR"]);
-    for c in s["components"].as_array().map(Vec::as_slice).unwrap_or_default() {
-        let pods = c["pods"].as_array().map(Vec::as_slice).unwrap_or_default();
-        let pods: Vec<String> = pods.iter().map(|p| format!("{} ({})", text(p, "name"), text(p, "phase"))).collect();
-        t.row(vec![text(c, "component"), text(c, "version"), pods.join(", "), text(c, "image"), text(c, "error")]);
+    for c in s.components {
+        let pods: Vec<String> = c.pods.iter().map(|p| format!("{} ({})", p.name, or_dash(&p.phase))).collect();
+        t.row(vec![
+            wire_name(&c.component),
+            or_dash(&c.version),
+            pods.join(", "),
+            or_dash(&c.image),
+            or_dash(&c.error),
+        ]);
     }
     println!();
     t.print();
@@ -170,41 +188,38 @@ pub async fn run_upgrade(client: &Client, out: OutputFormat, cmd: UpgradeCommand
     match cmd {
         UpgradeCommand::Start(args) => start(client, out, args).await,
         UpgradeCommand::Status { id } => {
-            let job = client.get(&format!("/v1/upgrades/{id}")).await?;
-            show_job(out, &job);
-            Ok(())
+            let path = format!("/v1/upgrades/{id}");
+            let job = client.get(&path).await?;
+            show(out, &format!("GET {path}"), job, show_job)
         }
         UpgradeCommand::Cancel { id } => {
-            let job = client.post(&format!("/v1/upgrades/{id}/cancel"), None).await?;
-            match out {
-                OutputFormat::Json => print_json(&job),
-                OutputFormat::Table if job["state"] == "cancelled" => println!("upgrade {id} cancelled"),
-                OutputFormat::Table => println!("upgrade {id}: cancel requested; it stops at its next safe point"),
-            }
-            Ok(())
+            let path = format!("/v1/upgrades/{id}/cancel");
+            let job = client.post(&path, None).await?;
+            show(out, &format!("POST {path}"), job, |job: UpgradeView| match job.state {
+                JobState::Cancelled => println!("upgrade {id} cancelled"),
+                _ => println!("upgrade {id}: cancel requested; it stops at its next safe point"),
+            })
         }
         UpgradeCommand::List { cluster, state, page } => {
             let extra = [("cluster", cluster.as_deref()), ("state", state.as_deref())];
-            let page = client.get(&page.query_with("/v1/upgrades", &extra)).await?;
-            if out == OutputFormat::Json {
-                print_json(&page);
-                return Ok(());
-            }
-            let mut t = Table::new(&["ID", "CLUSTER", "FROM", "TO", "STATE", "AT", "CREATED"]);
-            for j in items(&page) {
-                t.row(vec![
-                    text(j, "id"),
-                    text(j, "cluster"),
-                    text(j, "from_version"),
-                    text(j, "version"),
-                    text(j, "state"),
-                    position(j),
-                    text(j, "created_at"),
-                ]);
-            }
-            t.print();
-            more_hint(&page);
-            Ok(())
+            let path = page.query_with("/v1/upgrades", &extra);
+            let page = client.get(&path).await?;
+            show(out, &format!("GET {path}"), page, |page: UpgradeList| {
+                let mut t = Table::new(&["ID", "CLUSTER", "FROM", "TO", "STATE", "AT", "CREATED"]);
+                for j in &page.items {
+                    t.row(vec![
+                        j.id.to_string(),
+                        j.cluster.clone(),
+                        or_dash(&j.from_version),
+                        j.version.to_string(),
+                        wire_name(&j.state),
+                        position(j),
+                        j.created_at.to_rfc3339_opts(SecondsFormat::Secs, true),
+                    ]);
+                }
+                t.print();
+                more_hint(&page.next_cursor);
+            })
         }
     }
 }
@@ -217,24 +232,20 @@ async fn start(client: &Client, out: OutputFormat, args: StartUpgradeArgs) -> Re
     if let Some(repo) = &args.image_repository {
         body["image_repository"] = json!(repo);
     }
-    let answer = client.post(&format!("/v1/clusters/{}/upgrades", args.cluster), Some(&body)).await?;
+    let path = format!("/v1/clusters/{}/upgrades", args.cluster);
+    let answer = client.post(&path, Some(&body)).await?;
+    let what = format!("POST {path}");
     if args.dry_run {
-        if out == OutputFormat::Json {
-            print_json(&answer);
-            return Ok(());
-        }
-        println!("{} -> {}", text(&answer, "current_version"), text(&answer, "target_version"));
-        let mut t = Table::new(&["COMPONENT", "CURRENT IMAGE", "NEW IMAGE"]);
-        for c in answer["components"].as_array().map(Vec::as_slice).unwrap_or_default() {
-            t.row(vec![text(c, "component"), text(c, "current_image"), text(c, "new_image")]);
-        }
-        t.print();
-        return Ok(());
+        return show(out, &what, answer, |plan: UpgradePlan| {
+            println!("{} -> {}", or_dash(&plan.current_version), plan.target_version);
+            let mut t = Table::new(&["COMPONENT", "CURRENT IMAGE", "NEW IMAGE"]);
+            for c in plan.components {
+                t.row(vec![wire_name(&c.component), or_dash(&c.current_image), c.new_image]);
+            }
+            t.print();
+        });
     }
-    let id = answer["id"].as_i64().ok_or_else(|| CliError::BadResponse {
-        what: "POST .../upgrades".into(),
-        reason: "the job has no id".into(),
-    })?;
+    let id = Client::decode::<UpgradeView>(&what, answer.clone())?.id;
     if !args.wait.wait {
         match out {
             OutputFormat::Json => print_json(&answer),
@@ -244,44 +255,34 @@ async fn start(client: &Client, out: OutputFormat, args: StartUpgradeArgs) -> Re
     }
     eprintln!("upgrade {id} started");
     let job = wait::wait(client, &Target::Upgrade(id), args.wait.timeout).await?;
-    match out {
-        OutputFormat::Json => print_json(&job),
-        OutputFormat::Table => println!("upgrade {id} succeeded: {} runs {}", args.cluster, text(&job, "version")),
-    }
-    Ok(())
+    let cluster = args.cluster;
+    show(out, &format!("GET /v1/upgrades/{id}"), job, |job: UpgradeView| {
+        println!("upgrade {id} succeeded: {cluster} runs {}", job.version)
+    })
 }
 
-fn position(job: &Value) -> String {
-    let c = &job["current"];
-    if c.is_object() { format!("{} step {}", text(c, "component"), text(c, "step")) } else { "-".into() }
+fn position(job: &UpgradeView) -> String {
+    match &job.current {
+        Some(c) => format!("{} step {}", wire_name(&c.component), c.step),
+        None => "-".into(),
+    }
 }
 
-fn show_job(out: OutputFormat, j: &Value) {
-    if out == OutputFormat::Json {
-        return print_json(j);
-    }
-    let upgraded: Vec<String> =
-        j["upgraded_components"].as_array().map(|a| a.iter().map(super::output::cell).collect()).unwrap_or_default();
+fn show_job(j: UpgradeView) {
+    let upgraded = j.upgraded_components.join(", ");
     print_fields(&[
-        ("id", text(j, "id")),
-        ("cluster", text(j, "cluster")),
-        ("version", format!("{} -> {}", text(j, "from_version"), text(j, "version"))),
-        ("state", text(j, "state")),
-        ("at", position(j)),
-        ("upgraded", if upgraded.is_empty() { "-".into() } else { upgraded.join(", ") }),
-        ("error", text(j, "error")),
+        ("id", j.id.to_string()),
+        ("cluster", j.cluster.clone()),
+        ("version", format!("{} -> {}", or_dash(&j.from_version), j.version)),
+        ("state", wire_name(&j.state)),
+        ("at", position(&j)),
+        ("upgraded", if upgraded.is_empty() { "-".into() } else { upgraded }),
+        ("error", or_dash(&j.error)),
     ]);
     let mut t = Table::new(&["COMPONENT", "STATE", "STEPS DONE", "OLD IMAGE", "NEW IMAGE"]);
-    for p in j["progress"].as_array().map(Vec::as_slice).unwrap_or_default() {
-        let steps = p["steps"].as_array().map(Vec::as_slice).unwrap_or_default();
-        let done = steps.iter().filter(|s| s["state"] == "succeeded").count();
-        t.row(vec![
-            text(p, "component"),
-            text(p, "state"),
-            done.to_string(),
-            text(p, "old_image"),
-            text(p, "new_image"),
-        ]);
+    for p in j.progress {
+        let done = p.steps.iter().filter(|s| s.state == "succeeded").count();
+        t.row(vec![p.component, p.state, done.to_string(), or_dash(&p.old_image), p.new_image]);
     }
     println!();
     t.print();

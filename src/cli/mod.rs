@@ -4,7 +4,9 @@
 //!
 //! - [`client`]: the HTTP calls, bearer token, and errors (problem documents,
 //!   unreachable servers) turned into messages and exit codes.
-//! - [`output`]: tables for people, the server's JSON for scripts.
+//! - [`output`]: tables for people, the server's JSON for scripts. Tables
+//!   read answers into the server's own view types (`Client::decode`), so
+//!   a field the server renamed or dropped is an error naming it.
 //! - [`wait`] and [`sse`]: `--wait`, following the server's event streams
 //!   (or polling when a stream fails) until the work ends.
 //! - [`args`]: `--wait`/`--timeout` and paging, shared by the command groups.

@@ -4,7 +4,11 @@
 //! `-o json | jq` always sees one JSON document.
 
 use clap::ValueEnum;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
+
+use super::client::{CliError, Client};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OutputFormat {
@@ -23,18 +27,18 @@ pub fn print_json(value: &Value) {
     }
 }
 
-/// A field of a JSON object as display text: strings bare, `null` and
-/// missing as `-`, everything else as JSON.
-pub fn text(v: &Value, key: &str) -> String {
-    cell(&v[key])
+/// How the server names an enum value (`rolled_back`, `kube-apiserver`).
+pub fn wire_name<T: Serialize>(v: &T) -> String {
+    match serde_json::to_value(v) {
+        Ok(Value::String(s)) => s,
+        Ok(other) => other.to_string(),
+        Err(_) => "?".to_owned(),
+    }
 }
 
-pub fn cell(v: &Value) -> String {
-    match v {
-        Value::Null => "-".to_owned(),
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
+/// An optional value as display text, `-` when absent.
+pub fn or_dash<T: ToString>(v: &Option<T>) -> String {
+    v.as_ref().map_or_else(|| "-".to_owned(), T::to_string)
 }
 
 /// A table with a header row; columns are as wide as their widest cell.
@@ -82,14 +86,24 @@ pub fn print_fields(fields: &[(&str, String)]) {
     }
 }
 
-/// The `items` of a list answer.
-pub fn items(page: &Value) -> &[Value] {
-    page["items"].as_array().map(Vec::as_slice).unwrap_or_default()
+/// An answer as the server's JSON, or read as its view type `T` and shown
+/// to a person by `table`.
+pub fn show<T: DeserializeOwned + Serialize>(
+    out: OutputFormat,
+    what: &str,
+    answer: Value,
+    table: impl FnOnce(T),
+) -> Result<(), CliError> {
+    match out {
+        OutputFormat::Json => print_json(&answer),
+        OutputFormat::Table => table(Client::decode(what, answer)?),
+    }
+    Ok(())
 }
 
 /// Tells a person how to get the next page, on standard error.
-pub fn more_hint(page: &Value) {
-    if let Some(cursor) = page["next_cursor"].as_str() {
+pub fn more_hint(next_cursor: &Option<String>) {
+    if let Some(cursor) = next_cursor {
         eprintln!("(more: repeat with --cursor {cursor})");
     }
 }
@@ -97,7 +111,6 @@ pub fn more_hint(page: &Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     #[test]
     fn tables_align_columns_and_trim_line_ends() {
@@ -108,11 +121,8 @@ mod tests {
     }
 
     #[test]
-    fn cells_show_strings_bare_and_nothing_as_a_dash() {
-        let v = json!({"s": "x", "n": 3, "z": null});
-        assert_eq!(
-            (text(&v, "s"), text(&v, "n"), text(&v, "z"), text(&v, "missing")),
-            ("x".into(), "3".into(), "-".into(), "-".into())
-        );
+    fn enums_show_their_wire_names_and_nothing_shows_as_a_dash() {
+        assert_eq!(wire_name(&crate::domain::upgrade::JobState::Running), "running");
+        assert_eq!((or_dash(&Some(3)), or_dash::<u32>(&None)), ("3".into(), "-".into()));
     }
 }

@@ -1,4 +1,5 @@
-//! `drover pools ...` and `drover machines ...`.
+//! `drover pools ...` and `drover machines ...`. Answers are read into the
+//! server's own view types (`PoolView`, `MachineView`).
 
 use std::path::PathBuf;
 
@@ -7,8 +8,11 @@ use serde_json::{Map, Value, json};
 
 use super::args::{PageArgs, WaitArgs};
 use super::client::{CliError, Client};
-use super::output::{OutputFormat, Table, cell, items, more_hint, print_fields, print_json, text};
+use super::output::{OutputFormat, Table, more_hint, or_dash, print_fields, print_json, wire_name};
 use super::wait::{self, Target};
+use crate::http::machines::MachineList;
+use crate::http::wire::PoolView;
+use crate::http::wire::pools::PoolList;
 
 #[derive(Debug, Subcommand)]
 pub enum PoolsCommand {
@@ -109,14 +113,14 @@ fn int_or_percent(s: &str) -> Value {
 pub async fn run_pools(client: &Client, out: OutputFormat, cmd: PoolsCommand) -> Result<(), CliError> {
     match cmd {
         PoolsCommand::List(page) => {
-            let page = client.get(&page.query("/v1/pools")).await?;
-            show_pool_list(out, &page);
-            Ok(())
+            let path = page.query("/v1/pools");
+            let page = client.get(&path).await?;
+            show_pool_list(out, &format!("GET {path}"), page)
         }
         PoolsCommand::Get { name } => {
-            let pool = client.get(&format!("/v1/pools/{name}")).await?;
-            show_pool(out, &pool);
-            Ok(())
+            let path = format!("/v1/pools/{name}");
+            let pool = client.get(&path).await?;
+            show_pool(out, &format!("GET {path}"), pool)
         }
         PoolsCommand::Create(args) => {
             let body = create_body(&args)?;
@@ -205,100 +209,106 @@ pub async fn finish(
 ) -> Result<(), CliError> {
     let shown =
         if wait.wait { wait::wait(client, &Target::Pool(name.to_owned()), wait.timeout).await? } else { answer };
-    match out {
-        OutputFormat::Json => print_json(&shown),
-        OutputFormat::Table if wait.wait => println!("pool {name} {what}: {}", summary(&shown)),
-        OutputFormat::Table => println!("pool {name} {what} (generation {})", text(&shown, "generation")),
+    if out == OutputFormat::Json {
+        print_json(&shown);
+        return Ok(());
+    }
+    let pool: PoolView = Client::decode(&format!("the answer about pool {name}"), shown)?;
+    if wait.wait {
+        println!("pool {name} {what}: {}", summary(&pool));
+    } else {
+        println!("pool {name} {what} (generation {})", pool.generation);
     }
     Ok(())
 }
 
-fn summary(pool: &Value) -> String {
-    let s = &pool["status"];
+fn summary(pool: &PoolView) -> String {
     format!(
         "{}/{} machines ready and up to date, image {}",
-        text(s, "ready_replicas"),
-        text(pool, "replicas"),
-        text(pool, "desired_image")
+        pool.status.ready_replicas, pool.spec.replicas, pool.desired_image
     )
 }
 
-fn show_pool_list(out: OutputFormat, page: &Value) {
+fn show_pool_list(out: OutputFormat, what: &str, page: Value) -> Result<(), CliError> {
     if out == OutputFormat::Json {
-        return print_json(page);
+        print_json(&page);
+        return Ok(());
     }
+    let page: PoolList = Client::decode(what, page)?;
     let mut t = Table::new(&["NAME", "PHASE", "REPLICAS", "READY", "UPDATED", "PAUSED", "IMAGE"]);
-    for p in items(page) {
-        let s = &p["status"];
+    for p in &page.items {
         t.row(vec![
-            text(p, "name"),
-            text(p, "phase"),
-            text(p, "replicas"),
-            text(s, "ready_replicas"),
-            text(s, "updated_replicas"),
-            text(p, "paused"),
-            text(p, "desired_image"),
+            p.name.clone(),
+            wire_name(&p.phase),
+            p.spec.replicas.to_string(),
+            p.status.ready_replicas.to_string(),
+            p.status.updated_replicas.to_string(),
+            p.spec.paused.to_string(),
+            p.desired_image.clone(),
         ]);
     }
     t.print();
-    more_hint(page);
+    more_hint(&page.next_cursor);
+    Ok(())
 }
 
-fn show_pool(out: OutputFormat, p: &Value) {
+fn show_pool(out: OutputFormat, what: &str, answer: Value) -> Result<(), CliError> {
     if out == OutputFormat::Json {
-        return print_json(p);
+        print_json(&answer);
+        return Ok(());
     }
-    let s = &p["status"];
+    let p: PoolView = Client::decode(what, answer)?;
+    let s = &p.status;
     print_fields(&[
-        ("name", text(p, "name")),
-        ("phase", text(p, "phase")),
-        ("image", text(p, "desired_image")),
-        ("version", text(p, "version")),
-        ("replicas", text(p, "replicas")),
+        ("name", p.name.clone()),
+        ("phase", wire_name(&p.phase)),
+        ("image", p.desired_image.clone()),
+        ("version", p.spec.version.clone()),
+        ("replicas", p.spec.replicas.to_string()),
         (
             "machines",
             format!(
                 "{} total, {} ready, {} updated, {} available",
-                text(s, "replicas"),
-                text(s, "ready_replicas"),
-                text(s, "updated_replicas"),
-                text(s, "available_replicas")
+                s.replicas, s.ready_replicas, s.updated_replicas, s.available_replicas
             ),
         ),
-        ("generation", format!("{} (observed {})", text(p, "generation"), text(s, "observed_generation"))),
-        ("revision", text(p, "revision")),
-        ("paused", text(p, "paused")),
-        ("last error", text(s, "last_error")),
+        ("generation", format!("{} (observed {})", p.generation, s.observed_generation)),
+        ("revision", p.revision.to_string()),
+        ("paused", p.spec.paused.to_string()),
+        ("last error", or_dash(&s.last_error)),
     ]);
     let mut t = Table::new(&["CONDITION", "STATUS", "REASON", "MESSAGE"]);
-    for c in s["conditions"].as_array().map(Vec::as_slice).unwrap_or_default() {
-        t.row(vec![text(c, "type"), text(c, "status"), text(c, "reason"), text(c, "message")]);
+    for c in &s.conditions {
+        t.row(vec![c.type_.clone(), wire_name(&c.status), c.reason.clone(), c.message.clone()]);
     }
     println!();
     t.print();
+    Ok(())
 }
 
 pub async fn run_machines(client: &Client, out: OutputFormat, cmd: MachinesCommand) -> Result<(), CliError> {
     match cmd {
         MachinesCommand::List { pool, page } => {
-            let page = client.get(&page.query(&format!("/v1/pools/{pool}/machines"))).await?;
+            let path = page.query(&format!("/v1/pools/{pool}/machines"));
+            let page = client.get(&path).await?;
             if out == OutputFormat::Json {
                 print_json(&page);
                 return Ok(());
             }
+            let page: MachineList = Client::decode(&format!("GET {path}"), page)?;
             let mut t = Table::new(&["NAME", "PHASE", "READY", "UP-TO-DATE", "FAILURE-DOMAIN", "IMAGE"]);
-            for m in items(&page) {
+            for m in &page.items {
                 t.row(vec![
-                    text(m, "name"),
-                    text(m, "phase"),
-                    text(m, "ready"),
-                    text(m, "up_to_date"),
-                    cell(&m["failure_domain"]),
-                    text(m, "image"),
+                    m.name.clone(),
+                    wire_name(&m.phase),
+                    m.ready.to_string(),
+                    m.up_to_date.to_string(),
+                    or_dash(&m.failure_domain),
+                    m.image.clone(),
                 ]);
             }
             t.print();
-            more_hint(&page);
+            more_hint(&page.next_cursor);
             Ok(())
         }
         MachinesCommand::Delete { pool, machine } => {

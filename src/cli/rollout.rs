@@ -6,8 +6,9 @@ use serde_json::{Value, json};
 
 use super::args::WaitArgs;
 use super::client::{CliError, Client};
-use super::output::{OutputFormat, print_fields, print_json, text};
+use super::output::{OutputFormat, or_dash, print_fields, print_json, wire_name};
 use super::pools::finish;
+use crate::http::rollouts::RolloutView;
 
 #[derive(Debug, Subcommand)]
 pub enum RolloutCommand {
@@ -41,9 +42,9 @@ pub enum RolloutCommand {
 pub async fn run(client: &Client, out: OutputFormat, cmd: RolloutCommand) -> Result<(), CliError> {
     match cmd {
         RolloutCommand::Status { pool } => {
-            let r = client.get(&format!("/v1/pools/{pool}/rollout")).await?;
-            show_rollout(out, &r);
-            Ok(())
+            let path = format!("/v1/pools/{pool}/rollout");
+            let r = client.get(&path).await?;
+            show_rollout(out, &format!("GET {path}"), r)
         }
         RolloutCommand::Pause { pool } => {
             let p = set_paused(client, &pool, true).await?;
@@ -60,16 +61,18 @@ pub async fn run(client: &Client, out: OutputFormat, cmd: RolloutCommand) -> Res
             finish(client, out, &pool, p, wait, "rolling back").await
         }
         RolloutCommand::Continue { pool, wait } => {
-            let r = client.post(&format!("/v1/pools/{pool}/rollout/continue"), None).await?;
+            let path = format!("/v1/pools/{pool}/rollout/continue");
+            let r = client.post(&path, None).await?;
             if wait.wait {
                 return finish(client, out, &pool, r, wait, "rollout finished").await;
             }
-            match out {
-                OutputFormat::Json => print_json(&r),
-                OutputFormat::Table => {
-                    println!("next batch of pool {pool} approved (batch {})", text(&r["batch"], "approved_batches"))
-                }
+            if out == OutputFormat::Json {
+                print_json(&r);
+                return Ok(());
             }
+            let r: RolloutView = Client::decode(&format!("POST {path}"), r)?;
+            let batch = r.batch.map(|b| b.approved_batches);
+            println!("next batch of pool {pool} approved (batch {})", or_dash(&batch));
             Ok(())
         }
     }
@@ -79,30 +82,29 @@ async fn set_paused(client: &Client, pool: &str, paused: bool) -> Result<Value, 
     client.merge_patch(&format!("/v1/pools/{pool}"), &json!({ "paused": paused })).await
 }
 
-fn show_rollout(out: OutputFormat, r: &Value) {
+fn show_rollout(out: OutputFormat, what: &str, answer: Value) -> Result<(), CliError> {
     if out == OutputFormat::Json {
-        return print_json(r);
+        print_json(&answer);
+        return Ok(());
     }
-    let c = &r["counts"];
-    let eta = r["estimated_seconds_remaining"].as_f64().map(|s| format!("{s:.0} s")).unwrap_or_else(|| "-".into());
+    let r: RolloutView = Client::decode(what, answer)?;
+    let c = &r.counts;
+    let eta = r.estimated_seconds_remaining.map(|s| format!("{s:.0} s")).unwrap_or_else(|| "-".into());
     print_fields(&[
-        ("pool", text(r, "pool")),
-        ("state", text(r, "state")),
-        ("reason", text(r, "reason")),
-        ("image", text(r, "desired_image")),
-        ("revision", text(r, "revision")),
+        ("pool", r.pool.clone()),
+        ("state", wire_name(&r.state)),
+        ("reason", or_dash(&r.reason)),
+        ("image", r.desired_image.clone()),
+        ("revision", r.revision.to_string()),
         (
             "machines",
             format!(
                 "{} of {} updated and available ({} total, {} ready, {} outdated)",
-                text(c, "updated_available"),
-                text(r, "replicas"),
-                text(c, "total"),
-                text(c, "ready"),
-                text(c, "outdated")
+                c.updated_available, r.replicas, c.total, c.ready, c.outdated
             ),
         ),
-        ("remaining", text(r, "remaining")),
+        ("remaining", r.remaining.to_string()),
         ("eta", eta),
     ]);
+    Ok(())
 }

@@ -5,7 +5,7 @@
 //! when it cannot be opened or breaks, the wait goes on by polling `GET`,
 //! so an older server or a proxy that buffers streams only costs latency.
 //! Success, failure and progress are judged from the resource's JSON alone,
-//! the same way for both paths.
+//! read into the server's view type, the same way for both paths.
 
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
@@ -14,8 +14,13 @@ use futures_util::StreamExt;
 use serde_json::Value;
 
 use super::client::{CliError, Client};
+use super::output::wire_name;
 use super::sse;
+use crate::domain::event::{Event, EventType};
+use crate::domain::upgrade::JobState;
 use crate::error::error_chain;
+use crate::http::wire::upgrades::UpgradeView;
+use crate::http::wire::{PoolView, pools::PoolPhase};
 
 /// How often the fallback polls.
 const POLL_INTERVAL: Duration = Duration::from_secs(1);
@@ -60,42 +65,34 @@ impl Target {
         }
     }
 
-    pub fn judge(&self, v: &Value) -> Verdict {
-        match self {
-            Self::Pool(_) => judge_pool(v),
-            Self::Upgrade(_) => judge_upgrade(v),
-        }
+    /// Judges the resource's JSON; an answer that is not its view is an error.
+    pub fn judge(&self, v: &Value) -> Result<Verdict, CliError> {
+        let what = format!("GET {}", self.path());
+        Ok(match self {
+            Self::Pool(_) => judge_pool(&Client::decode(&what, v.clone())?),
+            Self::Upgrade(_) => judge_upgrade(&Client::decode(&what, v.clone())?),
+        })
     }
 }
 
-fn count(v: &Value) -> u64 {
-    v.as_u64().unwrap_or(0)
-}
-
-pub fn judge_pool(v: &Value) -> Verdict {
-    let s = &v["status"];
-    let want = count(&v["replicas"]);
-    let (total, ready, updated, available) = (
-        count(&s["replicas"]),
-        count(&s["ready_replicas"]),
-        count(&s["updated_replicas"]),
-        count(&s["available_replicas"]),
-    );
-    let rollout = &s["rollout"];
-    let current_rollout = rollout["revision"] == v["revision"];
-    let done = if current_rollout { count(&rollout["updated_available"]) } else { updated.min(available) };
-    let paused = v["paused"] == true;
-    if v["phase"] == "deleting" {
+pub fn judge_pool(p: &PoolView) -> Verdict {
+    let s = &p.status;
+    let want = p.spec.replicas;
+    let (total, ready, updated, available) = (s.replicas, s.ready_replicas, s.updated_replicas, s.available_replicas);
+    let current_rollout = s.rollout.as_ref().filter(|r| r.revision == p.revision);
+    let done = u64::from(current_rollout.map_or(updated.min(available), |r| r.updated_available));
+    let paused = p.spec.paused;
+    if p.phase == PoolPhase::Deleting {
         return Verdict::Failed("the pool is being deleted".into());
     }
-    if s["observed_generation"].as_i64().unwrap_or(0) < v["generation"].as_i64().unwrap_or(0) {
-        return Verdict::Pending { label: "waiting for the reconciler".into(), done, total: want };
+    if s.observed_generation < p.generation {
+        return Verdict::Pending { label: "waiting for the reconciler".into(), done, total: want.into() };
     }
-    if current_rollout && rollout["deadline_exceeded"] == true && !paused {
-        let why = s["last_error"].as_str().map(|e| format!("; last error: {e}")).unwrap_or_default();
+    if current_rollout.is_some_and(|r| r.deadline_exceeded) && !paused {
+        let why = s.last_error.as_ref().map(|e| format!("; last error: {e}")).unwrap_or_default();
         return Verdict::Failed(format!(
             "the rollout stalled: no progress for {} s, {done} of {want} machines updated and available{why}",
-            count(&v["progress_deadline_seconds"]),
+            p.spec.progress_deadline_seconds,
         ));
     }
     if [total, ready, updated, available].iter().all(|n| *n == want) {
@@ -103,30 +100,27 @@ pub fn judge_pool(v: &Value) -> Verdict {
     }
     let note = if paused { " (paused)" } else { "" };
     let label = format!("{ready} ready, {updated} updated, {total} machines, want {want}{note}");
-    Verdict::Pending { label, done: done.min(want), total: want }
+    Verdict::Pending { label, done: done.min(want.into()), total: want.into() }
 }
 
-pub fn judge_upgrade(v: &Value) -> Verdict {
-    let error = v["error"].as_str().unwrap_or("no reason given");
-    match v["state"].as_str() {
-        Some("succeeded") => Verdict::Done,
-        Some("failed") => Verdict::Failed(format!("failed: {error}")),
-        Some("cancelled") => Verdict::Failed(format!("cancelled: {error}")),
+pub fn judge_upgrade(j: &UpgradeView) -> Verdict {
+    let error = j.error.as_deref().unwrap_or("no reason given");
+    match j.state {
+        JobState::Succeeded => Verdict::Done,
+        JobState::Failed => Verdict::Failed(format!("failed: {error}")),
+        JobState::Cancelled => Verdict::Failed(format!("cancelled: {error}")),
         state => {
-            let components = v["components"].as_array().map(Vec::as_slice).unwrap_or_default();
-            let total = components.len() as u64 * STEPS_PER_COMPONENT;
-            let current = &v["current"];
-            let index = components.iter().position(|c| *c == current["component"]).unwrap_or(0) as u64;
-            let step = count(&current["step"]);
-            let label = match state {
-                Some("running") if current.is_object() => format!(
-                    "{}: step {step} ({})",
-                    current["component"].as_str().unwrap_or("?"),
-                    current["step_name"].as_str().unwrap_or("?")
-                ),
-                other => other.unwrap_or("unknown").to_owned(),
+            let total = j.components.len() as u64 * STEPS_PER_COMPONENT;
+            let (label, done) = match (&j.current, state) {
+                (Some(c), JobState::Running) => {
+                    let index = j.components.iter().position(|x| *x == c.component).unwrap_or(0) as u64;
+                    let step = u64::try_from(c.step).unwrap_or(0);
+                    let name = wire_name(&c.component);
+                    (format!("{name}: step {step} ({})", c.step_name), index * STEPS_PER_COMPONENT + step)
+                }
+                _ => (wire_name(&state), 0),
             };
-            Verdict::Pending { label, done: index * STEPS_PER_COMPONENT + step, total }
+            Verdict::Pending { label, done, total }
         }
     }
 }
@@ -181,13 +175,12 @@ fn on_message(target: &Target, progress: &mut Progress, m: &sse::Message) -> Opt
     match m.event.as_str() {
         "status" => settle(target, progress, serde_json::from_str(&m.data).ok()?),
         "event" => {
-            let ev: Value = serde_json::from_str(&m.data).ok()?;
-            let kind = if ev["type"] == "Warning" { "warning" } else { "event" };
-            progress.note(&format!(
-                "{kind}: {}: {}",
-                ev["reason"].as_str().unwrap_or("?"),
-                ev["message"].as_str().unwrap_or("")
-            ));
+            let ev: Event = match Client::decode("an event of the live stream", serde_json::from_str(&m.data).ok()?) {
+                Ok(ev) => ev,
+                Err(e) => return Some(Err(e)),
+            };
+            let kind = if ev.type_ == EventType::Warning { "warning" } else { "event" };
+            progress.note(&format!("{kind}: {}: {}", ev.reason, ev.message));
             None
         }
         "deleted" => Some(Err(CliError::Failed(format!("{} was deleted while waiting", target.describe())))),
@@ -197,7 +190,11 @@ fn on_message(target: &Target, progress: &mut Progress, m: &sse::Message) -> Opt
 
 /// Judges one state of the resource; `Some` ends the wait.
 fn settle(target: &Target, progress: &mut Progress, v: Value) -> Option<Result<Value, CliError>> {
-    match target.judge(&v) {
+    let verdict = match target.judge(&v) {
+        Ok(verdict) => verdict,
+        Err(e) => return Some(Err(e)),
+    };
+    match verdict {
         Verdict::Done => Some(Ok(v)),
         Verdict::Failed(why) => Some(Err(CliError::Failed(format!("{}: {why}", target.describe())))),
         Verdict::Pending { label, done, total } => {

@@ -7,7 +7,7 @@ use sqlx::SqliteExecutor;
 use crate::domain::event::{Event, EventType, NewEvent, SubjectKind};
 
 /// Records one event in a background write of its own.
-pub async fn record_alone(db: &super::Db, ev: &NewEvent, now: DateTime<Utc>) -> sqlx::Result<()> {
+pub async fn record_alone(db: &super::store::Db, ev: &NewEvent, now: DateTime<Utc>) -> sqlx::Result<()> {
     let mut tx = db.begin_background().await?;
     record(&mut tx, ev, now).await?;
     tx.commit().await

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use super::pools::Pool;
+use super::pool_row::Pool;
 
 #[derive(Default)]
 pub struct PoolCache {

@@ -1,62 +1,50 @@
 //! The `pools` table.
 
 use chrono::{DateTime, Utc};
-use sqlx::{AssertSqlSafe, SqliteExecutor};
+use sqlx::{AssertSqlSafe, SqliteExecutor, SqlitePool};
 
+use super::gate::WriteTx;
+use super::pool_cache::Cached;
+pub use super::pool_row::Pool;
+use super::pool_row::PoolRow;
 use super::pool_spec::StoredSpec;
+use super::store::Db;
 use crate::domain::event::{EventType, NewEvent};
 use crate::domain::pool::PoolSpec;
 use crate::domain::status::PoolStatus;
 
-/// A stored pool: its spec, what was last observed, and bookkeeping.
-#[derive(Debug, Clone)]
-pub struct Pool {
-    pub name: String,
-    pub generation: i64,
-    pub spec: PoolSpec,
-    pub status: PoolStatus,
-    pub deleting: bool,
-    /// Current revision of the desired image.
-    pub revision: i64,
-    /// Batches of the current rollout approved so far.
-    pub batches_approved: i64,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-}
+/// Pool reads through the cache of pools as last committed.
+impl Db {
+    /// A pool as last committed, from memory when it can be.
+    pub async fn pool(&self, name: &str) -> sqlx::Result<Option<Pool>> {
+        self.cached_pool(&self.api, name).await
+    }
 
-#[derive(sqlx::FromRow)]
-struct PoolRow {
-    name: String,
-    generation: i64,
-    spec: String,
-    status: String,
-    deleting: bool,
-    revision: i64,
-    batches_approved: i64,
-    created_at: DateTime<Utc>,
-    updated_at: DateTime<Utc>,
-}
+    /// The same, for a background worker (its misses use its own readers).
+    pub async fn pool_for_worker(&self, name: &str) -> sqlx::Result<Option<Pool>> {
+        self.cached_pool(&self.background, name).await
+    }
 
-impl TryFrom<PoolRow> for Pool {
-    type Error = sqlx::Error;
+    /// A pool as last committed, shared, with room for its rendered answer.
+    pub async fn pool_shared(&self, name: &str) -> sqlx::Result<Option<std::sync::Arc<Cached>>> {
+        match self.pools.get(name) {
+            Ok(cached) => Ok(Some(cached)),
+            Err(miss) => {
+                let pool = get(&self.api, name).await?;
+                Ok(self.pools.fill(miss, pool.as_ref()))
+            }
+        }
+    }
 
-    fn try_from(r: PoolRow) -> Result<Self, Self::Error> {
-        let decode = |what: &str, e: serde_json::Error| {
-            sqlx::Error::Decode(format!("pool {:?}: stored {what} is not valid: {e}", r.name).into())
-        };
-        let spec = serde_json::from_str::<StoredSpec>(&r.spec).map_err(|e| decode("spec", e))?.into();
-        let status = serde_json::from_str(&r.status).map_err(|e| decode("status", e))?;
-        Ok(Pool {
-            name: r.name,
-            generation: r.generation,
-            spec,
-            status,
-            deleting: r.deleting,
-            revision: r.revision,
-            batches_approved: r.batches_approved,
-            created_at: r.created_at,
-            updated_at: r.updated_at,
-        })
+    async fn cached_pool(&self, readers: &SqlitePool, name: &str) -> sqlx::Result<Option<Pool>> {
+        match self.pools.get(name) {
+            Ok(cached) => Ok(Some(cached.pool.clone())),
+            Err(miss) => {
+                let pool = get(readers, name).await?;
+                self.pools.fill(miss, pool.as_ref());
+                Ok(pool)
+            }
+        }
     }
 }
 
@@ -67,7 +55,7 @@ fn to_json<T: serde::Serialize>(v: &T) -> sqlx::Result<String> {
 }
 
 /// Inserts a new pool; a duplicate name fails with a unique violation.
-pub async fn insert(tx: &mut super::WriteTx, name: &str, spec: &PoolSpec, now: DateTime<Utc>) -> sqlx::Result<Pool> {
+pub async fn insert(tx: &mut WriteTx, name: &str, spec: &PoolSpec, now: DateTime<Utc>) -> sqlx::Result<Pool> {
     tx.touched_pool(name);
     let row: PoolRow = sqlx::query_as(AssertSqlSafe(format!(
         "insert into pools (name, generation, spec, status, deleting, created_at, updated_at)
@@ -111,7 +99,7 @@ pub async fn names(db: impl SqliteExecutor<'_>) -> sqlx::Result<Vec<String>> {
 /// concurrent writers that read the same generation exactly one wins.
 /// `None` means the generation moved on (or the pool is gone).
 pub async fn update_spec(
-    tx: &mut super::WriteTx,
+    tx: &mut WriteTx,
     name: &str,
     expected: i64,
     spec: &PoolSpec,
@@ -134,7 +122,7 @@ pub async fn update_spec(
 
 /// Flags the pool for deletion; `None` when it does not exist or was
 /// flagged already. A write first, so the transaction takes the lock at once.
-pub async fn mark_deleting(tx: &mut super::WriteTx, name: &str, now: DateTime<Utc>) -> sqlx::Result<Option<Pool>> {
+pub async fn mark_deleting(tx: &mut WriteTx, name: &str, now: DateTime<Utc>) -> sqlx::Result<Option<Pool>> {
     tx.touched_pool(name);
     let row: Option<PoolRow> = sqlx::query_as(AssertSqlSafe(format!(
         "update pools set deleting = 1, updated_at = ? where name = ? and deleting = 0 returning {COLUMNS}"
@@ -148,7 +136,7 @@ pub async fn mark_deleting(tx: &mut super::WriteTx, name: &str, now: DateTime<Ut
 
 /// Lowers `replicas` by one in a single statement (no read-modify-write
 /// race); `None` when the pool is missing, deleting, or already at zero.
-pub async fn decrement_replicas(tx: &mut super::WriteTx, name: &str, now: DateTime<Utc>) -> sqlx::Result<Option<Pool>> {
+pub async fn decrement_replicas(tx: &mut WriteTx, name: &str, now: DateTime<Utc>) -> sqlx::Result<Option<Pool>> {
     tx.touched_pool(name);
     let row: Option<PoolRow> = sqlx::query_as(AssertSqlSafe(format!(
         "update pools set spec = json_set(spec, '$.replicas', json_extract(spec, '$.replicas') - 1),
@@ -163,7 +151,7 @@ pub async fn decrement_replicas(tx: &mut super::WriteTx, name: &str, now: DateTi
     row.map(Pool::try_from).transpose()
 }
 
-pub async fn write_status(tx: &mut super::WriteTx, name: &str, status: &PoolStatus) -> sqlx::Result<()> {
+pub async fn write_status(tx: &mut WriteTx, name: &str, status: &PoolStatus) -> sqlx::Result<()> {
     tx.touched_pool(name);
     sqlx::query("update pools set status = ? where name = ?")
         .bind(to_json(status)?)
@@ -174,7 +162,7 @@ pub async fn write_status(tx: &mut super::WriteTx, name: &str, status: &PoolStat
 }
 
 /// Approves one more batch of the current rollout.
-pub async fn approve_batch(tx: &mut super::WriteTx, name: &str) -> sqlx::Result<Option<Pool>> {
+pub async fn approve_batch(tx: &mut WriteTx, name: &str) -> sqlx::Result<Option<Pool>> {
     tx.touched_pool(name);
     let row: Option<PoolRow> = sqlx::query_as(AssertSqlSafe(format!(
         "update pools set batches_approved = batches_approved + 1 where name = ? returning {COLUMNS}"
@@ -186,7 +174,7 @@ pub async fn approve_batch(tx: &mut super::WriteTx, name: &str) -> sqlx::Result<
 }
 
 /// Removes the row of a pool whose machines are all gone.
-pub async fn remove(tx: &mut super::WriteTx, name: &str) -> sqlx::Result<bool> {
+pub async fn remove(tx: &mut WriteTx, name: &str) -> sqlx::Result<bool> {
     tx.touched_pool(name);
     let done = sqlx::query("delete from pools where name = ? and deleting = 1").bind(name).execute(&mut **tx).await?;
     Ok(done.rows_affected() == 1)
@@ -205,7 +193,7 @@ pub struct SpecWritten {
 /// revision, if any), and `RolloutStarted` when a revision began. `None`
 /// when the generation moved on meanwhile; nothing is written then.
 pub async fn change_spec(
-    tx: &mut super::WriteTx,
+    tx: &mut WriteTx,
     pool: &Pool,
     spec: &PoolSpec,
     now: DateTime<Utc>,

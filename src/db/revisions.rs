@@ -1,14 +1,14 @@
 //! The `pool_revisions` table: each desired image a pool has had.
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sqlx::SqliteConnection;
 use sqlx::SqliteExecutor;
 use utoipa::ToSchema;
 
 use crate::domain::pool::PoolSpec;
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema, sqlx::FromRow)]
 pub struct Revision {
     pub revision: i64,
     pub version: String,

@@ -1,14 +1,14 @@
 //! The `tokens` table: API tokens, stored as hashes only.
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sqlx::SqliteConnection;
 use sqlx::SqliteExecutor;
 use utoipa::ToSchema;
 
 use crate::domain::role::Role;
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema, sqlx::FromRow)]
 pub struct TokenInfo {
     pub name: String,
     /// `viewer`, `operator` or `admin`.

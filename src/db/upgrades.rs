@@ -306,11 +306,11 @@ pub enum CancelOutcome {
 /// when the job does not exist. The time is read once the write lock is
 /// held, so that the end is never stamped before a write that preceded it.
 pub async fn request_cancel(
-    db: &crate::db::Db,
+    db: &super::store::Db,
     id: i64,
     event: impl FnOnce(CancelOutcome) -> Option<crate::domain::event::NewEvent>,
 ) -> sqlx::Result<Option<(Job, CancelOutcome)>> {
-    let mut tx = super::begin_write(db).await?;
+    let mut tx = super::store::begin_write(db).await?;
     let now = Utc::now();
     let Some(before) = get(&mut *tx, id).await? else { return Ok(None) };
     let outcome = match before.state {

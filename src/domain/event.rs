@@ -37,7 +37,7 @@ impl SubjectKind {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Event {
     /// Increasing with time; newer events have larger ids.
     pub id: i64,

@@ -66,7 +66,7 @@ impl std::fmt::Debug for CreateCluster {
 }
 
 /// A registered cluster. Credentials are write-only and never shown.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ClusterView {
     pub name: String,
     /// The API server URL.
@@ -90,7 +90,7 @@ impl From<ClusterRecord> for ClusterView {
     }
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ClusterList {
     pub items: Vec<ClusterView>,
     /// Pass as `cursor` to get the next page; `null` on the last page.
@@ -98,7 +98,7 @@ pub struct ClusterList {
 }
 
 /// What `GET /v1/clusters/{name}/status` saw.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ClusterStatus {
     pub name: String,
     /// `/version` answered.
@@ -112,7 +112,7 @@ pub struct ClusterStatus {
     pub components: Vec<ComponentStatus>,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ComponentStatus {
     pub component: Component,
     pub daemonset: String,
@@ -125,7 +125,7 @@ pub struct ComponentStatus {
     pub error: Option<String>,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct PodStatus {
     pub name: String,
     pub phase: Option<String>,

@@ -6,7 +6,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
@@ -26,7 +26,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(request_machine_deletion))
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct MachineView {
     /// Also the container's name.
     pub name: String,
@@ -98,7 +98,7 @@ fn view(m: Machine, desired_image: &str) -> MachineView {
     }
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct MachineList {
     pub items: Vec<MachineView>,
     /// Pass as `cursor` to get the next page; `null` on the last page.

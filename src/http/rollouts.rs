@@ -29,7 +29,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(plan_pool))
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct Bounds {
     /// `max_surge` resolved against `replicas` (percentages round up).
     pub max_surge: u32,
@@ -40,7 +40,7 @@ pub struct Bounds {
     pub unavailable_raised_to_one: bool,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct BatchStatus {
     pub approved_batches: i64,
     /// Machines one batch converts to the new image.
@@ -49,7 +49,7 @@ pub struct BatchStatus {
     pub awaiting_approval: bool,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct RolloutView {
     pub pool: String,
     pub desired_image: String,
@@ -167,7 +167,7 @@ async fn continue_rollout(State(state): State<AppState>, Path(name): Path<String
     Ok(Json(view_now(&state, &pool).await?))
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct RevisionList {
     /// The pool's current revision.
     pub current: i64,
@@ -219,7 +219,7 @@ async fn rollback_pool(
     Ok(pool_response(StatusCode::ACCEPTED, pool, true))
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct PlanView {
     pub pool: String,
     /// The image the plan converges to.

@@ -39,7 +39,7 @@ pub struct CreateToken {
     pub role: Role,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct NewToken {
     pub name: String,
     pub role: Role,
@@ -48,12 +48,12 @@ pub struct NewToken {
     pub created_at: DateTime<Utc>,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct TokenList {
     pub items: Vec<TokenInfo>,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct AuditList {
     /// Newest first.
     pub items: Vec<AuditRecord>,

@@ -59,7 +59,7 @@ pub struct CreateUpgrade {
     pub dry_run: bool,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct UpgradeList {
     /// Newest first.
     pub items: Vec<UpgradeView>,
@@ -68,7 +68,7 @@ pub struct UpgradeList {
 }
 
 /// The dry-run answer: what a job would do.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct UpgradePlan {
     pub cluster: String,
     pub current_version: Option<String>,

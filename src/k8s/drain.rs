@@ -17,7 +17,7 @@ use kube::api::{Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams};
 use tokio::time::Instant;
 
 use super::credentials::CredentialError;
-use super::ops::{CallError, ClusterApi, is_status};
+use super::ops::{CallError, ClusterApi, RetryPolicy, is_status};
 
 /// The annotation the kubelet puts on the API's copy of a static pod; the
 /// API cannot remove such a pod, it goes with the machine.
@@ -31,6 +31,24 @@ pub struct DrainSettings {
     pub timeout: Duration,
     /// Pause between looks at the pods left on the node.
     pub poll_interval: Duration,
+}
+
+/// How the reconciler takes a pool's machine out of its cluster: the
+/// drain, and the API calls around it.
+#[derive(Debug, Clone, Copy)]
+pub struct NodeSettings {
+    pub drain: DrainSettings,
+    pub retry: RetryPolicy,
+}
+
+impl NodeSettings {
+    /// The drain settings, and the same API call policy as upgrade jobs.
+    pub fn from_config(c: &crate::config::ServeConfig) -> Self {
+        Self {
+            drain: DrainSettings { timeout: c.drain_timeout, poll_interval: c.drain_poll_interval },
+            retry: RetryPolicy::from_config(c),
+        }
+    }
 }
 
 /// How a drain ended.

@@ -10,5 +10,5 @@ pub mod drain;
 pub mod ops;
 
 pub use credentials::{CredentialError, Credentials};
-pub use drain::{DrainError, DrainSettings, Drained};
+pub use drain::{DrainError, DrainSettings, Drained, NodeSettings};
 pub use ops::{CallError, ClusterApi, Deletion, RetryPolicy};

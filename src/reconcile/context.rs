@@ -7,10 +7,10 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use super::node::NodeSettings;
 use super::observe::Timing;
-use super::terminate::Terminator;
+use super::terminator::Terminator;
 use crate::db::Db;
+use crate::k8s::NodeSettings;
 use crate::runtime::{Engines, RuntimeError, Wake};
 
 /// What every pass needs, shared by the worker and the API's dry runs.

@@ -33,7 +33,7 @@ pub(super) async fn execute(
         tx.commit().await?;
     }
     for d in plan.finish.iter().chain(&plan.delete) {
-        ctx.terminator.hand_over(ctx, pool, d);
+        super::terminate::hand_over(ctx, pool, d);
     }
 
     let by_name: HashMap<&str, &Machine> = records.iter().map(|r| (r.name.as_str(), r)).collect();

@@ -20,10 +20,11 @@ mod records;
 pub mod rollback;
 mod status;
 pub mod terminate;
+pub mod terminator;
 pub mod worker;
 
+pub use crate::k8s::NodeSettings;
 pub use context::{Context, ReconcileError};
-pub use node::NodeSettings;
 pub use status::{counts, record_failure};
 
 use std::time::Duration;

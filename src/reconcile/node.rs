@@ -11,24 +11,7 @@ use super::context::{Context, ReconcileError, warn_unrecorded};
 use crate::db::{self, pools::Pool};
 use crate::domain::event::{EventType, NewEvent};
 use crate::k8s::drain::NodeDrain;
-use crate::k8s::{ClusterApi, DrainError, RetryPolicy};
-
-/// How the reconciler talks to a pool's cluster.
-#[derive(Debug, Clone, Copy)]
-pub struct NodeSettings {
-    pub drain: crate::k8s::DrainSettings,
-    pub retry: RetryPolicy,
-}
-
-impl NodeSettings {
-    /// The drain settings, and the same API call policy as upgrade jobs.
-    pub fn from_config(c: &crate::config::ServeConfig) -> Self {
-        Self {
-            drain: crate::k8s::DrainSettings { timeout: c.drain_timeout, poll_interval: c.drain_poll_interval },
-            retry: RetryPolicy::from_config(c),
-        }
-    }
-}
+use crate::k8s::{ClusterApi, DrainError};
 
 fn drain_failed(pool: &Pool, machine: &str, source: DrainError) -> ReconcileError {
     let cluster = pool.spec.cluster.clone().unwrap_or_default();

@@ -35,7 +35,7 @@
 use std::cmp::Reverse;
 use std::collections::HashMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::domain::machine::MachinePhase;
@@ -107,7 +107,7 @@ pub struct Desired {
     pub max_failed_restarts: u32,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DeleteReason {
     /// Runs an image other than the desired one.
@@ -124,7 +124,7 @@ pub enum DeleteReason {
     Broken,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Deletion {
     pub machine: String,
     #[serde(skip)]
@@ -133,7 +133,7 @@ pub struct Deletion {
     pub reason: DeleteReason,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RepairAction {
     /// Start a container whose creation was interrupted before its start.
@@ -143,7 +143,7 @@ pub enum RepairAction {
     Unpause,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Repair {
     pub machine: String,
     #[serde(skip)]
@@ -154,7 +154,7 @@ pub struct Repair {
     pub failed_restarts: u32,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Creation {
     /// Engine the new machine goes to.
     pub engine: String,
@@ -165,7 +165,7 @@ pub struct Creation {
 /// What one pass does. Deletions are recorded before creations run, so that
 /// the machine count never overshoots the surge bound while a pass is half
 /// applied; the stops themselves run in the background.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Plan {
     /// Machines already terminating: their deletion is (re)started if it is
     /// not in flight.

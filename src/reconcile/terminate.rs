@@ -6,15 +6,13 @@
 //!
 //! The intent is durable (recorded before the stop begins), so a deletion
 //! cut short by a crash, a shutdown or an outage is simply handed over
-//! again by the next pass: at most one deletion per machine is in flight.
+//! again by the next pass: at most one deletion per machine is in flight
+//! (the `terminator` keeps count).
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use super::context::{Context, ReconcileError};
 use super::node;
@@ -23,109 +21,37 @@ use crate::db::{self, pools::Pool};
 use crate::domain::event::{EventType, NewEvent};
 use crate::runtime::Wake;
 
-/// Longest wait before a failed deletion is tried again.
-const MAX_RETRY: Duration = Duration::from_secs(30);
-
-#[derive(Default)]
-pub struct Terminator {
-    state: Mutex<State>,
-    tasks: TaskTracker,
-    cancel: CancellationToken,
-}
-
-#[derive(Default)]
-struct State {
-    in_flight: HashMap<String, ()>,
-    /// Failed deletions, by machine.
-    failed: HashMap<String, Failure>,
-}
-
-/// A deletion that failed, for the pool's status and the retry's backoff.
-#[derive(Debug, Clone)]
-pub struct Failure {
-    /// Failures in a row.
-    pub count: u32,
-    pub retry_at: Instant,
-    pub message: String,
-    /// The node could not be drained (rather than the container removed).
-    pub drain: bool,
-}
-
-impl Terminator {
-    /// Deletions stop when `cancel` fires; `tasks` lets shutdown wait for them.
-    pub fn new(tasks: TaskTracker, cancel: CancellationToken) -> Self {
-        Self { state: Mutex::default(), tasks, cancel }
+/// Starts deleting `d` in the background unless the terminator has its
+/// deletion in flight or waiting out a backoff after a failure.
+pub(super) fn hand_over(ctx: &Context, pool: &Pool, d: &Deletion) {
+    if !ctx.terminator.claim(&d.machine) {
+        return;
     }
-
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    pub fn in_flight(&self) -> usize {
-        self.state().in_flight.len()
-    }
-
-    /// The last failure of the machine's deletion, while it keeps failing.
-    pub fn failure(&self, machine: &str) -> Option<Failure> {
-        self.state().failed.get(machine).cloned()
-    }
-
-    /// Starts deleting `d` unless its deletion is in flight or waiting out
-    /// a backoff after a failure.
-    pub fn hand_over(&self, ctx: &Context, pool: &Pool, d: &Deletion) {
-        {
-            let mut s = self.state();
-            if s.in_flight.contains_key(&d.machine) {
-                return;
+    let (ctx, pool, d) = (ctx.clone(), pool.clone(), d.clone());
+    let cancel = ctx.terminator.cancelled();
+    let terminator = Arc::clone(&ctx.terminator);
+    terminator.spawn(async move {
+        let outcome = tokio::select! {
+            // Shutting down: the recorded intent lets the next run finish it.
+            _ = cancel.cancelled() => None,
+            r = delete_machine(&ctx, &pool, &d) => Some(r),
+        };
+        let failed = match &outcome {
+            Some(Err(e)) => Some((crate::error::error_chain(e), matches!(e, ReconcileError::Drain { .. }))),
+            _ => None,
+        };
+        let retry_in = ctx.terminator.settle(&d.machine, failed);
+        if let (Some(Err(e)), Some((n, wait))) = (&outcome, retry_in) {
+            report_failure(&ctx, &pool, &d, e, n, wait).await;
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(wait) => {}
             }
-            if s.failed.get(&d.machine).is_some_and(|f| Instant::now() < f.retry_at) {
-                return;
-            }
-            s.in_flight.insert(d.machine.clone(), ());
         }
-        let (ctx, pool, d) = (ctx.clone(), pool.clone(), d.clone());
-        let cancel = self.cancel.clone();
-        self.tasks.spawn(async move {
-            let outcome = tokio::select! {
-                // Shutting down: the recorded intent lets the next run finish it.
-                _ = cancel.cancelled() => None,
-                r = delete_machine(&ctx, &pool, &d) => Some(r),
-            };
-            let terminator = &ctx.terminator;
-            let retry_in = {
-                let mut s = terminator.state();
-                s.in_flight.remove(&d.machine);
-                match &outcome {
-                    Some(Err(e)) => {
-                        let n = s.failed.get(&d.machine).map_or(1, |f| f.count + 1);
-                        let wait = Duration::from_secs(1u64 << n.min(5)).min(MAX_RETRY);
-                        let failure = Failure {
-                            count: n,
-                            retry_at: Instant::now() + wait,
-                            message: crate::error::error_chain(e),
-                            drain: matches!(e, ReconcileError::Drain { .. }),
-                        };
-                        s.failed.insert(d.machine.clone(), failure);
-                        Some((n, wait))
-                    }
-                    _ => {
-                        s.failed.remove(&d.machine);
-                        None
-                    }
-                }
-            };
-            if let (Some(Err(e)), Some((n, wait))) = (&outcome, retry_in) {
-                report_failure(&ctx, &pool, &d, e, n, wait).await;
-                tokio::select! {
-                    _ = cancel.cancelled() => return,
-                    _ = tokio::time::sleep(wait) => {}
-                }
-            }
-            if outcome.is_some() {
-                let _ = ctx.wakes.send(Wake::Pool(pool.name.clone()));
-            }
-        });
-    }
+        if outcome.is_some() {
+            let _ = ctx.wakes.send(Wake::Pool(pool.name.clone()));
+        }
+    });
 }
 
 fn why(reason: DeleteReason) -> &'static str {

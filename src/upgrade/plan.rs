@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::domain::upgrade::{Component, JOB_ANNOTATION, Step, TEMP_LABEL};
@@ -195,16 +195,16 @@ pub fn not_settled(real: Option<&DaemonSet>, pods: &[Pod], component: Component)
 }
 
 /// One step of a dry-run plan.
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct PlannedStep {
     /// 0-7, in the order they run.
     pub number: i64,
-    pub name: &'static str,
+    pub name: String,
     pub description: String,
 }
 
 /// What an upgrade would do to one component.
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct ComponentPlan {
     pub component: Component,
     pub daemonset: String,
@@ -220,7 +220,7 @@ pub struct ComponentPlan {
 pub fn plan_component(component: Component, current_image: Option<String>, new_image: String) -> ComponentPlan {
     let steps = Step::UPGRADE
         .into_iter()
-        .map(|s| PlannedStep { number: s.number(), name: s.name(), description: s.describe(component) })
+        .map(|s| PlannedStep { number: s.number(), name: s.name().to_owned(), description: s.describe(component) })
         .collect();
     ComponentPlan {
         component,

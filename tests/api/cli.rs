@@ -194,12 +194,16 @@ async fn an_unreachable_server_is_named_and_exits_1() {
     assert!(run.stderr.contains(&format!("cannot reach drover at {server}")), "{}", run.stderr);
 }
 
+/// Pool `p` as the real server answers it once its 3 machines have converged.
+async fn a_real_pool() -> Value {
+    let app = spawn_app().await;
+    app.create_pool_ok("p", 3, json!({})).await;
+    app.wait_converged("p", 3, Duration::from_secs(30)).await
+}
+
 /// A stand-in server: records the `Authorization` headers it gets, has no
-/// stream endpoint, and answers a converged pool.
-async fn fake_server(seen: Arc<Mutex<Vec<String>>>) -> String {
-    let pool = json!({"name": "p", "replicas": 3, "generation": 2, "revision": 1, "paused": false, "phase": "active",
-        "desired_image": "x", "status": {"observed_generation": 2, "replicas": 3, "ready_replicas": 3,
-        "updated_replicas": 3, "available_replicas": 3}});
+/// stream endpoint, and answers `pool` as pool `p`.
+async fn fake_server(seen: Arc<Mutex<Vec<String>>>, pool: Value) -> String {
     let record = move |headers: HeaderMap| {
         let auth = headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("-").to_owned();
         seen.lock().unwrap_or_else(|p| p.into_inner()).push(auth);
@@ -238,7 +242,7 @@ async fn fake_server(seen: Arc<Mutex<Vec<String>>>) -> String {
 #[tokio::test]
 async fn the_token_is_sent_as_a_bearer_header() {
     let seen = Arc::new(Mutex::new(Vec::new()));
-    let server = fake_server(Arc::clone(&seen)).await;
+    let server = fake_server(Arc::clone(&seen), Value::Null).await;
     drover_at(&server, Some("s3cret"), &["pools", "list"]).await.ok();
     drover_at(&server, None, &["--token", "other", "pools", "list"]).await.ok();
     drover_at(&server, None, &["pools", "list"]).await.ok();
@@ -248,11 +252,31 @@ async fn the_token_is_sent_as_a_bearer_header() {
 
 #[tokio::test]
 async fn wait_falls_back_to_polling_when_the_stream_is_unavailable() {
-    let server = fake_server(Arc::new(Mutex::new(Vec::new()))).await;
+    let server = fake_server(Arc::new(Mutex::new(Vec::new())), a_real_pool().await).await;
     let run =
         drover_at(&server, None, &["pools", "scale", "p", "3", "--wait", "--timeout", "20s", "-o", "json"]).await.ok();
     assert!(run.stderr.contains("polling"), "{}", run.stderr);
     assert_eq!(run.json()["status"]["ready_replicas"], 3);
+}
+
+/// The client reads answers into the server's own view types: a field it
+/// prints that the answer lacks (renamed, say) is an error naming the field,
+/// never a `-` in the table.
+#[tokio::test]
+async fn an_answer_missing_a_field_the_cli_shows_is_an_error_that_names_it() {
+    let mut pool = a_real_pool().await;
+    let removed = pool["status"].as_object_mut().and_then(|s| s.remove("ready_replicas"));
+    assert!(removed.is_some(), "the server sends status.ready_replicas: {pool:#}");
+    let server = fake_server(Arc::new(Mutex::new(Vec::new())), pool).await;
+    let missing = "unexpected answer to GET /v1/pools/p: missing field `status.ready_replicas`";
+    for args in [&["pools", "get", "p"][..], &["pools", "scale", "p", "3", "--wait", "--timeout", "20s"]] {
+        let run = drover_at(&server, None, args).await;
+        assert_eq!(run.code, 1, "drover {args:?}\nstdout: {}\nstderr: {}", run.stdout, run.stderr);
+        assert!(run.stderr.contains(missing), "drover {args:?}: {}", run.stderr);
+        assert!(run.stdout.is_empty(), "drover {args:?} printed half a pool: {}", run.stdout);
+    }
+    let raw = drover_at(&server, None, &["pools", "get", "p", "-o", "json"]).await.ok().json();
+    assert_eq!(raw["name"], "p", "-o json prints the server's JSON as it came");
 }
 
 #[tokio::test]
@@ -273,6 +297,10 @@ async fn cluster_and_upgrade_commands_register_probe_upgrade_and_list() {
     assert!(!other.to_string().contains(SIM_TOKEN), "credentials are write-only");
     assert_eq!(drover(app, &["clusters", "delete", "other", "-o", "json"]).await.ok().json()["deleted"], true);
 
+    // The tables read the real answers into the server's views, which fails on any field missing.
+    assert!(drover(app, &["clusters", "get", CLUSTER]).await.ok().stdout.contains(CLUSTER));
+    assert!(drover(app, &["clusters", "status", CLUSTER]).await.ok().stdout.contains("kube-apiserver"));
+    assert!(drover(app, &["upgrade", "start", CLUSTER, "--version", TO, "--dry-run"]).await.ok().stdout.contains(TO));
     let plan =
         drover(app, &["upgrade", "start", CLUSTER, "--version", TO, "--dry-run", "-o", "json"]).await.ok().json();
     assert_eq!(plan["target_version"], TO);
@@ -285,6 +313,7 @@ async fn cluster_and_upgrade_commands_register_probe_upgrade_and_list() {
     let list =
         drover(app, &["upgrade", "list", "--cluster", CLUSTER, "--state", "succeeded", "-o", "json"]).await.ok().json();
     assert_eq!(list["items"][0]["id"], job["id"]);
+    assert!(drover(app, &["upgrade", "list"]).await.ok().stdout.contains("succeeded"));
     assert!(drover(app, &["upgrade", "status", &id]).await.ok().stdout.contains("succeeded"));
     let cancel = drover(app, &["upgrade", "cancel", &id]).await;
     assert_eq!(cancel.code, 1, "an ended job cannot be cancelled: {}", cancel.stderr);

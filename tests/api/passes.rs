@@ -12,7 +12,7 @@ use drover::config::ServeConfig;
 use drover::db::{self, Db};
 use drover::domain::pool::{RawSpec, SpecLimits, validate};
 use drover::reconcile::observe::Timing;
-use drover::reconcile::terminate::Terminator;
+use drover::reconcile::terminator::Terminator;
 use drover::reconcile::{Context, NodeSettings, Outcome, reconcile_once};
 use drover::runtime::engine::Backend;
 use drover::runtime::simulated::SimulatedBackend;

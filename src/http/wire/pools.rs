@@ -16,7 +16,8 @@ use utoipa::ToSchema;
 use crate::db::pools::Pool;
 use crate::domain::event::Event;
 use crate::domain::pool::{Mount, PoolSpec, RawSpec, SpecLimits, validate};
-use crate::domain::status::PoolStatus;
+use crate::domain::rollout::RolloutProgress;
+use crate::domain::status::{Condition, EngineReplicas, PoolStatus};
 use crate::domain::strategy::{IntOrPercent, ReplacementPolicy, RolloutStrategy};
 use crate::error::{ApiError, ApiResult};
 
@@ -416,7 +417,7 @@ impl StrategyPatch {
 
 // ---- responses -------------------------------------------------------------
 
-#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum PoolPhase {
     /// The reconciler keeps the pool at its spec.
@@ -426,7 +427,7 @@ pub enum PoolPhase {
 }
 
 /// A pool's spec as the API shows it, every default filled in.
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct PoolSpecView {
     pub replicas: u32,
     #[schema(value_type = String, example = "v1.29.2")]
@@ -446,7 +447,7 @@ pub struct PoolSpecView {
     pub machine_ready_timeout_seconds: u32,
 }
 
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct StrategyView {
     pub max_surge: IntOrPercent,
     pub max_unavailable: IntOrPercent,
@@ -493,7 +494,7 @@ impl From<&PoolSpec> for PoolSpecView {
     }
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct PoolView {
     pub name: String,
     #[serde(flatten)]
@@ -505,7 +506,7 @@ pub struct PoolView {
     /// Revision of the desired image; see `GET /v1/pools/{name}/revisions`.
     pub revision: i64,
     pub phase: PoolPhase,
-    pub status: PoolStatus,
+    pub status: PoolStatusView,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -519,21 +520,84 @@ impl From<Pool> for PoolView {
             generation: p.generation,
             revision: p.revision,
             phase: if p.deleting { PoolPhase::Deleting } else { PoolPhase::Active },
-            status: p.status,
+            status: p.status.into(),
             created_at: p.created_at,
             updated_at: p.updated_at,
         }
     }
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+// The stored `PoolStatus` field for field, but without its defaults (which
+// let old rows load): a client reading an answer finds a missing field.
+/// Observed state of a pool, written after every reconcile pass.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[schema(as = PoolStatus)]
+pub struct PoolStatusView {
+    /// The `generation` the last pass worked from; behind `generation`
+    /// while a change has not been acted on yet.
+    pub observed_generation: i64,
+    /// Machines that exist.
+    pub replicas: u32,
+    /// Machines whose container runs (and is healthy, where it has a check).
+    pub ready_replicas: u32,
+    /// Machines that run the desired image.
+    pub updated_replicas: u32,
+    /// Machines ready for at least `min_ready_seconds`.
+    pub available_replicas: u32,
+    /// Machines being deleted (stopping within their grace period, or
+    /// waiting for their engine); not counted in `replicas`.
+    pub terminating_replicas: u32,
+    /// Machines on each engine (those counted in `replicas`).
+    pub engines: BTreeMap<String, EngineReplicas>,
+    pub conditions: Vec<Condition>,
+    /// The error of the last failed pass, cleared by a good one.
+    pub last_error: Option<String>,
+    /// When a pass last changed this status (passes that change nothing
+    /// write nothing).
+    pub last_reconciled_at: Option<DateTime<Utc>>,
+    /// Progress of the current (or last) rollout.
+    pub rollout: Option<RolloutProgress>,
+}
+
+impl From<PoolStatus> for PoolStatusView {
+    fn from(s: PoolStatus) -> Self {
+        let PoolStatus {
+            observed_generation,
+            replicas,
+            ready_replicas,
+            updated_replicas,
+            available_replicas,
+            terminating_replicas,
+            engines,
+            conditions,
+            last_error,
+            last_reconciled_at,
+            rollout,
+        } = s;
+        PoolStatusView {
+            observed_generation,
+            replicas,
+            ready_replicas,
+            updated_replicas,
+            available_replicas,
+            terminating_replicas,
+            engines,
+            conditions,
+            last_error,
+            last_reconciled_at,
+            rollout,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct PoolList {
     pub items: Vec<PoolView>,
     /// Pass as `cursor` to get the next page; `null` on the last page.
     pub next_cursor: Option<String>,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct EventList {
     /// Newest first.
     pub items: Vec<Event>,

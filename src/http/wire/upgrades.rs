@@ -3,7 +3,7 @@
 //! message carries.
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::db::{self, upgrades::Job};
@@ -13,12 +13,12 @@ use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
 /// Where a running job is.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct Position {
     pub component: Component,
     /// 0-7.
     pub step: i64,
-    pub step_name: &'static str,
+    pub step_name: String,
 }
 
 fn step_state_schema() -> utoipa::openapi::Object {
@@ -32,7 +32,7 @@ fn component_state_schema() -> utoipa::openapi::Object {
     )
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct StepView {
     pub step: i64,
     pub name: String,
@@ -48,7 +48,7 @@ pub struct StepView {
     pub error: Option<String>,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ComponentProgress {
     #[schema(value_type = Component)]
     pub component: String,
@@ -62,7 +62,7 @@ pub struct ComponentProgress {
     pub steps: Vec<StepView>,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct UpgradeView {
     pub id: i64,
     pub cluster: String,
@@ -112,7 +112,7 @@ pub async fn view(state: &AppState, job: Job) -> ApiResult<UpgradeView> {
     let current = job.state.is_active().then(|| Position {
         component: job.components.get(job.component_index).copied().unwrap_or(Component::KubeApiserver),
         step: job.step.number(),
-        step_name: job.step.name(),
+        step_name: job.step.name().to_owned(),
     });
     let progress = comps
         .into_iter()

@@ -1,0 +1,61 @@
+//! A stored pool as the rest of drover sees it, and the row it is read
+//! from. Apart from the queries (`pools`) so that the cache of pools and
+//! the write gate in front of it need not depend on them.
+
+use chrono::{DateTime, Utc};
+
+use super::pool_spec::StoredSpec;
+use crate::domain::pool::PoolSpec;
+use crate::domain::status::PoolStatus;
+
+/// A stored pool: its spec, what was last observed, and bookkeeping.
+#[derive(Debug, Clone)]
+pub struct Pool {
+    pub name: String,
+    pub generation: i64,
+    pub spec: PoolSpec,
+    pub status: PoolStatus,
+    pub deleting: bool,
+    /// Current revision of the desired image.
+    pub revision: i64,
+    /// Batches of the current rollout approved so far.
+    pub batches_approved: i64,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+#[derive(sqlx::FromRow)]
+pub(super) struct PoolRow {
+    name: String,
+    generation: i64,
+    spec: String,
+    status: String,
+    deleting: bool,
+    revision: i64,
+    batches_approved: i64,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
+
+impl TryFrom<PoolRow> for Pool {
+    type Error = sqlx::Error;
+
+    fn try_from(r: PoolRow) -> Result<Self, Self::Error> {
+        let decode = |what: &str, e: serde_json::Error| {
+            sqlx::Error::Decode(format!("pool {:?}: stored {what} is not valid: {e}", r.name).into())
+        };
+        let spec = serde_json::from_str::<StoredSpec>(&r.spec).map_err(|e| decode("spec", e))?.into();
+        let status = serde_json::from_str(&r.status).map_err(|e| decode("status", e))?;
+        Ok(Pool {
+            name: r.name,
+            generation: r.generation,
+            spec,
+            status,
+            deleting: r.deleting,
+            revision: r.revision,
+            batches_approved: r.batches_approved,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        })
+    }
+}

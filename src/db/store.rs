@@ -1,0 +1,118 @@
+//! The store's handle: the connection pools, the write gate in front of the
+//! one writer, and opening the database. Apart from `mod.rs` so that the
+//! table modules can use it without depending on the module that declares
+//! them.
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+
+use super::gate::{self, Priority, WriteTx};
+use super::pool_cache::PoolCache;
+
+/// The store: readers for the API, readers for the background workers, and
+/// one writer behind a gate that serves the API before the workers.
+///
+/// SQLite has one write lock. Two writers on two connections would meet at
+/// that lock and wait it out with sleeps (the busy handler), and a request
+/// could sleep behind a worker for tens of milliseconds; one connection
+/// behind an in-process gate serialises writers without sleeping, and lets
+/// a request's write go before any waiting worker's. In WAL mode readers
+/// never wait for the writer, so reads have pools of their own: the API's
+/// are never all taken by workers, whose reads are bounded by their own.
+#[derive(Clone)]
+pub struct Db {
+    pub(super) api: SqlitePool,
+    pub(super) background: SqlitePool,
+    writer: SqlitePool,
+    gate: std::sync::Arc<gate::WriteGate>,
+    /// Pools as last committed; `pools` reads through it.
+    pub(super) pools: std::sync::Arc<PoolCache>,
+}
+
+/// How long a writer waits for SQLite's lock before giving up with `busy`:
+/// only another process (a backup, a person with `sqlite3`) can hold it.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Read connections of requests and of workers.
+const API_READERS: u32 = 8;
+const BACKGROUND_READERS: u32 = 4;
+
+impl Db {
+    /// Reads of requests.
+    pub fn read(&self) -> &SqlitePool {
+        &self.api
+    }
+
+    /// Reads of background workers (reconcile passes, upgrade runner, pruner).
+    pub fn background(&self) -> &SqlitePool {
+        &self.background
+    }
+
+    /// A write transaction of a request: ahead of every waiting worker.
+    pub async fn begin_write(&self) -> sqlx::Result<WriteTx> {
+        gate::begin(&self.gate, &self.writer, &self.pools, Priority::Request).await
+    }
+
+    /// A write transaction of a background worker.
+    pub async fn begin_background(&self) -> sqlx::Result<WriteTx> {
+        gate::begin(&self.gate, &self.writer, &self.pools, Priority::Background).await
+    }
+
+    pub async fn close(&self) {
+        self.api.close().await;
+        self.background.close().await;
+        self.writer.close().await;
+    }
+}
+
+/// Opens (creating when missing) the database at `path` and applies every
+/// pending migration.
+pub async fn connect(path: &Path) -> anyhow::Result<Db> {
+    let opts = SqliteConnectOptions::from_str("sqlite://")
+        .context("building SQLite options")?
+        .filename(path)
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        // WAL + NORMAL is durable across process crashes (a committed
+        // transaction is in the WAL file); only an OS crash or power loss
+        // can lose the last few, which the engines' labels then restore.
+        // FULL would add an fsync to every commit.
+        .synchronous(SqliteSynchronous::Normal)
+        .foreign_keys(true)
+        .busy_timeout(BUSY_TIMEOUT)
+        // 16 MiB of page cache per connection (negative: KiB), and reads
+        // through a memory map of up to 256 MiB: the working set of 10,000
+        // pools (about 60 MiB of rows and indexes) stays in memory, shared
+        // by the page cache of the OS rather than copied per connection.
+        .pragma("cache_size", "-16384")
+        .pragma("mmap_size", "268435456")
+        // Checkpoint the WAL in the background more rarely than every 1000
+        // pages: fewer, larger checkpoints under a burst of writes.
+        .pragma("wal_autocheckpoint", "4000");
+    let writer = SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect_with(opts.clone())
+        .await
+        .with_context(|| format!("opening SQLite database {}", path.display()))?;
+    sqlx::migrate!("./migrations")
+        .run(&writer)
+        .await
+        .with_context(|| format!("applying migrations to {}", path.display()))?;
+    let readers = |n: u32| SqlitePoolOptions::new().max_connections(n).connect_with(opts.clone().read_only(true));
+    let api = readers(API_READERS).await.context("opening the readers of requests")?;
+    let background = readers(BACKGROUND_READERS).await.context("opening the readers of workers")?;
+    Ok(Db { api, background, writer, gate: Default::default(), pools: Default::default() })
+}
+
+/// A write transaction of a request (see [`Db::begin_write`]).
+pub async fn begin_write(db: &Db) -> sqlx::Result<WriteTx> {
+    db.begin_write().await
+}
+
+/// A write transaction of a background worker (see [`Db::begin_background`]).
+pub async fn begin_background(db: &Db) -> sqlx::Result<WriteTx> {
+    db.begin_background().await
+}
