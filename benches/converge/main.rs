@@ -19,7 +19,8 @@
 //! real node shutting down does.
 //!
 //! Run: `cargo bench --bench converge` (needs Docker; builds its images).
-//! `DROVER_BENCH_N=50`, `DROVER_BENCH_ROUNDS=2` (best of).
+//! `DROVER_BENCH_N=50`, `DROVER_BENCH_ROUNDS=2` (best of),
+//! `DROVER_BENCH_IMAGES=quick` or `stubborn` (default: both).
 
 #[path = "../../tests/support/images.rs"]
 mod images;
@@ -131,8 +132,12 @@ async fn main() -> anyhow::Result<()> {
     let swarm = swarm::Swarm::join(docker.clone())?;
     let quick = (format!("kindest/node:{}", images::V1), format!("kindest/node:{}", images::V2));
     let stubborn = (images::STUBBORN_V1.to_owned(), images::STUBBORN_V2.to_owned());
+    // DROVER_BENCH_IMAGES=quick or =stubborn runs one of the two images.
+    let only = std::env::var("DROVER_BENCH_IMAGES").unwrap_or_default();
+    let images =
+        [("quick", "exits at once on SIGTERM", &quick), ("stubborn", "ignores SIGTERM (10 s grace)", &stubborn)];
     let mut results = Vec::new();
-    for (what, (from, to)) in [("exits at once on SIGTERM", &quick), ("ignores SIGTERM (10 s grace)", &stubborn)] {
+    for (_, what, (from, to)) in images.into_iter().filter(|(key, ..)| only.is_empty() || only.contains(key)) {
         match measure(&docker, &swarm, from, to, n, rounds).await {
             Ok(f) => results.push((what, f)),
             Err(e) => {
