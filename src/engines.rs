@@ -191,8 +191,8 @@ pub async fn remove(reg: &Registry, name: &str) -> Result<(), EngineError> {
     if held.is_empty() {
         held = engine.machine_names(10);
     }
+    let total = engine.container_count().max(held.len());
     if !held.is_empty() && !lost {
-        let total = engine.container_count().max(held.len());
         return Err(EngineError::Conflict(format!(
             "engine {name:?} still holds {total} machine(s) ({}); drain it first (POST /v1/engines/{name}/drain) \
              and delete it once it is empty",
@@ -209,7 +209,7 @@ pub async fn remove(reg: &Registry, name: &str) -> Result<(), EngineError> {
         // Its machines' records now name an engine that is not there: each
         // pool's next pass drops them.
         engine.wake_all();
-        tracing::warn!(engine = name, machines = held.len(), "lost engine removed; its machines are forgotten");
+        tracing::warn!(engine = name, machines = total, "lost engine removed; its machines are forgotten");
     }
     reg.metrics.forget_engine(name);
     let _ = std::fs::remove_dir_all(tls_dir(&reg.data_dir, name));

@@ -14,8 +14,8 @@ use crate::helpers::{TestApp, spawn_docker_app, unique};
 const HEAL_WITHIN: Duration = Duration::from_secs(15);
 
 /// Waits until the pool has exactly `n` containers, all running, and its
-/// status says `n` ready and nothing terminating; answers how long it took.
-async fn wait_healthy(app: &TestApp, d: &bollard::Docker, pool: &str, n: usize, limit: Duration) -> Duration {
+/// status says `n` ready and nothing terminating.
+async fn wait_healthy(app: &TestApp, d: &bollard::Docker, pool: &str, n: usize, limit: Duration) {
     let started = tokio::time::Instant::now();
     loop {
         let seen = docker::pool_containers(d, pool).await;
@@ -27,7 +27,7 @@ async fn wait_healthy(app: &TestApp, d: &bollard::Docker, pool: &str, n: usize, 
             && s["terminating_replicas"] == 0
             && s["replicas"] == n
         {
-            return started.elapsed();
+            return;
         }
         assert!(started.elapsed() < limit, "not healed within {limit:?}: containers {seen:#?}, status {s:#}");
         tokio::time::sleep(Duration::from_millis(100)).await;
