@@ -10,9 +10,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use axum::extract::{MatchedPath, Request, State};
+use axum::extract::Request;
 use axum::http::{HeaderValue, Method, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -139,22 +138,25 @@ pub struct Gate {
     pub metrics: Arc<Metrics>,
 }
 
-/// Authenticates, authorizes and audits one request.
-pub async fn middleware(
-    State(state): State<Gate>,
-    matched: Option<MatchedPath>,
-    mut req: Request,
-    next: Next,
-) -> Response {
-    let path = req.uri().path().to_owned();
-    if is_public(&path) {
-        return next.run(req).await;
+/// Authenticates, authorizes and audits one request, then hands it to
+/// `next`. `route` is the matched route pattern (`/v1/pools/{name}`): the
+/// role a request needs depends on it, never on the names in the path.
+pub async fn guard<F, Fut>(state: &Gate, route: Option<&str>, mut req: Request, next: F) -> Response
+where
+    F: FnOnce(Request) -> Fut,
+    Fut: Future<Output = Response>,
+{
+    let path = req.uri().path();
+    if is_public(path) {
+        return next(req).await;
     }
     let method = req.method().clone();
-    let route = matched.as_ref().map_or(path.as_str(), |m| m.as_str()).to_owned();
+    let route = route.unwrap_or(path);
+    let need = required_role(&method, route);
     let mutating = !matches!(method, Method::GET | Method::HEAD | Method::OPTIONS);
+    // Only changes are audited; reads keep nothing of the path.
+    let audited_path = mutating.then(|| Clipped(path, AUDIT_MAX_PATH).to_string());
     let caller = lookup(&state.tokens, req.headers().get(header::AUTHORIZATION));
-    let need = required_role(&method, &route);
     let (response, outcome) = match &caller {
         None => {
             state.metrics.unauthenticated();
@@ -163,11 +165,10 @@ pub async fn middleware(
         Some(c) if c.role < need => (ApiError::Forbidden { need: need.as_str() }.into_response(), "forbidden"),
         Some(c) => {
             req.extensions_mut().insert(c.clone());
-            (next.run(req).await, "allowed")
+            (next(req).await, "allowed")
         }
     };
-    if mutating {
-        let path = Clipped(&path, AUDIT_MAX_PATH).to_string();
+    if let Some(path) = audited_path {
         let resource = resource_of(&path).map(|r| truncate(&r, AUDIT_MAX_RESOURCE).to_owned());
         let record = NewAudit {
             token_name: caller.as_ref().map(|c| c.name.as_str()),

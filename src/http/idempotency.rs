@@ -19,7 +19,7 @@
 use std::time::Duration;
 
 use axum::body::{Body, to_bytes};
-use axum::extract::{MatchedPath, Request, State};
+use axum::extract::Request;
 use axum::http::{HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -42,12 +42,10 @@ pub const IDEMPOTENCY_KEY_MAX: usize = MAX_KEY_LEN;
 /// Routes (method, pattern) whose answers hold a secret.
 pub const SECRET_ANSWERS: &[(&str, &str)] = &[("POST", "/v1/tokens")];
 
-pub async fn middleware(
-    State(state): State<AppState>,
-    matched: Option<MatchedPath>,
-    req: Request,
-    next: Next,
-) -> Response {
+/// Answers a keyed POST from its record, or runs it with `next` and keeps
+/// the answer; any other request goes straight to `next`. Runs after
+/// authentication: a key belongs to the caller.
+pub async fn guard(state: &AppState, route: Option<&str>, req: Request, next: Next) -> Response {
     if req.method() != Method::POST {
         return next.run(req).await;
     }
@@ -57,7 +55,7 @@ pub async fn middleware(
     let Some(caller) = req.extensions().get::<Caller>().cloned() else {
         return next.run(req).await;
     };
-    let route = matched.as_ref().map_or("", MatchedPath::as_str);
+    let route = route.unwrap_or("");
     if SECRET_ANSWERS.contains(&(req.method().as_str(), route)) {
         return ApiError::invalid(
             "Idempotency-Key",
@@ -67,7 +65,7 @@ pub async fn middleware(
         )
         .into_response();
     }
-    match run(&state, &caller, key, req, next).await {
+    match run(state, &caller, key, req, next).await {
         Ok(res) | Err(res) => res,
     }
 }

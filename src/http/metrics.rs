@@ -2,9 +2,8 @@
 //! from what the server recorded; gauges are read from the store at scrape
 //! time.
 
-use axum::extract::{MatchedPath, Request, State};
+use axum::extract::State;
 use axum::http::{HeaderValue, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
@@ -16,16 +15,6 @@ use crate::state::AppState;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(metrics))
-}
-
-/// Counts and times every routed request by its route pattern (not its
-/// path, which would make one series per pool).
-pub async fn track(State(state): State<AppState>, matched: Option<MatchedPath>, req: Request, next: Next) -> Response {
-    let started = std::time::Instant::now();
-    let method = req.method().clone();
-    let res = next.run(req).await;
-    state.metrics.http_request(&method, matched.as_ref().map(MatchedPath::as_str), res.status(), started.elapsed());
-    res
 }
 
 /// Metrics for Prometheus (needs a viewer token; Prometheus sends it with

@@ -21,7 +21,7 @@ pub mod wire;
 
 use axum::Router;
 use axum::error_handling::HandleErrorLayer;
-use axum::extract::DefaultBodyLimit;
+use axum::extract::{DefaultBodyLimit, FromRef, MatchedPath};
 use axum::http::{HeaderName, HeaderValue, Request, Uri};
 use axum::response::IntoResponse;
 use tower::ServiceBuilder;
@@ -78,30 +78,45 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     openapi::finish(api().into_openapi())
 }
 
-/// Answers 503 with `Retry-After` when `max_concurrent_requests` are
-/// already being served, rather than queueing without bound. The permit is
-/// one shared semaphore (a tower concurrency layer on the router would be
-/// instantiated once per route).
-async fn shed_load(
+/// The one middleware of every route, in this order:
+/// 1. answers 503 with `Retry-After` when `max_concurrent_requests` are
+///    already being served, rather than queueing without bound (one shared
+///    semaphore: a tower concurrency layer would be one per route);
+/// 2. counts and times the request by its route pattern (not its path,
+///    which would make one series per pool);
+/// 3. authenticates, authorizes and audits it ([`crate::auth::guard`]);
+/// 4. answers a retried keyed POST from its record ([`idempotency::guard`]).
+///
+/// One layer rather than four: each `from_fn` layer costs a clone of the
+/// boxed inner service and a boxed future on every request.
+async fn guard(
     axum::extract::State(state): axum::extract::State<AppState>,
+    matched: Option<MatchedPath>,
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
+    let started = std::time::Instant::now();
+    let method = req.method().clone();
+    let route = matched.as_ref().map(MatchedPath::as_str);
     // Probes must answer even under load, or an orchestrator would restart
-    // a busy but healthy server.
-    // They also get a short deadline of their own: a probe that hangs is a
-    // failed probe.
-    if matches!(req.uri().path(), "/healthz" | "/readyz") {
-        return match tokio::time::timeout(PROBE_TIMEOUT, next.run(req)).await {
-            Ok(res) => res,
-            Err(_) => ApiError::Timeout.into_response(),
-        };
-    }
-    match state.inflight.clone().try_acquire_owned() {
-        Ok(_permit) => next.run(req).await,
-        Err(_) => ApiError::Unavailable("the server is at its limit of concurrent requests; retry shortly".into())
-            .into_response(),
-    }
+    // a busy but healthy server. They also get a short deadline of their
+    // own: a probe that hangs is a failed probe.
+    let probe = matches!(route, Some("/healthz" | "/readyz"));
+    let permit = if probe { None } else { state.inflight.clone().try_acquire_owned().ok() };
+    let res = if !probe && permit.is_none() {
+        ApiError::Unavailable("the server is at its limit of concurrent requests; retry shortly".into()).into_response()
+    } else {
+        let gate = crate::auth::Gate::from_ref(&state);
+        let run = crate::auth::guard(&gate, route, req, |req| idempotency::guard(&state, route, req, next));
+        if probe {
+            tokio::time::timeout(PROBE_TIMEOUT, run).await.unwrap_or_else(|_| ApiError::Timeout.into_response())
+        } else {
+            run.await
+        }
+    };
+    drop(permit);
+    state.metrics.http_request(&method, route, res.status(), started.elapsed());
+    res
 }
 
 /// Deadline of `/healthz` and `/readyz`; every other route has
@@ -135,8 +150,10 @@ struct RandomRequestId;
 
 impl MakeRequestId for RandomRequestId {
     fn make_request_id<B>(&mut self, _: &Request<B>) -> Option<RequestId> {
-        let id = format!("{:016x}", rand::random::<u64>());
-        HeaderValue::from_str(&id).ok().map(RequestId::new)
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let n = rand::random::<u64>();
+        let id: [u8; 16] = std::array::from_fn(|i| HEX[((n >> (60 - 4 * i)) & 0xf) as usize]);
+        HeaderValue::from_bytes(&id).ok().map(RequestId::new)
     }
 }
 
@@ -171,16 +188,11 @@ pub fn router(state: AppState) -> Router {
         // The dashboard's files go through the same middleware as the API
         // (metrics, and `auth`, which lets them pass as public).
         .merge(ui::router())
-        // Inner first: authentication runs before the idempotency check,
-        // which needs to know whose key it is.
-        .route_layer(axum::middleware::from_fn_with_state(state.clone(), idempotency::middleware))
-        .route_layer(axum::middleware::from_fn_with_state(state.clone(), crate::auth::middleware))
-        .route_layer(axum::middleware::from_fn_with_state(state.clone(), metrics::track))
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), guard))
         .merge(SwaggerUi::new("/docs").url("/openapi.json", doc))
         .fallback(|uri: Uri| async move { ApiError::NoRoute(uri.path().to_owned()).into_response() })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed.into_response() })
         .layer(DefaultBodyLimit::max(extract::MAX_BODY_BYTES))
-        .layer(axum::middleware::from_fn_with_state(state.clone(), shed_load))
         .with_state(state)
         .layer(middleware)
 }
