@@ -83,18 +83,21 @@ pub async fn connect(path: &Path) -> anyhow::Result<Db> {
         .synchronous(SqliteSynchronous::Normal)
         .foreign_keys(true)
         .busy_timeout(BUSY_TIMEOUT)
-        // 16 MiB of page cache per connection (negative: KiB), and reads
-        // through a memory map of up to 256 MiB: the working set of 10,000
-        // pools (about 60 MiB of rows and indexes) stays in memory, shared
-        // by the page cache of the OS rather than copied per connection.
-        .pragma("cache_size", "-16384")
-        .pragma("mmap_size", "268435456")
+        // No memory map (SQLite's default): a map is per connection, and a
+        // page read through thirteen maps is counted thirteen times in the
+        // resident size. Reads go through the OS page cache instead, with
+        // a small cache of SQLite's own per connection (negative: KiB); see
+        // `connect` for the writer's.
+        .pragma("mmap_size", "0")
+        .pragma("cache_size", "-2048")
         // Checkpoint the WAL in the background more rarely than every 1000
         // pages: fewer, larger checkpoints under a burst of writes.
         .pragma("wal_autocheckpoint", "4000");
+    // The writer's cache is larger: every pass and request writes through
+    // it, and the pages it dirties stay there until the commit.
     let writer = SqlitePoolOptions::new()
         .max_connections(1)
-        .connect_with(opts.clone())
+        .connect_with(opts.clone().pragma("cache_size", "-8192"))
         .await
         .with_context(|| format!("opening SQLite database {}", path.display()))?;
     sqlx::migrate!("./migrations")
