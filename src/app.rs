@@ -24,6 +24,7 @@ use crate::domain::pool::{HostPolicy, SpecLimits};
 use crate::reconcile::{
     self,
     observe::Timing,
+    starter::Starter,
     terminator::Terminator,
     worker::{PoolQueue, WorkerSettings},
 };
@@ -119,6 +120,7 @@ impl Application {
             stop_timeout_secs: i64::try_from(config.stop_timeout.as_secs()).unwrap_or(i64::MAX),
             nodes: reconcile::NodeSettings::from_config(&config),
             terminator: Arc::new(Terminator::new(tasks.clone(), shutdown.clone())),
+            starter: Arc::new(Starter::new(tasks.clone(), shutdown.clone())),
             wakes: queue.sender(),
             clock: crate::clock::Clock::System,
         };

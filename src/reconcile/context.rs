@@ -8,6 +8,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 use super::observe::Timing;
+use super::starter::Starter;
 use super::terminator::Terminator;
 use crate::db::Db;
 use crate::k8s::NodeSettings;
@@ -27,6 +28,8 @@ pub struct Context {
     pub nodes: NodeSettings,
     /// Deletions in flight, in the background.
     pub terminator: Arc<Terminator>,
+    /// Starts of new machines in flight, in the background.
+    pub starter: Arc<Starter>,
     /// Wakes a pool (a deletion finished); the engines' events use it too.
     pub wakes: mpsc::UnboundedSender<Wake>,
     /// What time it is, for settling, backoff and deadlines.

@@ -1,7 +1,8 @@
 //! Applying a plan. Deletions are recorded first (intent and event, one
 //! transaction) and handed to the background terminator; repairs and
 //! creations run inline, each engine within its own parallelism limit, and
-//! are recorded with their events in one transaction at the end.
+//! are recorded with their events in one transaction at the end. The start
+//! of a new container is handed to the background starter.
 
 use std::collections::HashMap;
 
@@ -14,7 +15,7 @@ use super::terminate::deleting_event;
 use crate::db::{self, machines::Machine, pools::Pool};
 use crate::domain::event::{EventType, NewEvent};
 use crate::domain::machine::MachinePhase;
-use crate::runtime::{Container, CreateContainer, RuntimeError, labels};
+use crate::runtime::{Container, ContainerState, CreateContainer, RuntimeError, Wake, labels};
 
 /// Applies a plan; answers the first error of the container operations.
 pub(super) async fn execute(
@@ -37,12 +38,19 @@ pub(super) async fn execute(
     }
 
     let by_name: HashMap<&str, &Machine> = records.iter().map(|r| (r.name.as_str(), r)).collect();
-    let repairs = join_all(plan.repair.iter().map(|r| repair(ctx, r))).await;
+    // A new container whose start is in flight looks created, not broken.
+    let due: Vec<&Repair> = plan
+        .repair
+        .iter()
+        .filter(|r| !(r.action == RepairAction::Start && ctx.starter.in_flight(&r.container_id)))
+        .collect();
+    let repairs = join_all(due.iter().map(|r| repair(ctx, r))).await;
     let creations = join_all(plan.create.iter().map(|c| create(ctx, pool, c))).await;
 
     let mut errors = Vec::new();
     let mut tx = None;
-    for (r, outcome) in plan.repair.iter().zip(repairs) {
+    let repairs_run = due.len();
+    for (r, outcome) in due.into_iter().zip(repairs) {
         let Err(e) = outcome else {
             let tx = match &mut tx {
                 Some(tx) => tx,
@@ -73,7 +81,7 @@ pub(super) async fn execute(
     if let Some(tx) = tx {
         tx.commit().await?;
     }
-    let total = plan.repair.len() + plan.create.len();
+    let total = repairs_run + plan.create.len();
     let failed = errors.len();
     match errors.into_iter().next() {
         None => Ok(()),
@@ -129,6 +137,38 @@ async fn repair(ctx: &Context, r: &Repair) -> Result<(), RuntimeError> {
     Ok(())
 }
 
+/// Starts a new container in the background (see [`super::starter`]) and
+/// wakes the pool when the start has ended. A failed start is left to the
+/// next pass, which finds the container created and starts it as a repair,
+/// with the error on the pass if it fails again.
+fn start_in_background(ctx: &Context, pool: &str, engine: &str, container_id: &str) {
+    if !ctx.starter.claim(container_id) {
+        return;
+    }
+    let (ctx, pool, engine_name, id) = (ctx.clone(), pool.to_owned(), engine.to_owned(), container_id.to_owned());
+    let cancel = ctx.starter.cancelled();
+    let starter = std::sync::Arc::clone(&ctx.starter);
+    starter.spawn(async move {
+        let started = match ctx.engines.get(&engine_name) {
+            None => None,
+            Some(engine) => tokio::select! {
+                // Shutting down: the next run starts the created container.
+                _ = cancel.cancelled() => None,
+                r = engine.start(&id) => Some(r),
+            },
+        };
+        ctx.starter.done(&id);
+        if let Some(result) = &started {
+            count_call(&ctx, &engine_name, "start", result);
+            if let Err(e) = result {
+                tracing::warn!(pool, engine = %engine_name, container = %id, error = %e,
+                    "starting a new machine failed; the next pass tries again");
+            }
+            let _ = ctx.wakes.send(Wake::Pool(pool));
+        }
+    });
+}
+
 /// A fresh machine name that no engine and no record holds. Names are
 /// drawn from 36^6; by the birthday bound a collision is likely somewhere
 /// once about 50,000 machines exist, and a name is the machine's key in the
@@ -168,6 +208,11 @@ async fn create(ctx: &Context, pool: &Pool, c: &Creation) -> Result<(Container, 
     let created = engine.create(&spec).await;
     count_call(ctx, &c.engine, "create", &created);
     let container = created?;
+    // Each start goes as soon as its container exists, not after the
+    // pass's last creation.
+    if container.state == ContainerState::Created {
+        start_in_background(ctx, &pool.name, &c.engine, &container.id);
+    }
     let fd = c.failure_domain.as_deref().map(|f| format!(", failure domain {f}")).unwrap_or_default();
     let ev = NewEvent::pool(
         &pool.name,
@@ -179,8 +224,8 @@ async fn create(ctx: &Context, pool: &Pool, c: &Creation) -> Result<(Container, 
     Ok((container, c.engine.clone(), ev))
 }
 
-/// The record of a machine this pass created: starting, until a later
-/// pass sees it settle.
+/// The record of a machine this pass created: creating or starting, until
+/// a later pass sees it settle.
 fn created_record(pool: &str, engine: &str, c: &Container, now: chrono::DateTime<Utc>) -> Machine {
     Machine {
         name: c.name.clone(),
@@ -189,10 +234,10 @@ fn created_record(pool: &str, engine: &str, c: &Container, now: chrono::DateTime
         container_id: c.id.clone(),
         image: c.image.clone(),
         failure_domain: c.failure_domain().map(str::to_owned),
-        phase: if c.state == crate::runtime::ContainerState::Running {
-            MachinePhase::Starting
-        } else {
-            MachinePhase::Exited
+        phase: match c.state {
+            ContainerState::Running => MachinePhase::Starting,
+            ContainerState::Created => MachinePhase::Creating,
+            _ => MachinePhase::Exited,
         },
         state: c.state,
         health: c.health,

@@ -6,7 +6,8 @@
 //! - [`observe`]: containers + records + clock -> what the planner sees.
 //! - [`plan`]: the pure planner.
 //! - `execute`: deletions recorded then handed to `terminate` (background),
-//!   repairs and creations inline.
+//!   repairs and creations inline, the starts of new containers handed to
+//!   the [`starter`] (background).
 //! - `records`, `status`: what a pass writes back, only when it changed.
 //! - [`worker`]: which pool gets a pass when.
 
@@ -18,6 +19,7 @@ pub mod observe;
 pub mod plan;
 mod records;
 pub mod rollback;
+pub mod starter;
 mod status;
 pub mod terminate;
 pub mod terminator;

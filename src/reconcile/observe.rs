@@ -29,7 +29,11 @@ pub struct Timing {
 
 impl Default for Timing {
     fn default() -> Self {
-        Self { settle: Duration::from_secs(1), lost_after: Duration::from_secs(30), restart: RestartPolicy::default() }
+        Self {
+            settle: Duration::from_millis(500),
+            lost_after: Duration::from_secs(30),
+            restart: RestartPolicy::default(),
+        }
     }
 }
 

@@ -167,7 +167,7 @@ impl DockerBackend {
         Ok(client.events(Some(opts)).map(|ev| ev.map(container_event).map_err(map_err)))
     }
 
-    /// Creates and starts a container.
+    /// Creates a container, without starting it.
     pub async fn create(&self, spec: &CreateContainer) -> Result<Container, RuntimeError> {
         let client = self.client().await?;
         let mounts = spec
@@ -200,7 +200,7 @@ impl DockerBackend {
             other => map_err(other),
         })?;
         let now = Utc::now();
-        let mut container = Container {
+        let container = Container {
             id: created.id,
             name: spec.name.clone(),
             image: spec.image.clone(),
@@ -213,9 +213,6 @@ impl DockerBackend {
             started_at: None,
             finished_at: None,
         };
-        self.start(&container.id).await?;
-        container.state = ContainerState::Running;
-        container.started_at = Some(Utc::now());
         Ok(container)
     }
 

@@ -237,7 +237,10 @@ impl Engine {
         }
     }
 
-    /// Creates and starts a machine's container; the cache shows it at once.
+    /// Creates a machine's container; the cache shows it at once. A Docker
+    /// engine answers it created, for the caller to [`start`](Self::start)
+    /// (the slow half, which a pass hands over); the simulated engine
+    /// starts it at once.
     pub async fn create(&self, spec: &CreateContainer) -> Result<Container, RuntimeError> {
         self.op(async {
             match &self.backend {
@@ -254,20 +257,27 @@ impl Engine {
 
     /// Starts a created or exited container: a restart in place.
     pub async fn start(&self, id: &str) -> Result<(), RuntimeError> {
-        self.op(async {
-            match &self.backend {
-                Backend::Docker(d) => {
-                    d.start(id).await?;
-                    self.cache.update(id, |c| {
-                        c.state = ContainerState::Running;
-                        c.started_at = Some(Utc::now());
-                    });
-                    Ok(())
+        match &self.backend {
+            Backend::Docker(d) => {
+                self.op(d.start(id)).await?;
+                // What the engine says now, not what was asked: a process
+                // that died as it started is exited already, and the event
+                // of its death may have been handled before this call
+                // returned, so assuming `running` here could leave a dead
+                // machine looking alive (and, once settled, ready). Until
+                // the inspect answers, the events keep the cache.
+                match d.inspect(id.to_owned()).await {
+                    Ok(Some(c)) => {
+                        self.cache.upsert(c);
+                    }
+                    Ok(None) => {}
+                    Err(e) => tracing::debug!(engine = %self.name, container = id, error = %e,
+                        "inspecting a started container failed; its events will tell"),
                 }
-                Backend::Simulated(s) => s.start(&self.cache, id),
+                Ok(())
             }
-        })
-        .await
+            Backend::Simulated(s) => self.op(async { s.start(&self.cache, id) }).await,
+        }
     }
 
     pub async fn unpause(&self, id: &str) -> Result<(), RuntimeError> {

@@ -12,6 +12,7 @@ use drover::config::ServeConfig;
 use drover::db::{self, Db};
 use drover::domain::pool::{RawSpec, SpecLimits, validate};
 use drover::reconcile::observe::Timing;
+use drover::reconcile::starter::Starter;
 use drover::reconcile::terminator::Terminator;
 use drover::reconcile::{Context, NodeSettings, Outcome, reconcile_once};
 use drover::runtime::engine::Backend;
@@ -43,6 +44,7 @@ async fn rig() -> Rig {
         metrics: Arc::new(drover::metrics::Metrics::default()),
         nodes: NodeSettings::from_config(&ServeConfig::for_data_dir(dir.path().to_path_buf())),
         terminator: Arc::new(Terminator::new(TaskTracker::new(), CancellationToken::new())),
+        starter: Arc::new(Starter::new(TaskTracker::new(), CancellationToken::new())),
         wakes,
         clock: clock.clone(),
         changes: Default::default(),
@@ -109,12 +111,13 @@ async fn a_machine_counts_as_ready_only_once_it_has_settled() {
     assert_eq!(rig.engine.containers("p").len(), 2);
     assert_eq!(rig.status("p").await.ready_replicas, 0, "just started: not ready");
     assert!(matches!(outcome, Outcome::Requeue(d) if d <= Duration::from_secs(2)), "{outcome:?}");
-    rig.clock.advance(Duration::from_millis(999));
+    let settle = Timing::default().settle;
+    rig.clock.advance(settle - Duration::from_millis(1));
     rig.pass("p").await;
-    assert_eq!(rig.status("p").await.ready_replicas, 0, "999 ms in: still settling");
+    assert_eq!(rig.status("p").await.ready_replicas, 0, "1 ms short of the settle time: still settling");
     rig.clock.advance(Duration::from_millis(2));
     let outcome = rig.pass("p").await;
-    assert_eq!(rig.status("p").await.ready_replicas, 2, "1 s without a break: ready");
+    assert_eq!(rig.status("p").await.ready_replicas, 2, "the settle time without a break: ready");
     assert_eq!(outcome, Outcome::Idle, "nothing changes by the clock any more");
 }
 
