@@ -75,8 +75,10 @@ pub struct ServeConfig {
     /// How long a machine without a health check must have run before it
     /// counts as ready (with a HEALTHCHECK, the check decides). A process
     /// that dies as it starts never counts, so it can never pay for the
-    /// removal of a healthy machine.
-    #[arg(long, env = "DROVER_MACHINE_SETTLE_TIME", value_parser = parse_settle, default_value = "1s")]
+    /// removal of a healthy machine. Such a process dies within tens of
+    /// milliseconds; half a second is ten times that, and every batch of a
+    /// rollout waits it out once (docs/machines.md).
+    #[arg(long, env = "DROVER_MACHINE_SETTLE_TIME", value_parser = parse_settle, default_value = "500ms")]
     pub machine_settle_time: Duration,
 
     /// How long an engine may be unreachable before its machines are given
