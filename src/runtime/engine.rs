@@ -266,13 +266,9 @@ impl Engine {
                 // returned, so assuming `running` here could leave a dead
                 // machine looking alive (and, once settled, ready). Until
                 // the inspect answers, the events keep the cache.
-                match d.inspect(id.to_owned()).await {
-                    Ok(Some(c)) => {
-                        self.cache.upsert(c);
-                    }
-                    Ok(None) => {}
-                    Err(e) => tracing::debug!(engine = %self.name, container = id, error = %e,
-                        "inspecting a started container failed; its events will tell"),
+                if let Err(e) = self.refresh(d, id).await {
+                    tracing::debug!(engine = %self.name, container = id, error = %e,
+                        "inspecting a started container failed; its events will tell");
                 }
                 Ok(())
             }
@@ -380,16 +376,19 @@ impl Engine {
     }
 
     async fn apply(&self, docker: &DockerBackend, ev: ContainerEvent) -> Result<(), RuntimeError> {
-        let pool = if ev.destroyed {
-            self.cache.remove(&ev.id)
-        } else {
-            match docker.inspect(ev.id.clone()).await? {
-                Some(c) => self.cache.upsert(c),
-                None => self.cache.remove(&ev.id),
-            }
-        };
+        let pool = if ev.destroyed { self.cache.remove(&ev.id) } else { self.refresh(docker, &ev.id).await? };
         self.wake(pool);
         Ok(())
+    }
+
+    /// Puts in the cache what the engine reports of container `id` now (or
+    /// drops it, if the engine no longer has it); answers the pool it
+    /// belongs to.
+    async fn refresh(&self, docker: &DockerBackend, id: &str) -> Result<Option<String>, RuntimeError> {
+        Ok(match docker.inspect(id.to_owned()).await? {
+            Some(c) => self.cache.upsert(c),
+            None => self.cache.remove(id),
+        })
     }
 
     // ---- simulated engines: what tests and demos do to them ---------------
