@@ -184,7 +184,7 @@ impl Application {
         let retention = crate::retention::Settings::from_config(&config);
         tasks.spawn(crate::retention::run(state.db.clone(), retention, state.metrics.clone(), cancel.clone()));
 
-        let router = crate::http::router(state.clone());
+        let router = crate::http::router(state.clone())?;
         let stop = cancel.clone();
         tokio::spawn(async move {
             shutdown.await;

@@ -35,7 +35,7 @@ async fn main() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
     match cli.command {
         Command::Openapi => {
-            let doc = drover::http::openapi().to_pretty_json()?;
+            let doc = drover::http::openapi()?.to_pretty_json()?;
             println!("{doc}");
             Ok(ExitCode::SUCCESS)
         }

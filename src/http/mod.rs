@@ -74,7 +74,7 @@ fn api() -> OpenApiRouter<AppState> {
 
 /// The OpenAPI document, as served at `/openapi.json` and committed at
 /// `openapi/openapi.json`.
-pub fn openapi() -> utoipa::openapi::OpenApi {
+pub fn openapi() -> anyhow::Result<utoipa::openapi::OpenApi> {
     openapi::finish(api().into_openapi())
 }
 
@@ -158,9 +158,9 @@ impl MakeRequestId for RandomRequestId {
 }
 
 /// The whole application router with its middleware.
-pub fn router(state: AppState) -> Router {
+pub fn router(state: AppState) -> anyhow::Result<Router> {
     let (routes, doc) = api().split_for_parts();
-    let doc = openapi::finish(doc);
+    let doc = openapi::finish(doc)?;
     let config = state.config.clone();
     let request_id = HeaderName::from_static(REQUEST_ID);
     let middleware = ServiceBuilder::new()
@@ -184,7 +184,7 @@ pub fn router(state: AppState) -> Router {
             }
         }))
         .timeout(config.request_timeout);
-    routes
+    Ok(routes
         // The dashboard's files go through the same middleware as the API
         // (metrics, and `auth`, which lets them pass as public).
         .merge(ui::router())
@@ -194,5 +194,5 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed.into_response() })
         .layer(DefaultBodyLimit::max(extract::MAX_BODY_BYTES))
         .with_state(state)
-        .layer(middleware)
+        .layer(middleware))
 }

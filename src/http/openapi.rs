@@ -38,19 +38,20 @@ pub(crate) fn string_enum(values: &[&str], description: &str) -> utoipa::openapi
 }
 
 /// The document as served and committed.
-pub fn finish(doc: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
+pub fn finish(doc: utoipa::openapi::OpenApi) -> anyhow::Result<utoipa::openapi::OpenApi> {
+    use anyhow::Context as _;
     let doc = with_security(doc);
     // The passes below work on JSON; the document's own types read it back.
     // Both directions are exercised by the tests (the committed document is
     // this function's output), so a failure here is a bug in a pass.
-    let mut value = serde_json::to_value(&doc).expect("BUG: the OpenAPI document does not serialize");
+    let mut value = serde_json::to_value(&doc).context("the OpenAPI document does not serialize")?;
     headers(&mut value);
     optional_bodies(&mut value);
     response_fields_required(&mut value);
     links(&mut value);
     stream_payloads(&mut value);
     label_and_name_rules(&mut value);
-    serde_json::from_value(value).expect("BUG: a pass made the OpenAPI document unreadable to utoipa")
+    serde_json::from_value(value).context("a pass made the OpenAPI document unreadable to utoipa")
 }
 
 /// Declares the bearer scheme and, on every operation that is not public,

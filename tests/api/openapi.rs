@@ -5,7 +5,8 @@ const REFRESH: &str = "cargo run -q -- openapi > openapi/openapi.json";
 
 #[test]
 fn committed_openapi_document_is_current() {
-    let generated = drover::http::openapi().to_pretty_json().expect("serializing the document");
+    let generated =
+        drover::http::openapi().expect("the OpenAPI document").to_pretty_json().expect("serializing the document");
     if generated.trim() != COMMITTED.trim() {
         panic!("openapi/openapi.json is stale; refresh it with:\n\n    {REFRESH}\n");
     }

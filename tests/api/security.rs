@@ -62,7 +62,7 @@ async fn every_route_in_the_openapi_document_enforces_the_role_matrix() {
     clients.insert("operator", client_with_token(&make_token(&app, "matrix-operator", "operator").await));
     clients.insert("admin", app.client.clone());
 
-    let doc = drover::http::openapi();
+    let doc = drover::http::openapi().expect("the OpenAPI document");
     let doc = serde_json::to_value(&doc).unwrap();
     let mut checked = 0;
     for (path, item) in doc["paths"].as_object().unwrap() {
