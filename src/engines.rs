@@ -133,7 +133,7 @@ fn event(engine: &str, type_: EventType, reason: &'static str, message: String) 
 /// Registers an engine and starts its informer.
 pub async fn register(reg: &Registry, spec: EngineSpec) -> Result<Arc<Engine>, EngineError> {
     let now = Utc::now();
-    let mut tx = db::begin_write(&reg.db).await?;
+    let mut tx = reg.db.begin_write().await?;
     if let Err(e) = db::engines::insert(&mut tx, &spec.name, &spec.address, &spec.labels, spec.tls.as_ref(), now).await
     {
         return Err(match e {
@@ -158,7 +158,7 @@ pub async fn drain(reg: &Registry, name: &str, on: bool) -> Result<Arc<Engine>, 
         engine.set_draining(on);
     } else {
         let now = Utc::now();
-        let mut tx = db::begin_write(&reg.db).await?;
+        let mut tx = reg.db.begin_write().await?;
         if !db::engines::set_draining(&mut tx, name, on, now).await? {
             return Err(EngineError::NotFound(name.to_owned()));
         }
@@ -186,7 +186,7 @@ pub async fn remove(reg: &Registry, name: &str) -> Result<(), EngineError> {
     }
     let engine = reg.engines.get(name).ok_or_else(|| EngineError::NotFound(name.to_owned()))?;
     let lost = engine.lost(Utc::now(), reg.lost_after);
-    let mut tx = db::begin_write(&reg.db).await?;
+    let mut tx = reg.db.begin_write().await?;
     let mut held = db::engines::machines_on(&mut *tx, name, 10).await?;
     if held.is_empty() {
         held = engine.machine_names(10);

@@ -105,7 +105,7 @@ pub enum Deleted {
 /// or a pool names it; the checks and the delete are one statement, so a
 /// job or pool accepted meanwhile cannot be orphaned.
 pub async fn delete_if_idle(db: &super::store::Db, name: &str) -> sqlx::Result<Deleted> {
-    let mut tx = super::store::begin_write(db).await?;
+    let mut tx = db.begin_write().await?;
     let deleted = sqlx::query(
         "delete from clusters where name = ?1 and not exists
          (select 1 from upgrade_jobs where cluster = ?1 and state in ('pending', 'running'))

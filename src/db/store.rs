@@ -109,13 +109,3 @@ pub async fn connect(path: &Path) -> anyhow::Result<Db> {
     let background = readers(BACKGROUND_READERS).await.context("opening the readers of workers")?;
     Ok(Db { api, background, writer, gate: Default::default(), pools: Default::default() })
 }
-
-/// A write transaction of a request (see [`Db::begin_write`]).
-pub async fn begin_write(db: &Db) -> sqlx::Result<WriteTx> {
-    db.begin_write().await
-}
-
-/// A write transaction of a background worker (see [`Db::begin_background`]).
-pub async fn begin_background(db: &Db) -> sqlx::Result<WriteTx> {
-    db.begin_background().await
-}

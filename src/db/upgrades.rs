@@ -310,7 +310,7 @@ pub async fn request_cancel(
     id: i64,
     event: impl FnOnce(CancelOutcome) -> Option<crate::domain::event::NewEvent>,
 ) -> sqlx::Result<Option<(Job, CancelOutcome)>> {
-    let mut tx = super::store::begin_write(db).await?;
+    let mut tx = db.begin_write().await?;
     let now = Utc::now();
     let Some(before) = get(&mut *tx, id).await? else { return Ok(None) };
     let outcome = match before.state {

@@ -113,7 +113,7 @@ async fn run(
         body_hash: &body_hash,
     };
     let claimed = async {
-        let mut tx = crate::db::begin_write(&state.db).await?;
+        let mut tx = state.db.begin_write().await?;
         let now = Utc::now();
         let stale = now - chrono::TimeDelta::from_std(claim_deadline(state)).unwrap_or(chrono::TimeDelta::MAX);
         let found = db::idempotency::claim(&mut tx, &request, now, stale).await?;

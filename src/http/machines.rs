@@ -164,7 +164,7 @@ async fn request_machine_deletion(
 ) -> ApiResult<Json<MachineView>> {
     let image = desired_image(&state, &name).await?;
     let now = Utc::now();
-    let mut tx = crate::db::begin_write(&state.db).await?;
+    let mut tx = state.db.begin_write().await?;
     let m = db::machines::request_delete(&mut tx, &name, &machine, now)
         .await?
         .ok_or_else(|| ApiError::not_found("machine", &machine))?;

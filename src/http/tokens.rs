@@ -121,7 +121,7 @@ async fn list_tokens(State(state): State<AppState>) -> ApiResult<Json<TokenList>
     ))]
 #[tracing::instrument(skip(state))]
 async fn delete_token(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<StatusCode> {
-    let mut tx = crate::db::begin_write(&state.db).await?;
+    let mut tx = state.db.begin_write().await?;
     match db::tokens::delete(&mut tx, &name).await? {
         None => Err(ApiError::not_found("token", &name)),
         Some(DeleteOutcome::LastAdmin) => {

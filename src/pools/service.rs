@@ -43,7 +43,7 @@ async fn check_cluster(db: impl sqlx::SqliteExecutor<'_>, spec: &PoolSpec) -> Ap
 /// Creates a pool at generation 1 and revision 1.
 pub async fn create(state: &AppState, name: &PoolName, spec: &PoolSpec) -> ApiResult<Pool> {
     let now = Utc::now();
-    let mut tx = db::begin_write(&state.db).await?;
+    let mut tx = state.db.begin_write().await?;
     check_cluster(&mut *tx, spec).await?;
     let pool = match db::pools::insert(&mut tx, name.as_str(), spec, now).await {
         Ok(pool) => pool,
@@ -93,7 +93,7 @@ pub async fn update_spec(
             return Ok(pool);
         }
         let now = Utc::now();
-        let mut tx = db::begin_write(&state.db).await?;
+        let mut tx = state.db.begin_write().await?;
         // A pool that named a cluster before checks existed can still be scaled.
         if spec.cluster != pool.spec.cluster {
             check_cluster(&mut *tx, &spec).await?;
@@ -122,7 +122,7 @@ pub async fn update_spec(
 /// the pool). Repeating it is harmless.
 pub async fn delete(state: &AppState, name: &str) -> ApiResult<Pool> {
     let now = Utc::now();
-    let mut tx = db::begin_write(&state.db).await?;
+    let mut tx = state.db.begin_write().await?;
     let pool = match db::pools::mark_deleting(&mut tx, name, now).await? {
         Some(pool) => {
             let message = "pool marked for deletion; removing its machines";
@@ -143,7 +143,7 @@ pub async fn delete(state: &AppState, name: &str) -> ApiResult<Pool> {
 /// changes. Returns the machine and the pool.
 pub async fn remove_machine(state: &AppState, name: &str, machine: &str) -> ApiResult<(Machine, Pool)> {
     let now = Utc::now();
-    let mut tx = db::begin_write(&state.db).await?;
+    let mut tx = state.db.begin_write().await?;
     let (m, pool) = match db::machines::mark_if_unmarked(&mut tx, name, machine, now).await? {
         Some(m) => {
             let Some(pool) = db::pools::decrement_replicas(&mut tx, name, now).await? else {
@@ -185,7 +185,7 @@ pub async fn approve_batch(state: &AppState, name: &str) -> ApiResult<Pool> {
         return Err(ApiError::Conflict(format!("pool {name:?} has no rollout in progress")));
     }
     let now = Utc::now();
-    let mut tx = db::begin_write(&state.db).await?;
+    let mut tx = state.db.begin_write().await?;
     let pool = db::pools::approve_batch(&mut tx, name).await?.ok_or_else(|| ApiError::not_found("pool", name))?;
     let message = format!("batch {} of revision {} approved", pool.batches_approved, pool.revision);
     db::events::record(&mut tx, &NewEvent::pool(name, EventType::Normal, "BatchApproved", message), now).await?;

@@ -26,7 +26,7 @@ pub(super) async fn execute(
 ) -> Result<(), ReconcileError> {
     let now = ctx.clock.now();
     if !plan.delete.is_empty() {
-        let mut tx = db::begin_background(&ctx.db).await?;
+        let mut tx = ctx.db.begin_background().await?;
         for d in &plan.delete {
             db::machines::begin_termination(&mut tx, &pool.name, &d.machine, reason_text(d.reason), now).await?;
             db::events::record(&mut tx, &deleting_event(&pool.name, d), now).await?;
@@ -54,7 +54,7 @@ pub(super) async fn execute(
         let Err(e) = outcome else {
             let tx = match &mut tx {
                 Some(tx) => tx,
-                None => tx.insert(db::begin_background(&ctx.db).await?),
+                None => tx.insert(ctx.db.begin_background().await?),
             };
             let failed = r.action == RepairAction::Restart;
             db::machines::record_restart(tx, &pool.name, &r.machine, failed, now).await?;
@@ -70,7 +70,7 @@ pub(super) async fn execute(
             Ok((container, engine, ev)) => {
                 let tx = match &mut tx {
                     Some(tx) => tx,
-                    None => tx.insert(db::begin_background(&ctx.db).await?),
+                    None => tx.insert(ctx.db.begin_background().await?),
                 };
                 db::machines::write_observed(tx, &created_record(&pool.name, &engine, &container, now)).await?;
                 db::events::record(tx, &ev, now).await?;

@@ -208,7 +208,7 @@ async fn cluster_problem(ctx: &Context, pool: &Pool) -> Result<Option<String>, R
 
 /// The deleting pool has no machines left: drop its rows.
 async fn purge(ctx: &Context, name: &str) -> Result<Outcome, ReconcileError> {
-    let mut tx = crate::db::begin_background(&ctx.db).await?;
+    let mut tx = ctx.db.begin_background().await?;
     db::events::purge(&mut tx, SubjectKind::Pool, name).await?;
     db::pools::remove(&mut tx, name).await?;
     tx.commit().await?;

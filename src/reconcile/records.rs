@@ -75,7 +75,7 @@ pub(super) async fn sync(
     if changed.is_empty() && obs.vanished.is_empty() {
         return Ok(());
     }
-    let mut tx = db::begin_background(&ctx.db).await?;
+    let mut tx = ctx.db.begin_background().await?;
     for r in changed {
         let record = Machine { updated_at: now, ..r.clone() };
         db::machines::write_observed(&mut tx, &record).await?;

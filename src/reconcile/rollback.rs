@@ -56,7 +56,7 @@ pub async fn rollback(db: &Db, pool: &Pool, target: Option<i64>, why: &str) -> R
     let now = Utc::now();
     // A request's rollback, or the reconciler's when a rollout stalls: rare
     // either way, and someone waits for it.
-    let mut tx = crate::db::begin_write(db).await?;
+    let mut tx = db.begin_write().await?;
     let event = |revision: Option<i64>| {
         let revision = revision.unwrap_or(pool.revision);
         let message =

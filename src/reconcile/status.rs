@@ -270,7 +270,7 @@ pub(super) async fn write_if_changed(
         return Ok(());
     }
     status.last_reconciled_at = Some(now);
-    let mut tx = db::begin_background(&ctx.db).await?;
+    let mut tx = ctx.db.begin_background().await?;
     db::pools::write_status(&mut tx, &pool.name, &status).await?;
     tx.commit().await?;
     Ok(())
@@ -302,7 +302,7 @@ pub async fn record_failure(ctx: &Context, name: &str, err: &ReconcileError) {
         let repeated = status.last_error.as_deref() == Some(message.as_str());
         status.last_error = Some(message.clone());
         status.last_reconciled_at = Some(now);
-        let mut tx = crate::db::begin_background(&ctx.db).await?;
+        let mut tx = ctx.db.begin_background().await?;
         db::pools::write_status(&mut tx, name, &status).await?;
         // A failure that repeats word for word is one story, told once.
         if !repeated {

@@ -86,7 +86,7 @@ async fn delete_machine(ctx: &Context, pool: &Pool, d: &Deletion) -> Result<(), 
     if engine.reachable() && engine.container(&d.container_id).is_none() {
         // Gone already: a deletion that finished just before this one was
         // handed over (the pass that did so had looked before it ended).
-        let mut tx = db::begin_background(&ctx.db).await?;
+        let mut tx = ctx.db.begin_background().await?;
         db::machines::delete(&mut tx, &pool.name, &d.machine).await?;
         tx.commit().await?;
         return Ok(());
@@ -106,7 +106,7 @@ async fn delete_machine(ctx: &Context, pool: &Pool, d: &Deletion) -> Result<(), 
         "MachineDeleted",
         format!("deleted {} ({:.1} s to stop and remove)", d.machine, started.elapsed().as_secs_f64()),
     );
-    let mut tx = db::begin_background(&ctx.db).await?;
+    let mut tx = ctx.db.begin_background().await?;
     db::machines::delete(&mut tx, &pool.name, &d.machine).await?;
     db::events::record(&mut tx, &ev, now).await?;
     tx.commit().await?;

@@ -53,7 +53,7 @@ impl Lease {
     /// there to take: ended, cancelled, missing, or held by a live owner.
     pub async fn claim(db: &Db, id: i64, owner: &str) -> Result<Option<(Lease, Job)>, sqlx::Error> {
         let stale = chrono::Duration::from_std(STALE_AFTER).unwrap_or(chrono::Duration::MAX);
-        let mut tx = db::begin_background(db).await?;
+        let mut tx = db.begin_background().await?;
         let now = Utc::now();
         let Some((job, started)) = db::upgrades::claim(&mut tx, id, owner, now, now - stale).await? else {
             return Ok(None);
@@ -79,7 +79,7 @@ impl Lease {
     /// A write transaction in which the claim is proven to stand (and the
     /// heartbeat refreshed) before anything else is written.
     pub async fn begin(&self) -> Result<db::WriteTx, JobError> {
-        let mut tx = db::begin_background(&self.db).await?;
+        let mut tx = self.db.begin_background().await?;
         if !db::upgrades::touch(&mut tx, self.job, &self.owner, Utc::now()).await? {
             return Err(JobError::Lost(self.job));
         }

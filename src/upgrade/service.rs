@@ -90,7 +90,7 @@ pub async fn start(db: &Db, prepared: &Prepared) -> Result<Job, StartError> {
         force: r.force,
         from_version: prepared.current.map(|v| v.to_string()),
     };
-    let mut tx = db::begin_background(db).await?;
+    let mut tx = db.begin_background().await?;
     let now = Utc::now();
     let job = match db::upgrades::insert(&mut tx, &new, now).await {
         Ok(job) => job,
