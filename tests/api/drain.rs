@@ -152,6 +152,12 @@ async fn scale_down_cordons_then_evicts_and_removes_the_container_only_after_the
         assert!(!ops.iter().any(|o| o.name.as_deref() == Some(other.as_str())), "{other} was touched: {ops:#?}");
         assert_eq!(env.sim.node(other).expect("node")["spec"]["unschedulable"], Value::Null);
     }
+    // The deletion's event is written after the Node is gone, by the
+    // background deletion, which may finish just after the pool converged.
+    wait_for(Duration::from_secs(10), "the MachineDeleted event", async || {
+        env.reasons().await.iter().any(|r| r == "MachineDeleted")
+    })
+    .await;
     let reasons = env.reasons().await;
     let at = |r: &str| reasons.iter().position(|x| x == r).unwrap_or_else(|| panic!("no {r} event: {reasons:?}"));
     assert!(at("MachineCordoned") < at("MachineDrained") && at("MachineDrained") < at("MachineDeleted"), "{reasons:?}");
