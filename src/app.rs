@@ -183,6 +183,7 @@ impl Application {
         ));
         let retention = crate::retention::Settings::from_config(&config);
         tasks.spawn(crate::retention::run(state.db.clone(), retention, state.metrics.clone(), cancel.clone()));
+        tasks.spawn(db::run_checkpoints(state.db.clone(), cancel.clone()));
 
         let router = crate::http::router(state.clone())?;
         let stop = cancel.clone();

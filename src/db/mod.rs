@@ -23,7 +23,7 @@ mod pool_row;
 mod store;
 
 pub use gate::{Priority, WriteTx};
-pub use store::{Db, connect};
+pub use store::{Db, connect, run_checkpoints};
 
 /// Opaque page cursors: base64url of the last key a page returned.
 pub mod cursor {
