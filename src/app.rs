@@ -126,6 +126,7 @@ impl Application {
         };
         let inflight = Arc::new(Semaphore::new(config.max_concurrent_requests as usize));
         let limits = Arc::new(SpecLimits { max_replicas: config.max_replicas, host: host_policy(&config) });
+        let audit = crate::auth::audit_log::AuditLog::start(db.clone());
         let state = AppState::new(Shared {
             db,
             engines,
@@ -136,6 +137,7 @@ impl Application {
             streams: Arc::new(Semaphore::new(config.max_streams as usize)),
             tokens,
             refusals: Arc::new(crate::auth::refusals::RefusalAudit::new(config.audit_burst_window)),
+            audit,
             changes,
             limits,
             config: Arc::new(config),

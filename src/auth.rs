@@ -8,7 +8,6 @@
 //! ([`refusals`]), so that nobody without a token can grow the store fast.
 
 use std::path::Path;
-use std::sync::Arc;
 
 use axum::extract::Request;
 use axum::http::{HeaderValue, Method, header};
@@ -23,9 +22,11 @@ use crate::db::{self, Db, audit::NewAudit};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::telemetry::{Clipped, truncate};
+use audit_log::AuditLog;
 use cache::TokenCache;
 use refusals::RefusalAudit;
 
+pub mod audit_log;
 pub mod cache;
 pub mod caller;
 pub mod refusals;
@@ -127,21 +128,21 @@ fn unauthenticated() -> Response {
     res
 }
 
-/// What [`middleware`] works with: a few handles from the application's
-/// state (see `state.rs`), so that this module needs nothing of the HTTP
-/// layer but its extractors.
-#[derive(Clone)]
-pub struct Gate {
-    pub db: Db,
-    pub tokens: Arc<TokenCache>,
-    pub refusals: Arc<RefusalAudit>,
-    pub metrics: Arc<Metrics>,
+/// What [`guard`] works with: borrowed from the application's state (see
+/// `state.rs`), so that this module needs nothing of the HTTP layer but its
+/// extractors and a request costs no reference counting for it.
+pub struct Gate<'a> {
+    pub db: &'a Db,
+    pub tokens: &'a TokenCache,
+    pub refusals: &'a RefusalAudit,
+    pub audit: &'a AuditLog,
+    pub metrics: &'a Metrics,
 }
 
 /// Authenticates, authorizes and audits one request, then hands it to
 /// `next`. `route` is the matched route pattern (`/v1/pools/{name}`): the
 /// role a request needs depends on it, never on the names in the path.
-pub async fn guard<F, Fut>(state: &Gate, route: Option<&str>, mut req: Request, next: F) -> Response
+pub async fn guard<F, Fut>(state: &Gate<'_>, route: Option<&str>, mut req: Request, next: F) -> Response
 where
     F: FnOnce(Request) -> Fut,
     Fut: Future<Output = Response>,
@@ -156,7 +157,7 @@ where
     let mutating = !matches!(method, Method::GET | Method::HEAD | Method::OPTIONS);
     // Only changes are audited; reads keep nothing of the path.
     let audited_path = mutating.then(|| Clipped(path, AUDIT_MAX_PATH).to_string());
-    let caller = lookup(&state.tokens, req.headers().get(header::AUTHORIZATION));
+    let caller = lookup(state.tokens, req.headers().get(header::AUTHORIZATION));
     let (response, outcome) = match &caller {
         None => {
             state.metrics.unauthenticated();
@@ -171,27 +172,21 @@ where
     if let Some(path) = audited_path {
         let resource = resource_of(&path).map(|r| truncate(&r, AUDIT_MAX_RESOURCE).to_owned());
         let record = NewAudit {
-            token_name: caller.as_ref().map(|c| c.name.as_str()),
+            token_name: caller.as_ref().map(|c| c.name.clone()),
             role: caller.as_ref().map(|c| c.role.as_str()),
-            method: truncate(method.as_str(), AUDIT_MAX_METHOD),
-            path: &path,
-            resource: resource.as_deref(),
+            method: truncate(method.as_str(), AUDIT_MAX_METHOD).to_owned(),
+            path,
+            resource,
             status: response.status().as_u16(),
             outcome,
         };
         if caller.is_none() {
-            state.refusals.record(&state.db, &record).await;
-        } else if let Err(e) = audit(&state.db, &record).await {
-            tracing::error!(error = %e, method = %record.method, path = %record.path, "could not write the audit record");
+            state.refusals.record(state.db, &record).await;
+        } else {
+            state.audit.write(record).await;
         }
     }
     response
-}
-
-async fn audit(db: &Db, record: &db::audit::NewAudit<'_>) -> sqlx::Result<()> {
-    let mut tx = db.begin_write().await?;
-    db::audit::record(&mut tx, record, Utc::now()).await?;
-    tx.commit().await
 }
 
 /// On first start, when no token exists, makes an admin token and writes

@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use axum::extract::FromRef;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
@@ -37,6 +36,8 @@ pub struct Shared {
     pub tokens: Arc<crate::auth::cache::TokenCache>,
     /// Audits refusals of token-less requests once per burst.
     pub refusals: Arc<crate::auth::refusals::RefusalAudit>,
+    /// Writes the audit records of authenticated changes, batched.
+    pub audit: crate::auth::audit_log::AuditLog,
     /// "Pool X / job Y changed", for event streams.
     pub changes: crate::changes::Changes,
     /// Rules of pool specs that come from settings.
@@ -66,17 +67,15 @@ impl Shared {
     pub fn limits(&self) -> &SpecLimits {
         &self.limits
     }
-}
 
-/// What the authentication middleware needs, taken from the state by
-/// axum's `State` extractor.
-impl FromRef<AppState> for crate::auth::Gate {
-    fn from_ref(state: &AppState) -> Self {
-        Self {
-            db: state.db.clone(),
-            tokens: state.tokens.clone(),
-            refusals: state.refusals.clone(),
-            metrics: state.metrics.clone(),
+    /// What the authentication middleware needs, borrowed.
+    pub fn gate(&self) -> crate::auth::Gate<'_> {
+        crate::auth::Gate {
+            db: &self.db,
+            tokens: &self.tokens,
+            refusals: &self.refusals,
+            audit: &self.audit,
+            metrics: &self.metrics,
         }
     }
 }

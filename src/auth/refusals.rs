@@ -43,7 +43,7 @@ impl RefusalAudit {
 
     /// Audits one refusal of a request without a valid token: counted in
     /// the open burst, or written as the first row of a new one.
-    pub async fn record(&self, db: &Db, audit: &NewAudit<'_>) {
+    pub async fn record(&self, db: &Db, audit: &NewAudit) {
         let now = Instant::now();
         let ended = {
             let mut burst = self.lock();

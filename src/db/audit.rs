@@ -39,28 +39,30 @@ fn outcome_schema() -> utoipa::openapi::Object {
         .build()
 }
 
-pub struct NewAudit<'a> {
-    pub token_name: Option<&'a str>,
-    pub role: Option<&'a str>,
-    pub method: &'a str,
-    pub path: &'a str,
-    pub resource: Option<&'a str>,
+/// A record to append; owned, so that it can be handed to the task that
+/// writes records in batches (`auth::audit_log`).
+pub struct NewAudit {
+    pub token_name: Option<String>,
+    pub role: Option<&'static str>,
+    pub method: String,
+    pub path: String,
+    pub resource: Option<String>,
     pub status: u16,
     pub outcome: &'static str,
 }
 
 /// Appends a record; returns its id.
-pub async fn record(db: &mut SqliteConnection, a: &NewAudit<'_>, now: DateTime<Utc>) -> sqlx::Result<i64> {
+pub async fn record(db: &mut SqliteConnection, a: &NewAudit, now: DateTime<Utc>) -> sqlx::Result<i64> {
     sqlx::query_scalar(
         "insert into audit (time, token_name, role, method, path, resource, status, outcome)
          values (?, ?, ?, ?, ?, ?, ?, ?) returning id",
     )
     .bind(now)
-    .bind(a.token_name)
+    .bind(&a.token_name)
     .bind(a.role)
-    .bind(a.method)
-    .bind(a.path)
-    .bind(a.resource)
+    .bind(&a.method)
+    .bind(&a.path)
+    .bind(&a.resource)
     .bind(i64::from(a.status))
     .bind(a.outcome)
     .fetch_one(db)

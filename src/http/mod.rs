@@ -21,7 +21,7 @@ pub mod wire;
 
 use axum::Router;
 use axum::error_handling::HandleErrorLayer;
-use axum::extract::{DefaultBodyLimit, FromRef, MatchedPath};
+use axum::extract::{DefaultBodyLimit, MatchedPath};
 use axum::http::{HeaderName, HeaderValue, Request, Uri};
 use axum::response::IntoResponse;
 use tower::ServiceBuilder;
@@ -106,7 +106,7 @@ async fn guard(
     let res = if !probe && permit.is_none() {
         ApiError::Unavailable("the server is at its limit of concurrent requests; retry shortly".into()).into_response()
     } else {
-        let gate = crate::auth::Gate::from_ref(&state);
+        let gate = state.gate();
         let run = crate::auth::guard(&gate, route, req, |req| idempotency::guard(&state, route, req, next));
         if probe {
             tokio::time::timeout(PROBE_TIMEOUT, run).await.unwrap_or_else(|_| ApiError::Timeout.into_response())
