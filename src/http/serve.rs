@@ -51,7 +51,9 @@ pub struct Limits {
     pub header_read_timeout: Duration,
     pub idle_timeout: Duration,
     /// Longest silence on a connection whose request is in flight: longer
-    /// than the request timeout, so that a slow handler is never cut.
+    /// than the request timeout, so that a slow handler is never cut, and
+    /// than the other two, so that a request's start never brings the
+    /// connection's deadline forward.
     pub stall_timeout: Duration,
     pub max_header_bytes: usize,
 }
@@ -62,7 +64,7 @@ impl Limits {
             max_connections: c.max_connections as usize,
             header_read_timeout: c.header_read_timeout,
             idle_timeout: c.idle_timeout,
-            stall_timeout: c.idle_timeout.max(c.request_timeout) + Duration::from_secs(5),
+            stall_timeout: c.idle_timeout.max(c.request_timeout).max(c.header_read_timeout) + Duration::from_secs(5),
             max_header_bytes: c.max_header_bytes as usize,
         }
     }
@@ -247,8 +249,9 @@ impl Clock {
     fn request_started(&self) {
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         self.served.fetch_add(1, Ordering::Relaxed);
+        // The deadline only moves later (a stall is judged more leniently
+        // than a silence): the watchdog finds out when its timer fires.
         self.head_started.store(UNSET, Ordering::Release);
-        self.moved.notify_one();
     }
 
     fn request_finished(&self) {
@@ -273,20 +276,32 @@ impl Clock {
     }
 
     /// Resolves once the deadline has passed with nothing moving it.
+    ///
+    /// One timer for the connection's life, moved only when the deadline
+    /// moves earlier (a head starts, an answer ends); when the deadline
+    /// moved later meanwhile (a request started, bytes moved), the timer
+    /// fires early, finds the new deadline and waits again. A request thus
+    /// costs at most one timer change instead of one per state change.
     async fn expired(&self, limits: &Limits) -> CloseReason {
+        let timer = tokio::time::sleep_until(self.deadline(limits).0);
+        tokio::pin!(timer);
         loop {
             let moved = self.moved.notified();
             tokio::pin!(moved);
             moved.as_mut().enable();
-            let (at, reason) = self.deadline(limits);
+            let (at, _) = self.deadline(limits);
+            if at < timer.deadline() {
+                timer.as_mut().reset(at);
+            }
             tokio::select! {
-                _ = tokio::time::sleep_until(at) => {
-                    let (again, _) = self.deadline(limits);
-                    if again <= Instant::now() {
+                () = timer.as_mut() => {
+                    let (at, reason) = self.deadline(limits);
+                    if at <= Instant::now() {
                         return reason;
                     }
+                    timer.as_mut().reset(at);
                 }
-                _ = moved => {}
+                () = moved => {}
             }
         }
     }
