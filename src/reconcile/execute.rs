@@ -38,19 +38,14 @@ pub(super) async fn execute(
     }
 
     let by_name: HashMap<&str, &Machine> = records.iter().map(|r| (r.name.as_str(), r)).collect();
-    // A new container whose start is in flight looks created, not broken.
-    let due: Vec<&Repair> = plan
-        .repair
-        .iter()
-        .filter(|r| !(r.action == RepairAction::Start && ctx.starter.in_flight(&r.container_id)))
-        .collect();
+    let due = &plan.repair;
     let repairs = join_all(due.iter().map(|r| repair(ctx, r))).await;
     let creations = join_all(plan.create.iter().map(|c| create(ctx, pool, c))).await;
 
     let mut errors = Vec::new();
     let mut tx = None;
     let repairs_run = due.len();
-    for (r, outcome) in due.into_iter().zip(repairs) {
+    for (r, outcome) in due.iter().zip(repairs) {
         let Err(e) = outcome else {
             let tx = match &mut tx {
                 Some(tx) => tx,

@@ -134,7 +134,17 @@ async fn look(ctx: &Context, pool: &Pool, now: DateTime<Utc>) -> Result<Look, Re
 pub async fn dry_run(ctx: &Context, pool: &Pool) -> Result<(Plan, Counts), ReconcileError> {
     let look = look(ctx, pool, ctx.clock.now()).await?;
     let observed = look.obs.observed();
-    Ok((plan::plan(&observed, &desired_of(pool, &observed, &look.engines, &ctx.timing)), counts(&observed)))
+    let desired = desired_of(pool, &observed, &look.engines, &ctx.timing);
+    Ok((plan_pass(ctx, &observed, &desired), counts(&observed)))
+}
+
+/// What a pass would do, less the starts already under way: a new machine's
+/// container looks created, not broken, until its start (which runs in the
+/// background, see `starter`) is done.
+fn plan_pass(ctx: &Context, observed: &[Observed], desired: &Desired) -> Plan {
+    let mut plan = plan::plan(observed, desired);
+    plan.repair.retain(|r| !(r.action == plan::RepairAction::Start && ctx.starter.in_flight(&r.container_id)));
+    plan
 }
 
 /// The pool's counts as its engines report them now, for views that must
@@ -159,7 +169,7 @@ pub async fn reconcile_once(ctx: &Context, name: &str) -> Result<Outcome, Reconc
     }
     let observed = seen.obs.observed();
     let desired = desired_of(&pool, &observed, &seen.engines, &ctx.timing);
-    let plan = plan::plan(&observed, &desired);
+    let plan = plan_pass(ctx, &observed, &desired);
     let acted = !(plan.delete.is_empty() && plan.repair.is_empty() && plan.create.is_empty());
     // Records as the executor will find them: synced just now.
     let synced: Vec<db::machines::Machine> = seen.obs.machines.iter().map(|s| s.record.clone()).collect();
