@@ -6,6 +6,10 @@
 //! committed, invalidates them. A read that missed fills the entry only if
 //! no invalidation happened while it read the store (a version per pool),
 //! so a fill can never put back what a commit made stale.
+//!
+//! Bounded by the pools that exist: an entry is kept while it holds a pool
+//! or a read of it is under way, and dropped otherwise, so a deleted pool,
+//! a name nobody has, or a read cut short leaves nothing behind.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -19,8 +23,10 @@ pub struct PoolCache {
 
 #[derive(Default)]
 struct Entry {
-    /// Bumped by every invalidation.
+    /// Bumped by every invalidation while a read is under way.
     version: u64,
+    /// Reads of the store under way ([`Miss`]es not yet dropped).
+    reading: u32,
     pool: Option<Arc<Cached>>,
 }
 
@@ -31,8 +37,10 @@ pub struct Cached {
     pub rendered: std::sync::OnceLock<bytes::Bytes>,
 }
 
-/// A miss: what to fill once the store has been read.
-pub struct Miss {
+/// A miss: what to fill once the store has been read. Dropping it (filled
+/// or not) ends the read.
+pub struct Miss<'a> {
+    cache: &'a PoolCache,
     name: String,
     version: u64,
 }
@@ -42,26 +50,24 @@ impl PoolCache {
         self.entries.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn get(&self, name: &str) -> Result<Arc<Cached>, Miss> {
+    pub fn get(&self, name: &str) -> Result<Arc<Cached>, Miss<'_>> {
         let mut entries = self.lock();
-        let entry = entries.entry(name.to_owned()).or_default();
-        match &entry.pool {
-            Some(pool) => Ok(Arc::clone(pool)),
-            None => Err(Miss { name: name.to_owned(), version: entry.version }),
+        if let Some(pool) = entries.get(name).and_then(|e| e.pool.as_ref()) {
+            return Ok(Arc::clone(pool));
         }
+        let entry = entries.entry(name.to_owned()).or_default();
+        entry.reading += 1;
+        Err(Miss { cache: self, name: name.to_owned(), version: entry.version })
     }
 
     /// Keeps what the store answered after a miss, unless it is stale.
-    pub fn fill(&self, miss: Miss, pool: Option<&Pool>) -> Option<Arc<Cached>> {
+    pub fn fill(&self, miss: Miss<'_>, pool: Option<&Pool>) -> Option<Arc<Cached>> {
         let cached = pool.map(|p| Arc::new(Cached { pool: p.clone(), rendered: Default::default() }));
-        let mut entries = self.lock();
-        match (entries.get_mut(&miss.name), &cached) {
-            (Some(entry), Some(cached)) if entry.version == miss.version => entry.pool = Some(Arc::clone(cached)),
-            // Gone from the store: forget the name too.
-            (Some(entry), None) if entry.version == miss.version => {
-                entries.remove(&miss.name);
-            }
-            _ => {}
+        if let Some(cached) = &cached
+            && let Some(entry) = self.lock().get_mut(&miss.name)
+            && entry.version == miss.version
+        {
+            entry.pool = Some(Arc::clone(cached));
         }
         cached
     }
@@ -69,9 +75,31 @@ impl PoolCache {
     pub fn invalidate(&self, names: &[String]) {
         let mut entries = self.lock();
         for name in names {
-            let entry = entries.entry(name.clone()).or_default();
-            entry.version += 1;
-            entry.pool = None;
+            // No entry: nothing cached and no read to warn.
+            let Some(entry) = entries.get_mut(name) else { continue };
+            if entry.reading == 0 {
+                entries.remove(name);
+            } else {
+                entry.version += 1;
+                entry.pool = None;
+            }
+        }
+    }
+
+    /// Pools held or being read.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.lock().len()
+    }
+}
+
+impl Drop for Miss<'_> {
+    fn drop(&mut self) {
+        let mut entries = self.cache.lock();
+        let Some(entry) = entries.get_mut(&self.name) else { return };
+        entry.reading = entry.reading.saturating_sub(1);
+        if entry.reading == 0 && entry.pool.is_none() {
+            entries.remove(&self.name);
         }
     }
 }
@@ -110,5 +138,34 @@ mod tests {
         let Err(miss) = cache.get("a") else { panic!() };
         cache.fill(miss, Some(&pool("a", 2)));
         assert_eq!(cache.get("a").map(|c| c.pool.generation).ok(), Some(2));
+    }
+
+    #[test]
+    fn names_without_a_pool_leave_no_entry_behind() {
+        let cache = PoolCache::default();
+        // A name nobody has.
+        let Err(miss) = cache.get("ghost") else { panic!("empty cache hit") };
+        cache.fill(miss, None);
+        // A read cut short (its request dropped before the store answered).
+        let Err(miss) = cache.get("cut") else { panic!() };
+        drop(miss);
+        // A pool cached, then deleted (its last write invalidates it).
+        let Err(miss) = cache.get("gone") else { panic!() };
+        cache.fill(miss, Some(&pool("gone", 1)));
+        assert_eq!(cache.len(), 1);
+        cache.invalidate(&["gone".into(), "never-read".into()]);
+        assert_eq!(cache.len(), 0, "only pools held or being read have entries");
+    }
+
+    #[test]
+    fn an_invalidation_during_one_of_two_reads_drops_both_fills() {
+        let cache = PoolCache::default();
+        let Err(first) = cache.get("a") else { panic!() };
+        let Err(second) = cache.get("a") else { panic!() };
+        cache.invalidate(&["a".into()]);
+        cache.fill(first, Some(&pool("a", 1)));
+        cache.fill(second, Some(&pool("a", 1)));
+        assert!(cache.get("a").is_err(), "both reads began before the commit");
+        assert_eq!(cache.len(), 0);
     }
 }
