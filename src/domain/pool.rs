@@ -236,6 +236,20 @@ impl HostPolicy {
         ))
     }
 
+    /// What of a stored spec this policy refuses, if anything: the
+    /// settings may have been tightened since the spec was accepted, and a
+    /// pool must not go on creating what they no longer allow.
+    pub fn refusal(&self, spec: &PoolSpec) -> Option<String> {
+        let mut errs = ValidationErrors::default();
+        let image = spec.desired_image();
+        if !self.image_allowed(&image) {
+            errs.push("image", "image_allowed", format!("{image:?} is not among --allowed-images"));
+        }
+        check_mounts(&spec.extra_mounts, self, &mut errs);
+        let refused: Vec<String> = errs.0.iter().map(|e| format!("{}: {}", e.field, e.message)).collect();
+        (!refused.is_empty()).then(|| refused.join("; "))
+    }
+
     pub fn image_allowed(&self, image: &str) -> bool {
         self.images.iter().any(|p| match p.strip_suffix('*') {
             Some(prefix) => image.starts_with(prefix),

@@ -34,6 +34,8 @@ pub struct Context {
     pub wakes: mpsc::UnboundedSender<Wake>,
     /// What time it is, for settling, backoff and deadlines.
     pub clock: crate::clock::Clock,
+    /// What machines may mount and run, as the settings say now.
+    pub host: Arc<crate::domain::pool::HostPolicy>,
 }
 
 #[derive(Debug, thiserror::Error)]

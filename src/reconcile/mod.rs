@@ -135,16 +135,38 @@ pub async fn dry_run(ctx: &Context, pool: &Pool) -> Result<(Plan, Counts), Recon
     let look = look(ctx, pool, ctx.clock.now()).await?;
     let observed = look.obs.observed();
     let desired = desired_of(pool, &observed, &look.engines, &ctx.timing);
-    Ok((plan_pass(ctx, &observed, &desired), counts(&observed)))
+    let refused = host_refusal(ctx, pool).is_some();
+    Ok((plan_pass(ctx, &observed, &desired, refused), counts(&observed)))
 }
 
-/// What a pass would do, less the starts already under way: a new machine's
-/// container looks created, not broken, until its start (which runs in the
-/// background, see `starter`) is done.
-fn plan_pass(ctx: &Context, observed: &[Observed], desired: &Desired) -> Plan {
+/// What a pass would do, less:
+/// - the starts already under way: a new machine's container looks
+///   created, not broken, until its start (which runs in the background,
+///   see `starter`) is done;
+/// - every new machine, when the settings no longer allow what the spec
+///   asks for (see [`host_refusal`]).
+fn plan_pass(ctx: &Context, observed: &[Observed], desired: &Desired, host_refused: bool) -> Plan {
     let mut plan = plan::plan(observed, desired);
     plan.repair.retain(|r| !(r.action == plan::RepairAction::Start && ctx.starter.in_flight(&r.container_id)));
+    if host_refused {
+        plan.without_new_machines(observed, desired.replicas);
+    }
     plan
+}
+
+/// Why the settings refuse the pool's spec, if they do. A spec is checked
+/// against them when it is written; they may have been tightened since (a
+/// restart with fewer `--allowed-images` or `--allowed-mount-paths`). Such a
+/// pool keeps the machines it has and creates no new one, not even to
+/// replace a machine, until its spec or the settings change.
+fn host_refusal(ctx: &Context, pool: &Pool) -> Option<status::Blocked> {
+    let refused = ctx.host.refusal(&pool.spec)?;
+    Some(status::Blocked {
+        reason: "HostPolicyRefused",
+        message: format!(
+            "this server's settings no longer allow the spec, so no machine is created or replaced: {refused}"
+        ),
+    })
 }
 
 /// The pool's counts as its engines report them now, for views that must
@@ -169,7 +191,8 @@ pub async fn reconcile_once(ctx: &Context, name: &str) -> Result<Outcome, Reconc
     }
     let observed = seen.obs.observed();
     let desired = desired_of(&pool, &observed, &seen.engines, &ctx.timing);
-    let plan = plan_pass(ctx, &observed, &desired);
+    let refused = host_refusal(ctx, &pool);
+    let plan = plan_pass(ctx, &observed, &desired, refused.is_some());
     let acted = !(plan.delete.is_empty() && plan.repair.is_empty() && plan.create.is_empty());
     // Records as the executor will find them: synced just now.
     let synced: Vec<db::machines::Machine> = seen.obs.machines.iter().map(|s| s.record.clone()).collect();
@@ -185,9 +208,12 @@ pub async fn reconcile_once(ctx: &Context, name: &str) -> Result<Outcome, Reconc
     let observed = seen.obs.observed();
     let counts = counts(&observed);
     let awaiting_approval = plan.is_empty() && desired.max_updated.is_some_and(|allowed| counts.updated >= allowed);
-    let cluster = cluster_problem(ctx, &pool).await?;
+    let blocked = match refused {
+        Some(refused) => Some(refused),
+        None => cluster_problem(ctx, &pool).await?,
+    };
     let status =
-        status::status_after_pass(ctx, &pool, &observed, &seen.engines, awaiting_approval, cluster, now).await?;
+        status::status_after_pass(ctx, &pool, &observed, &seen.engines, awaiting_approval, blocked, now).await?;
     let held = pool.spec.paused || awaiting_approval;
     status::write_if_changed(ctx, &pool, status, held, ctx.clock.now()).await?;
 
@@ -204,16 +230,17 @@ pub async fn reconcile_once(ctx: &Context, name: &str) -> Result<Outcome, Reconc
 
 /// Why the pool's cluster could not be used, if it could not: the pool says
 /// so on every pass, not only when a drain needs the cluster.
-async fn cluster_problem(ctx: &Context, pool: &Pool) -> Result<Option<String>, ReconcileError> {
+async fn cluster_problem(ctx: &Context, pool: &Pool) -> Result<Option<status::Blocked>, ReconcileError> {
     let Some(cluster) = pool.spec.cluster.as_deref() else { return Ok(None) };
-    Ok(match db::clusters::credentials(ctx.db.background(), cluster).await? {
-        None => Some(format!("cluster {cluster:?} is not registered")),
-        Some(Err(e)) => Some(format!("the credentials of cluster {cluster:?} cannot be used: {e}")),
+    let problem = match db::clusters::credentials(ctx.db.background(), cluster).await? {
+        None => format!("cluster {cluster:?} is not registered"),
+        Some(Err(e)) => format!("the credentials of cluster {cluster:?} cannot be used: {e}"),
         Some(Ok(credentials)) => match credentials.config(ctx.nodes.retry.call_timeout).await {
-            Ok(_) => None,
-            Err(e) => Some(format!("the credentials of cluster {cluster:?} cannot be used: {e}")),
+            Ok(_) => return Ok(None),
+            Err(e) => format!("the credentials of cluster {cluster:?} cannot be used: {e}"),
         },
-    })
+    };
+    Ok(Some(status::Blocked { reason: "ClusterCredentialsInvalid", message: problem }))
 }
 
 /// The deleting pool has no machines left: drop its rows.

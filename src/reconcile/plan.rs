@@ -179,6 +179,27 @@ impl Plan {
     pub fn is_empty(&self) -> bool {
         self.finish.is_empty() && self.delete.is_empty() && self.create.is_empty() && self.repair.is_empty()
     }
+
+    /// Keeps only what needs no new machine: no creation, and a machine
+    /// that a new one was to replace (outdated, unready, broken) goes only
+    /// while more than `replicas` of the pool's active `machines` are left.
+    /// Deletions asked for and the pool's own deletion go on.
+    pub fn without_new_machines(&mut self, machines: &[Observed], replicas: u32) {
+        self.create.clear();
+        let active = machines.iter().filter(|m| m.active()).count();
+        let replaced =
+            |d: &Deletion| matches!(d.reason, DeleteReason::Outdated | DeleteReason::Unready | DeleteReason::Broken);
+        let others = self.delete.iter().filter(|d| !replaced(d)).count();
+        let mut spare = active.saturating_sub(replicas as usize).saturating_sub(others);
+        self.delete.retain(|d| {
+            if !replaced(d) {
+                return true;
+            }
+            let keep = spare > 0;
+            spare = spare.saturating_sub(1);
+            keep
+        });
+    }
 }
 
 fn deletion(m: &Observed, reason: DeleteReason) -> Deletion {

@@ -8,7 +8,9 @@
 //! - `MachinesHealthy`: no machine is broken, stuck, unknown or failing to
 //!   be deleted; otherwise the reason names the worst and the machines.
 //! - `Reconciled`: the last pass applied its plan and the pool is not short
-//!   of ready machines.
+//!   of ready machines, and nothing keeps the pool from its work: not the
+//!   settings (`HostPolicyRefused`: its spec is no longer allowed, so no
+//!   machine is created) nor its cluster (`ClusterCredentialsInvalid`).
 //! - `RuntimeAvailable`: the pool's engines answer.
 
 use chrono::{DateTime, Utc};
@@ -87,6 +89,13 @@ pub(super) fn machine_health(ctx: &Context, observed: &[Observed]) -> Option<(&'
     })
 }
 
+/// Why a pool cannot do its work, whatever its machines look like.
+pub(super) struct Blocked {
+    /// `HostPolicyRefused` or `ClusterCredentialsInvalid`.
+    pub reason: &'static str,
+    pub message: String,
+}
+
 /// Counts, conditions and rollout progress after a successful pass; may
 /// start an automatic rollback when the progress deadline has just passed.
 pub(super) async fn status_after_pass(
@@ -95,7 +104,7 @@ pub(super) async fn status_after_pass(
     observed: &[Observed],
     engines: &[EngineView],
     awaiting_approval: bool,
-    cluster_problem: Option<String>,
+    blocked: Option<Blocked>,
     now: DateTime<Utc>,
 ) -> Result<PoolStatus, ReconcileError> {
     let counts = counts(observed);
@@ -164,11 +173,10 @@ pub(super) async fn status_after_pass(
             now,
         ),
     }
-    // A cluster that cannot be reached with its stored credentials would
-    // fail every drain: the pool is not reconciled, whatever else holds.
-    if let Some(problem) = cluster_problem {
-        status.set_condition("Reconciled", ConditionStatus::False, "ClusterCredentialsInvalid", problem.clone(), now);
-        status.last_error = Some(problem);
+    // Whatever else holds, a pool that cannot do its work is not reconciled.
+    if let Some(Blocked { reason, message }) = blocked {
+        status.set_condition("Reconciled", ConditionStatus::False, reason, message.clone(), now);
+        status.last_error = Some(message);
     }
 
     let prev = pool.status.rollout.as_ref();

@@ -10,7 +10,7 @@ use chrono::Utc;
 use drover::clock::Clock;
 use drover::config::ServeConfig;
 use drover::db::{self, Db};
-use drover::domain::pool::{RawSpec, SpecLimits, validate};
+use drover::domain::pool::{HostPolicy, RawSpec, SpecLimits, validate};
 use drover::reconcile::observe::Timing;
 use drover::reconcile::starter::Starter;
 use drover::reconcile::terminator::Terminator;
@@ -48,6 +48,7 @@ async fn rig() -> Rig {
         wakes,
         clock: clock.clone(),
         changes: Default::default(),
+        host: Arc::new(HostPolicy::default()),
     };
     Rig { ctx, engine, clock, _dir: dir }
 }
@@ -180,4 +181,55 @@ async fn a_rollout_that_never_becomes_ready_stalls_at_its_deadline_and_keeps_the
     let names: Vec<String> = rig.engine.containers("p").iter().map(|c| c.name.clone()).collect();
     assert!(old.iter().all(|o| names.contains(o)), "no healthy old machine was removed: {names:?}");
     assert_eq!(status.ready_replicas, 2);
+}
+
+#[tokio::test]
+async fn settings_tightened_after_the_spec_was_accepted_stop_new_machines_but_keep_the_old() {
+    let mut rig = rig().await;
+    rig.pool("p", 2, "app:1", 600).await;
+    rig.pass("p").await;
+    rig.clock.advance(Duration::from_secs(1));
+    rig.pass("p").await;
+    let before: Vec<String> = rig.engine.containers("p").iter().map(|c| c.name.clone()).collect();
+    assert_eq!(before.len(), 2);
+
+    // A restart with a narrower --allowed-images; then a rollout to an image
+    // it refuses and a scale-up, both written before (or around) the change.
+    rig.ctx.host = Arc::new(HostPolicy::new(&[], &["app:1".into()], &[]));
+    let pool = db::pools::get(rig.ctx.db.read(), "p").await.unwrap().unwrap();
+    let spec = drover::domain::pool::PoolSpec { image: Some("other:2".into()), replicas: 3, ..pool.spec.clone() };
+    let mut tx = rig.ctx.db.begin_write().await.unwrap();
+    db::pools::update_spec(&mut tx, "p", pool.generation, &spec, rig.clock.now()).await.unwrap();
+    tx.commit().await.unwrap();
+    for _ in 0..5 {
+        rig.clock.advance(Duration::from_secs(1));
+        rig.pass("p").await;
+    }
+    let now: Vec<String> = rig.engine.containers("p").iter().map(|c| c.name.clone()).collect();
+    assert_eq!(now, before, "no machine created, none deleted for a replacement");
+    let status = rig.status("p").await;
+    let reconciled = status.condition("Reconciled").cloned().expect("Reconciled");
+    assert_eq!(reconciled.reason, "HostPolicyRefused", "{status:#?}");
+    assert!(reconciled.message.contains("other:2"), "names what is refused: {}", reconciled.message);
+
+    // Scaling down still works.
+    let pool = db::pools::get(rig.ctx.db.read(), "p").await.unwrap().unwrap();
+    let spec = drover::domain::pool::PoolSpec { replicas: 1, ..pool.spec.clone() };
+    let mut tx = rig.ctx.db.begin_write().await.unwrap();
+    db::pools::update_spec(&mut tx, "p", pool.generation, &spec, rig.clock.now()).await.unwrap();
+    tx.commit().await.unwrap();
+    rig.pass("p").await;
+    rig.pass("p").await;
+    assert_eq!(rig.engine.containers("p").len(), 1);
+
+    // The settings allow it again: the rollout goes on.
+    rig.ctx.host = Arc::new(HostPolicy::default());
+    for _ in 0..5 {
+        rig.clock.advance(Duration::from_secs(1));
+        rig.pass("p").await;
+    }
+    let images: Vec<String> = rig.engine.containers("p").iter().map(|c| c.image.clone()).collect();
+    assert_eq!(images, ["other:2"]);
+    let status = rig.status("p").await;
+    assert_eq!(status.condition("Reconciled").map(|c| c.reason.as_str()), Some("PassSucceeded"), "{status:#?}");
 }
