@@ -128,7 +128,7 @@ impl Application {
         };
         let inflight = Arc::new(Semaphore::new(config.max_concurrent_requests as usize));
         let limits = Arc::new(SpecLimits { max_replicas: config.max_replicas, host });
-        let audit = crate::auth::audit_log::AuditLog::start(db.clone());
+        let audit = crate::auth::audit_log::AuditLog::start(db.clone(), &tasks);
         let state = AppState::new(Shared {
             db,
             engines,
@@ -199,6 +199,9 @@ impl Application {
         let limits = crate::http::serve::Limits::from_config(&config);
         crate::http::serve::serve(listener, router, limits, state.metrics.clone(), cancel.clone()).await;
         cancel.cancel();
+        // Every request is answered: the audit writer writes what is still
+        // queued and ends, and `tasks` waits for it.
+        state.audit.close();
         tasks.close();
         if tokio::time::timeout(DRAIN_TIMEOUT, tasks.wait()).await.is_err() {
             tracing::warn!("background tasks did not stop within {DRAIN_TIMEOUT:?}; exiting anyway");

@@ -8,10 +8,18 @@
 //! request hands its record over and waits for the commit, and whatever
 //! arrived while the previous commit ran goes into the next transaction
 //! together. A lone request pays what it paid before; a burst of N pays
-//! about one transaction instead of N.
+//! about one transaction for its N records.
+//!
+//! A batch that cannot be written is written again one record at a time,
+//! so that one bad record costs only itself. At shutdown, once the last
+//! request is answered, [`AuditLog::close`] lets the task write what is
+//! still queued (a request cut short after its change committed) and end;
+//! the application waits for it before closing the store.
 
 use chrono::{DateTime, Utc};
 use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::db::{self, Db, audit::NewAudit};
 
@@ -27,18 +35,26 @@ struct Entry {
     done: oneshot::Sender<()>,
 }
 
-/// The handle requests use; the task ends when every handle is dropped.
+/// The handle requests use.
 #[derive(Clone)]
 pub struct AuditLog {
     tx: mpsc::Sender<Entry>,
+    closing: CancellationToken,
 }
 
 impl AuditLog {
-    /// Starts the writer task on the current runtime.
-    pub fn start(db: Db) -> Self {
+    /// Starts the writer task on `tasks`: it ends after [`Self::close`],
+    /// once everything queued is written (or when every handle is gone).
+    pub fn start(db: Db, tasks: &TaskTracker) -> Self {
         let (tx, rx) = mpsc::channel(QUEUE);
-        tokio::spawn(write_batches(db, rx));
-        Self { tx }
+        let closing = CancellationToken::new();
+        tasks.spawn(write_batches(db, rx, closing.clone()));
+        Self { tx, closing }
+    }
+
+    /// No record is taken any more; those queued are still written.
+    pub fn close(&self) {
+        self.closing.cancel();
     }
 
     /// Writes `record` (timed now) and returns once it is committed; a
@@ -49,7 +65,8 @@ impl AuditLog {
         let entry = Entry { record, time: Utc::now(), done };
         match self.tx.send(entry).await {
             Ok(()) => {
-                // Only a panicking writer task drops the sender unanswered.
+                // Answered by the task, which writes every record it took
+                // before it ends.
                 let _ = written.await;
             }
             Err(lost) => {
@@ -60,12 +77,27 @@ impl AuditLog {
     }
 }
 
-async fn write_batches(db: Db, mut rx: mpsc::Receiver<Entry>) {
+async fn write_batches(db: Db, mut rx: mpsc::Receiver<Entry>, closing: CancellationToken) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
-    while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
+    loop {
+        let taken = tokio::select! {
+            n = rx.recv_many(&mut batch, MAX_BATCH) => n,
+            () = closing.cancelled() => {
+                // Refuse new records, then drain the queue to its end.
+                rx.close();
+                rx.recv_many(&mut batch, MAX_BATCH).await
+            }
+        };
+        if taken == 0 {
+            return;
+        }
         if let Err(e) = write(&db, &batch).await {
-            for Entry { record: r, .. } in &batch {
-                tracing::error!(error = %e, method = %r.method, path = %r.path, "could not write the audit record");
+            tracing::warn!(error = %e, records = batch.len(), "a batch of audit records failed; writing them one by one");
+            for entry in &batch {
+                if let Err(e) = write(&db, std::slice::from_ref(entry)).await {
+                    let r = &entry.record;
+                    tracing::error!(error = %e, method = %r.method, path = %r.path, "could not write the audit record");
+                }
             }
         }
         for entry in batch.drain(..) {
@@ -103,7 +135,8 @@ mod tests {
     async fn concurrent_records_are_all_committed_before_their_writers_return() {
         let dir = tempfile::tempdir().expect("temp dir");
         let db = db::connect(&dir.path().join("d.db")).await.expect("store");
-        let log = AuditLog::start(db.clone());
+        let tasks = TaskTracker::new();
+        let log = AuditLog::start(db.clone(), &tasks);
         let writes = (0..300).map(|i| {
             let log = log.clone();
             tokio::spawn(async move { log.write(record(&format!("/v1/pools/p{i}"))).await })
@@ -117,5 +150,30 @@ mod tests {
         paths.sort();
         paths.dedup();
         assert_eq!(paths.len(), 300, "every record once");
+    }
+
+    #[tokio::test]
+    async fn records_of_requests_cut_short_are_written_before_the_task_ends() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let db = db::connect(&dir.path().join("d.db")).await.expect("store");
+        let tasks = TaskTracker::new();
+        let log = AuditLog::start(db.clone(), &tasks);
+        // The writer is busy elsewhere: records queue up.
+        let busy = db.begin_write().await.expect("the writer");
+        for i in 0..20 {
+            let write = log.write(record(&format!("/v1/pools/p{i}")));
+            // The request times out after handing its record over.
+            assert!(tokio::time::timeout(std::time::Duration::from_millis(5), write).await.is_err());
+        }
+        log.close();
+        drop(busy);
+        tasks.close();
+        tokio::time::timeout(std::time::Duration::from_secs(10), tasks.wait()).await.expect("the task ends");
+        let rows = db::audit::page(db.read(), None, 1000).await.expect("page");
+        assert_eq!(rows.len(), 20, "every record queued before the close is written");
+        // After the close a record is refused at once (and logged), never awaited.
+        tokio::time::timeout(std::time::Duration::from_secs(1), log.write(record("/v1/late")))
+            .await
+            .expect("no wait after close");
     }
 }

@@ -180,12 +180,16 @@ impl Plan {
         self.finish.is_empty() && self.delete.is_empty() && self.create.is_empty() && self.repair.is_empty()
     }
 
-    /// Keeps only what needs no new machine: no creation, and a machine
-    /// that a new one was to replace (outdated, unready, broken) goes only
-    /// while more than `replicas` of the pool's active `machines` are left.
-    /// Deletions asked for and the pool's own deletion go on.
+    /// Keeps only what needs no new machine: no creation, no first start
+    /// of a container created but never started (a shutdown cut its start
+    /// short: it would be a new process all the same), and a machine that
+    /// a new one was to replace (outdated, unready, broken) goes only while
+    /// more than `replicas` of the pool's active `machines` are left.
+    /// Deletions asked for and the pool's own deletion go on, and so do
+    /// restarts of machines that ran.
     pub fn without_new_machines(&mut self, machines: &[Observed], replicas: u32) {
         self.create.clear();
+        self.repair.retain(|r| r.action != RepairAction::Start);
         let active = machines.iter().filter(|m| m.active()).count();
         let replaced =
             |d: &Deletion| matches!(d.reason, DeleteReason::Outdated | DeleteReason::Unready | DeleteReason::Broken);

@@ -584,3 +584,33 @@ proptest! {
         prop_assert!(world.iter().all(|m| m.up_to_date && m.ready));
     }
 }
+
+#[test]
+fn without_new_machines_keeps_the_pool_at_replicas_and_starts_nothing_new() {
+    let machines = [m("a", false, true), m("b", false, true), m("c", false, true)];
+    let repair = |name: &str, action| Repair {
+        machine: name.into(),
+        container_id: format!("id-{name}"),
+        engine: "e0".into(),
+        action,
+        failed_restarts: 0,
+    };
+    let deletion = |name: &str, reason| Deletion {
+        machine: name.into(),
+        container_id: format!("id-{name}"),
+        engine: "e0".into(),
+        reason,
+    };
+    let mut p = Plan {
+        create: vec![Creation { engine: "e0".into(), failure_domain: None }],
+        delete: vec![deletion("a", DeleteReason::Outdated), deletion("b", DeleteReason::Outdated)],
+        repair: vec![repair("x", RepairAction::Start), repair("c", RepairAction::Restart)],
+        ..Plan::default()
+    };
+    p.without_new_machines(&machines, 2);
+    assert!(p.create.is_empty());
+    let deleted: Vec<&str> = p.delete.iter().map(|d| d.machine.as_str()).collect();
+    assert_eq!(deleted, ["a"], "down to replicas, no further");
+    let repaired: Vec<(&str, RepairAction)> = p.repair.iter().map(|r| (r.machine.as_str(), r.action)).collect();
+    assert_eq!(repaired, [("c", RepairAction::Restart)], "a never-started container stays unstarted");
+}
