@@ -241,13 +241,20 @@ impl HostPolicy {
     /// pool must not go on creating what they no longer allow.
     pub fn refusal(&self, spec: &PoolSpec) -> Option<String> {
         let mut errs = ValidationErrors::default();
-        let image = spec.desired_image();
-        if !self.image_allowed(&image) {
-            errs.push("image", "image_allowed", format!("{image:?} is not among --allowed-images"));
-        }
+        self.check_image(&spec.desired_image(), "image", &mut errs);
         check_mounts(&spec.extra_mounts, self, &mut errs);
-        let refused: Vec<String> = errs.0.iter().map(|e| format!("{}: {}", e.field, e.message)).collect();
-        (!refused.is_empty()).then(|| refused.join("; "))
+        (!errs.is_empty()).then(|| errs.to_string())
+    }
+
+    /// Refuses, under `field`, an image this policy does not let machines run.
+    fn check_image(&self, image: &str, field: &str, errs: &mut ValidationErrors) {
+        if !self.image_allowed(image) {
+            errs.push(
+                field,
+                "image_allowed",
+                format!("machines would run {image:?}, which this server does not allow (see --allowed-images)"),
+            );
+        }
     }
 
     pub fn image_allowed(&self, image: &str) -> bool {
@@ -356,14 +363,8 @@ pub fn validate(raw: RawSpec, limits: &SpecLimits) -> Result<PoolSpec, Validatio
         (None, Err(_)) => {}
         (Some(Ok(())), _) | (None, Ok(_)) => {
             let image = raw.image.clone().unwrap_or_else(|| node_image(version));
-            if !limits.host.image_allowed(&image) {
-                let field = if raw.image.is_some() { "image" } else { "version" };
-                errs.push(
-                    field,
-                    "image_allowed",
-                    format!("machines would run {image:?}, which this server does not allow (see --allowed-images)"),
-                );
-            }
+            let field = if raw.image.is_some() { "image" } else { "version" };
+            limits.host.check_image(&image, field, &mut errs);
         }
     }
     check_failure_domains(&raw.failure_domains, &mut errs);
