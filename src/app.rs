@@ -107,7 +107,6 @@ impl Application {
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
         let changes = crate::changes::Changes::default();
-        let host = host_policy(&config);
         let reconcile = reconcile::Context {
             metrics: metrics.clone(),
             changes: changes.clone(),
@@ -124,10 +123,9 @@ impl Application {
             starter: Arc::new(Starter::new(tasks.clone(), shutdown.clone())),
             wakes: queue.sender(),
             clock: crate::clock::Clock::System,
-            host: Arc::new(host.clone()),
+            limits: Arc::new(SpecLimits { max_replicas: config.max_replicas, host: host_policy(&config) }),
         };
         let inflight = Arc::new(Semaphore::new(config.max_concurrent_requests as usize));
-        let limits = Arc::new(SpecLimits { max_replicas: config.max_replicas, host });
         let audit = crate::auth::audit_log::AuditLog::start(db.clone(), &tasks);
         let state = AppState::new(Shared {
             db,
@@ -141,7 +139,6 @@ impl Application {
             refusals: Arc::new(crate::auth::refusals::RefusalAudit::new(config.audit_burst_window)),
             audit,
             changes,
-            limits,
             config: Arc::new(config),
             metrics,
             shutdown,

@@ -40,8 +40,6 @@ pub struct Shared {
     pub audit: crate::auth::audit_log::AuditLog,
     /// "Pool X / job Y changed", for event streams.
     pub changes: crate::changes::Changes,
-    /// Rules of pool specs that come from settings.
-    pub(crate) limits: Arc<SpecLimits>,
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Wakes the upgrade runner when a job is created.
     pub upgrades: crate::upgrade::UpgradeQueue,
@@ -64,8 +62,9 @@ impl AppState {
 }
 
 impl Shared {
+    /// Rules of pool specs that come from settings (the reconciler's).
     pub fn limits(&self) -> &SpecLimits {
-        &self.limits
+        &self.reconcile.limits
     }
 
     /// What the authentication middleware needs, borrowed.

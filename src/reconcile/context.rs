@@ -34,8 +34,9 @@ pub struct Context {
     pub wakes: mpsc::UnboundedSender<Wake>,
     /// What time it is, for settling, backoff and deadlines.
     pub clock: crate::clock::Clock,
-    /// What machines may mount and run, as the settings say now.
-    pub host: Arc<crate::domain::pool::HostPolicy>,
+    /// Rules of pool specs from the settings (what machines may mount and
+    /// run), shared with the API.
+    pub limits: Arc<crate::domain::pool::SpecLimits>,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -160,7 +160,7 @@ fn plan_pass(ctx: &Context, observed: &[Observed], desired: &Desired, host_refus
 /// pool keeps the machines it has and creates no new one, not even to
 /// replace a machine, until its spec or the settings change.
 fn host_refusal(ctx: &Context, pool: &Pool) -> Option<status::Blocked> {
-    let refused = ctx.host.refusal(&pool.spec)?;
+    let refused = ctx.limits.host.refusal(&pool.spec)?;
     Some(status::Blocked {
         reason: "HostPolicyRefused",
         message: format!(

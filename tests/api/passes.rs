@@ -48,7 +48,7 @@ async fn rig() -> Rig {
         wakes,
         clock: clock.clone(),
         changes: Default::default(),
-        host: Arc::new(HostPolicy::default()),
+        limits: Arc::new(SpecLimits::default()),
     };
     Rig { ctx, engine, clock, _dir: dir }
 }
@@ -195,7 +195,8 @@ async fn settings_tightened_after_the_spec_was_accepted_stop_new_machines_but_ke
 
     // A restart with a narrower --allowed-images; then a rollout to an image
     // it refuses and a scale-up, both written before (or around) the change.
-    rig.ctx.host = Arc::new(HostPolicy::new(&[], &["app:1".into()], &[]));
+    rig.ctx.limits =
+        Arc::new(SpecLimits { host: HostPolicy::new(&[], &["app:1".into()], &[]), ..SpecLimits::default() });
     let pool = db::pools::get(rig.ctx.db.read(), "p").await.unwrap().unwrap();
     let spec = drover::domain::pool::PoolSpec { image: Some("other:2".into()), replicas: 3, ..pool.spec.clone() };
     let mut tx = rig.ctx.db.begin_write().await.unwrap();
@@ -223,7 +224,7 @@ async fn settings_tightened_after_the_spec_was_accepted_stop_new_machines_but_ke
     assert_eq!(rig.engine.containers("p").len(), 1);
 
     // The settings allow it again: the rollout goes on.
-    rig.ctx.host = Arc::new(HostPolicy::default());
+    rig.ctx.limits = Arc::new(SpecLimits::default());
     for _ in 0..5 {
         rig.clock.advance(Duration::from_secs(1));
         rig.pass("p").await;
