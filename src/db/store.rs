@@ -68,7 +68,7 @@ impl Db {
     /// for (or holding up) the writer or any reader: a passive checkpoint
     /// on a connection of its own. Run every [`CHECKPOINT_EVERY`] by
     /// [`run_checkpoints`], so that no commit pays for one.
-    pub async fn checkpoint(&self) -> sqlx::Result<()> {
+    async fn checkpoint(&self) -> sqlx::Result<()> {
         sqlx::query("pragma wal_checkpoint(passive)").execute(&self.checkpointer).await.map(drop)
     }
 
@@ -81,7 +81,7 @@ impl Db {
 }
 
 /// How often [`run_checkpoints`] copies the WAL into the database file.
-pub const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
+const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 
 /// The WAL's checkpoints, off the commit path. SQLite's own (automatic)
 /// checkpoint runs inside the commit that crosses its threshold: that

@@ -38,14 +38,12 @@ pub(super) async fn execute(
     }
 
     let by_name: HashMap<&str, &Machine> = records.iter().map(|r| (r.name.as_str(), r)).collect();
-    let due = &plan.repair;
-    let repairs = join_all(due.iter().map(|r| repair(ctx, r))).await;
+    let repairs = join_all(plan.repair.iter().map(|r| repair(ctx, r))).await;
     let creations = join_all(plan.create.iter().map(|c| create(ctx, pool, c))).await;
 
     let mut errors = Vec::new();
     let mut tx = None;
-    let repairs_run = due.len();
-    for (r, outcome) in due.iter().zip(repairs) {
+    for (r, outcome) in plan.repair.iter().zip(repairs) {
         let Err(e) = outcome else {
             let tx = match &mut tx {
                 Some(tx) => tx,
@@ -76,7 +74,7 @@ pub(super) async fn execute(
     if let Some(tx) = tx {
         tx.commit().await?;
     }
-    let total = repairs_run + plan.create.len();
+    let total = plan.repair.len() + plan.create.len();
     let failed = errors.len();
     match errors.into_iter().next() {
         None => Ok(()),
