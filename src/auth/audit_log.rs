@@ -131,12 +131,19 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn concurrent_records_are_all_committed_before_their_writers_return() {
+    /// A store in a temporary directory (kept while the test runs), and a
+    /// log writing to it on `tasks`.
+    async fn log() -> (tempfile::TempDir, Db, TaskTracker, AuditLog) {
         let dir = tempfile::tempdir().expect("temp dir");
         let db = db::connect(&dir.path().join("d.db")).await.expect("store");
         let tasks = TaskTracker::new();
         let log = AuditLog::start(db.clone(), &tasks);
+        (dir, db, tasks, log)
+    }
+
+    #[tokio::test]
+    async fn concurrent_records_are_all_committed_before_their_writers_return() {
+        let (_dir, db, _tasks, log) = log().await;
         let writes = (0..300).map(|i| {
             let log = log.clone();
             tokio::spawn(async move { log.write(record(&format!("/v1/pools/p{i}"))).await })
@@ -154,10 +161,7 @@ mod tests {
 
     #[tokio::test]
     async fn records_of_requests_cut_short_are_written_before_the_task_ends() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let db = db::connect(&dir.path().join("d.db")).await.expect("store");
-        let tasks = TaskTracker::new();
-        let log = AuditLog::start(db.clone(), &tasks);
+        let (_dir, db, tasks, log) = log().await;
         // The writer is busy elsewhere: records queue up.
         let busy = db.begin_write().await.expect("the writer");
         for i in 0..20 {

@@ -80,6 +80,16 @@ impl Rig {
         outcome
     }
 
+    /// Writes the pool's spec as `change` makes it, as an API change would.
+    async fn change_spec(&self, pool: &str, change: impl FnOnce(&mut drover::domain::pool::PoolSpec)) {
+        let current = db::pools::get(self.ctx.db.read(), pool).await.expect("read").expect("pool");
+        let mut spec = current.spec.clone();
+        change(&mut spec);
+        let mut tx = self.ctx.db.begin_write().await.expect("a write");
+        db::pools::update_spec(&mut tx, pool, current.generation, &spec, self.clock.now()).await.expect("update spec");
+        tx.commit().await.expect("commit");
+    }
+
     async fn status(&self, pool: &str) -> drover::domain::status::PoolStatus {
         db::pools::get(self.ctx.db.read(), pool).await.expect("read").expect("pool").status
     }
@@ -166,11 +176,7 @@ async fn a_rollout_that_never_becomes_ready_stalls_at_its_deadline_and_keeps_the
     rig.clock.advance(Duration::from_secs(1));
     rig.pass("p").await;
     let old: Vec<String> = rig.engine.containers("p").iter().map(|c| c.name.clone()).collect();
-    let pool = db::pools::get(rig.ctx.db.read(), "p").await.unwrap().unwrap();
-    let spec = drover::domain::pool::PoolSpec { image: Some("app-crash:2".into()), ..pool.spec.clone() };
-    let mut tx = rig.ctx.db.begin_write().await.unwrap();
-    db::pools::update_spec(&mut tx, "p", pool.generation, &spec, rig.clock.now()).await.unwrap();
-    tx.commit().await.unwrap();
+    rig.change_spec("p", |s| s.image = Some("app-crash:2".into())).await;
     for _ in 0..40 {
         rig.clock.advance(Duration::from_secs(1));
         rig.pass("p").await;
@@ -197,11 +203,11 @@ async fn settings_tightened_after_the_spec_was_accepted_stop_new_machines_but_ke
     // it refuses and a scale-up, both written before (or around) the change.
     rig.ctx.limits =
         Arc::new(SpecLimits { host: HostPolicy::new(&[], &["app:1".into()], &[]), ..SpecLimits::default() });
-    let pool = db::pools::get(rig.ctx.db.read(), "p").await.unwrap().unwrap();
-    let spec = drover::domain::pool::PoolSpec { image: Some("other:2".into()), replicas: 3, ..pool.spec.clone() };
-    let mut tx = rig.ctx.db.begin_write().await.unwrap();
-    db::pools::update_spec(&mut tx, "p", pool.generation, &spec, rig.clock.now()).await.unwrap();
-    tx.commit().await.unwrap();
+    rig.change_spec("p", |s| {
+        s.image = Some("other:2".into());
+        s.replicas = 3;
+    })
+    .await;
     for _ in 0..5 {
         rig.clock.advance(Duration::from_secs(1));
         rig.pass("p").await;
@@ -214,11 +220,7 @@ async fn settings_tightened_after_the_spec_was_accepted_stop_new_machines_but_ke
     assert!(reconciled.message.contains("other:2"), "names what is refused: {}", reconciled.message);
 
     // Scaling down still works.
-    let pool = db::pools::get(rig.ctx.db.read(), "p").await.unwrap().unwrap();
-    let spec = drover::domain::pool::PoolSpec { replicas: 1, ..pool.spec.clone() };
-    let mut tx = rig.ctx.db.begin_write().await.unwrap();
-    db::pools::update_spec(&mut tx, "p", pool.generation, &spec, rig.clock.now()).await.unwrap();
-    tx.commit().await.unwrap();
+    rig.change_spec("p", |s| s.replicas = 1).await;
     rig.pass("p").await;
     rig.pass("p").await;
     assert_eq!(rig.engine.containers("p").len(), 1);
