@@ -12,7 +12,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
 use crate::docker::{self, Cleanup, V1, require_docker};
-use crate::helpers::{TestApp, assert_problem, config, spawn_app, start, unique};
+use crate::helpers::{TestApp, assert_problem, config, spawn_app, start, unique, wait_for};
 use crate::kube_sim::{KubeSim, Matcher, Op, SimSettings};
 
 const CONVERGE: Duration = Duration::from_secs(90);
@@ -93,15 +93,6 @@ fn position(ops: &[Op], what: &str, found: impl Fn(&Op) -> bool) -> usize {
 
 fn is(op: &Op, verb: &str, kind: &str, name: &str, status: u16) -> bool {
     op.verb == verb && op.kind == kind && op.name.as_deref() == Some(name) && op.status == status
-}
-
-/// Polls `done` every 50 ms until it holds; `what` names it on timeout.
-async fn wait_for(limit: Duration, what: &str, mut done: impl AsyncFnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + limit;
-    while !done().await {
-        assert!(tokio::time::Instant::now() < deadline, "timed out after {limit:?} waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

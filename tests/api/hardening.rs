@@ -4,7 +4,7 @@
 //! clients, event streams and log injection are in `connections`; metric
 //! labels in `metrics`.) Each test failed on the code before the fix.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use drover::config::{RuntimeKind, ServeConfig};
 use reqwest::{Method, StatusCode};
@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use sqlx::Connection as _;
 
-use crate::helpers::{TestApp, assert_problem, client_with_token, config, spawn_app, start};
+use crate::helpers::{TestApp, assert_problem, client_with_token, config, spawn_app, start, wait_for};
 
 /// A server on the simulated runtime with settings changed by `change`.
 pub async fn spawn_with(change: impl FnOnce(&mut ServeConfig)) -> TestApp {
@@ -107,11 +107,10 @@ async fn a_keyed_request_that_times_out_frees_its_key_at_once() {
     assert_ne!(retry.status(), StatusCode::CONFLICT, "the abandoned claim still blocks the key");
     // The retry timed out too; its claim is released by a write of its own,
     // which may land just after the answer.
-    let released = Instant::now();
-    while count(&app, "select count(*) from idempotency where status is null").await != 0 {
-        assert!(released.elapsed() < Duration::from_secs(5), "a timed-out request's claim was never released");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for(Duration::from_secs(5), "the release of the timed-out request's claim", async || {
+        count(&app, "select count(*) from idempotency where status is null").await == 0
+    })
+    .await;
     held.abort();
 }
 

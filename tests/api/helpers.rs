@@ -257,3 +257,12 @@ pub fn unique(prefix: &str) -> String {
     let suffix: String = (0..5).map(|_| char::from(b'a' + rand::rng().random_range(0..26u8))).collect();
     format!("{prefix}-{suffix}")
 }
+
+/// Polls `done` every 50 ms until it holds; `what` names it on timeout.
+pub async fn wait_for(limit: Duration, what: &str, mut done: impl AsyncFnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + limit;
+    while !done().await {
+        assert!(tokio::time::Instant::now() < deadline, "timed out after {limit:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
