@@ -1,5 +1,7 @@
-//! Pools across engines: 0 -> N machines on one engine and on three, and
-//! the time to recover from losing one of three engines.
+//! Pools across engines: 0 -> N machines on one engine, on two, on the same
+//! two with a third that never answers (registered at a socket nobody
+//! listens on), and on three; and the time to recover from losing one of
+//! three engines.
 //!
 //! The three engines are the host's and two extra `dockerd`s started by the
 //! bench on this machine (their own sockets, data and bridges; see
@@ -172,6 +174,19 @@ async fn main() -> anyhow::Result<()> {
 
     let (one_running, one_ready) = scale_up(&d, "bench-one", &["local"], n, &[]).await?;
     d.delete_pool("bench-one").await?;
+    // Two engines, then the same two with a third that never answers
+    // (registered a moment before, at a socket nobody listens on): the
+    // dead one must cost nothing.
+    let (two_running, two_ready) = scale_up(&d, "bench-two", &["local", "e1"], n, &[&e1]).await?;
+    d.delete_pool("bench-two").await?;
+    let nowhere = tempfile::TempDir::new()?;
+    let dead = format!("unix://{}/no-such-engine.sock", nowhere.path().display());
+    d.send(reqwest::Method::POST, "/v1/engines", Some(json!({"name": "dead", "endpoint": dead}))).await?;
+    let with_dead = ["local", "e1", "dead"];
+    let (dead_running, dead_ready) = scale_up(&d, "bench-dead", &with_dead, n, &[&e1]).await?;
+    d.delete_pool("bench-dead").await?;
+    d.send(reqwest::Method::DELETE, "/v1/engines/dead", None).await?;
+
     let three = ["local", "e1", "e2"];
     let (three_running, three_ready) = scale_up(&d, "bench-three", &three, n, &[&e1, &e2]).await?;
 
@@ -195,6 +210,12 @@ async fn main() -> anyhow::Result<()> {
     println!("| {n} machines | running (engines' lists) | ready (drover's status) |");
     println!("|---|---:|---:|");
     println!("| 0 -> {n} on one engine | {:.2} s | {:.2} s |", one_running.as_secs_f64(), one_ready.as_secs_f64());
+    println!("| 0 -> {n} on two engines | {:.2} s | {:.2} s |", two_running.as_secs_f64(), two_ready.as_secs_f64());
+    println!(
+        "| 0 -> {n} on the same two, a third engine dead at registration | {:.2} s | {:.2} s |",
+        dead_running.as_secs_f64(),
+        dead_ready.as_secs_f64()
+    );
     println!(
         "| 0 -> {n} on three engines | {:.2} s | {:.2} s |",
         three_running.as_secs_f64(),

@@ -23,6 +23,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+#[path = "support/measure.rs"]
+mod measure;
+use measure::{Rss, percentile, usage, wrk};
+
 const MACHINES: u32 = 10;
 const CREATORS: usize = 8;
 const LIMIT: Duration = Duration::from_secs(900);
@@ -70,15 +74,6 @@ impl Drop for Server {
     }
 }
 
-fn percentile(samples: &mut [f64], p: f64) -> f64 {
-    if samples.is_empty() {
-        return 0.0;
-    }
-    samples.sort_by(f64::total_cmp);
-    let i = ((samples.len() as f64 - 1.0) * p).round() as usize;
-    samples[i]
-}
-
 fn name(i: usize) -> String {
     format!("p{i:05}")
 }
@@ -90,70 +85,6 @@ async fn ready_machines(data: &Path) -> anyhow::Result<i64> {
     let mut conn = <sqlx::SqliteConnection as sqlx::Connection>::connect(&url).await?;
     let n: i64 = sqlx::query_scalar("select count(*) from machines where ready = 1").fetch_one(&mut conn).await?;
     Ok(n)
-}
-
-/// (user + system CPU seconds, RSS in MiB) of a process, from /proc.
-fn usage(pid: u32) -> anyhow::Result<(f64, Rss)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let fields: Vec<&str> = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("").split_whitespace().collect();
-    let ticks: f64 = fields.get(11).and_then(|u| u.parse().ok()).unwrap_or(0.0)
-        + fields.get(12).and_then(|s| s.parse().ok()).unwrap_or(0.0);
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let kb = |field: &str| -> f64 {
-        status
-            .lines()
-            .find(|l| l.starts_with(field))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0)
-    };
-    // USER_HZ is 100 on Linux.
-    Ok((ticks / 100.0, Rss { total: kb("VmRSS:") / 1024.0, anon: kb("RssAnon:") / 1024.0 }))
-}
-
-/// Resident memory in MiB: all of it, and the private (anonymous) part;
-/// the rest is file-backed, mostly the database's memory map, which the
-/// kernel shares with its page cache and can drop at will.
-#[derive(Clone, Copy, Default)]
-struct Rss {
-    total: f64,
-    anon: f64,
-}
-
-/// `wrk` at 64 connections for `secs`: (requests per second, p99 in ms).
-fn wrk(url: &str, token: Option<&str>, secs: u32) -> anyhow::Result<(f64, f64)> {
-    let mut cmd = Command::new("wrk");
-    cmd.args(["-t2", "-c64", &format!("-d{secs}s"), "--latency"]);
-    if let Some(t) = token {
-        cmd.args(["-H", &format!("Authorization: Bearer {t}")]);
-    }
-    let out = cmd.arg(url).output().map_err(|e| anyhow::anyhow!("running wrk (apt-get install wrk): {e}"))?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let rps = text
-        .lines()
-        .find(|l| l.starts_with("Requests/sec:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .ok_or_else(|| anyhow::anyhow!("wrk printed no rate:\n{text}"))?;
-    let p99 = text
-        .lines()
-        .find(|l| l.trim_start().starts_with("99%"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .map(|v| {
-            let (n, unit) = v.split_at(v.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(v.len()));
-            let n: f64 = n.parse().unwrap_or(f64::NAN);
-            match unit {
-                "us" => n / 1000.0,
-                "s" => n * 1000.0,
-                _ => n,
-            }
-        })
-        .ok_or_else(|| anyhow::anyhow!("wrk printed no p99:\n{text}"))?;
-    let errors = text.lines().find(|l| l.contains("Non-2xx") || l.contains("Socket errors"));
-    if let Some(e) = errors {
-        eprintln!("wrk {url}: {e}");
-    }
-    Ok((rps, p99))
 }
 
 /// A bare axum server answering every request with `body`: the ceiling of

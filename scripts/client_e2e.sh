@@ -3,6 +3,8 @@
 # against a live drover (simulated runtime, fresh database, admin token).
 #
 #   bash scripts/client_e2e.sh            (after `cargo build`)
+#   bash scripts/client_e2e.sh --tls      the same over HTTPS, with a CA made
+#                                         here (openssl) that the client trusts
 #
 # The generator is openapi-python-client from PyPI, installed in .ci/.venv;
 # any warning it prints fails the run (a warning means part of the document
@@ -14,6 +16,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DROVER="${DROVER:-target/debug/drover}"
+tls=""
+[ "${1:-}" = "--tls" ] && tls=1
 VENV="${VENV:-.ci/.venv}"
 if [ ! -x "$VENV/bin/openapi-python-client" ]; then
     [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
@@ -41,14 +45,32 @@ if grep -qi 'warning' "$work/generate.log"; then
     exit 1
 fi
 
+scheme=http
+serve_tls=()
+ca_arg=()
+if [ -n "$tls" ]; then
+    # A private CA and a certificate for 127.0.0.1 that it signed.
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj "/CN=client_e2e CA" \
+        -keyout "$work/ca.key" -out "$work/ca.pem" 2>/dev/null
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=127.0.0.1" \
+        -keyout "$work/server.key" -out "$work/server.csr" 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1\n' > "$work/san.ext"
+    openssl x509 -req -in "$work/server.csr" -CA "$work/ca.pem" -CAkey "$work/ca.key" -CAcreateserial -days 1 \
+        -extfile "$work/san.ext" -out "$work/server.crt" 2>/dev/null
+    scheme=https
+    serve_tls=(--tls-cert "$work/server.crt" --tls-key "$work/server.key")
+    ca_arg=("$work/ca.pem")
+fi
+
 port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
-"$DROVER" serve --runtime simulated --listen "127.0.0.1:$port" --data-dir "$data" --log-level warn &
+"$DROVER" serve --runtime simulated --listen "127.0.0.1:$port" --data-dir "$data" --log-level warn "${serve_tls[@]}" &
 pid=$!
 for _ in $(seq 1 100); do
-    "$VENV/bin/python" -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:$port/healthz')" \
+    "$VENV/bin/python" -c "import ssl,urllib.request; urllib.request.urlopen('$scheme://127.0.0.1:$port/healthz', \
+        context=ssl.create_default_context(cafile='$work/ca.pem') if '$scheme' == 'https' else None)" \
         >/dev/null 2>&1 && break
     sleep 0.1
 done
 
 PYTHONPATH="$work/client" timeout 600 "$VENV/bin/python" scripts/client_e2e.py \
-    "http://127.0.0.1:$port" "$(cat "$data/admin.token")"
+    "$scheme://127.0.0.1:$port" "$(cat "$data/admin.token")" "${ca_arg[@]}"

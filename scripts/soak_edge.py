@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A bounded soak of drover's HTTP edge (issue 12); results in BENCHMARKS.md.
+"""A bounded soak of drover's HTTP edge (the limits of SECURITY.md); results in BENCHMARKS.md.
 
     cargo build --release -j2 && python3 scripts/soak_edge.py
 

@@ -9,8 +9,16 @@
 #   harness compiles, so nothing is pulled and nothing else is installed.
 # - Browser tests: need chromium and chromedriver, installed here from
 #   Debian's packages when missing.
-# A test whose tool is missing fails with the reason. To opt out on purpose:
-# DROVER_SKIP_DOCKER_TESTS=1 and/or DROVER_SKIP_BROWSER_TESTS=1.
+# - PostgreSQL: the replica tests, and a second run of the API tests on
+#   PostgreSQL (DROVER_TEST_DATABASE=postgres), start private servers of
+#   Debian's `postgresql` package, installed here when missing (its own
+#   cluster is left stopped: the tests never use it).
+# A test whose tool is missing fails with the reason. To opt out on purpose,
+# set DROVER_SKIP_DOCKER_TESTS=1 and/or DROVER_SKIP_BROWSER_TESTS=1 (any
+# non-empty value): this script then installs or starts nothing for that
+# tool, build.rs turns the variable into a cfg, and the tests that need the
+# tool are listed as ignored ("ignored, DROVER_SKIP_..._TESTS is set") in
+# cargo's summary, never as passed. Changing a variable recompiles the crate.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -38,4 +46,19 @@ if [ -z "${DROVER_SKIP_DOCKER_TESTS:-}" ] && ! docker info >/dev/null 2>&1; then
     for _ in $(seq 1 30); do docker info >/dev/null 2>&1 && break; sleep 1; done
 fi
 
-exec cargo test "$@"
+if ! command -v initdb >/dev/null && ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then
+    echo "==> installing postgresql (Debian package) for the PostgreSQL tests"
+    # The package starts a cluster of its own; services stay down while it installs.
+    policy=/usr/sbin/policy-rc.d
+    if [ ! -e "$policy" ]; then
+        as_root sh -c "printf '#!/bin/sh\nexit 101\n' > $policy && chmod +x $policy"
+        trap 'as_root rm -f "$policy"' EXIT
+    fi
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql
+fi
+
+echo "==> every test, the API's on SQLite"
+cargo test "$@"
+echo "==> the API tests again, on PostgreSQL"
+DROVER_TEST_DATABASE=postgres cargo test --test api "$@"

@@ -2,8 +2,10 @@
 //! There is one shutdown path: the shutdown future resolves, HTTP stops
 //! taking requests and finishes those in flight, a cancellation signal
 //! reaches every background task, and `run_until_stopped` returns once
-//! they have all drained. The data directory is locked for as long as the
-//! service lives ([`lock`]): one drover process per data directory.
+//! they have all drained. On SQLite the data directory is locked for as
+//! long as the service lives ([`lock`]): one drover process per store. On
+//! PostgreSQL several replicas share the store, each driving the pools it
+//! holds leases of ([`crate::replicas`]).
 
 pub mod lock;
 
@@ -56,8 +58,10 @@ pub struct Application {
     wakes: mpsc::UnboundedReceiver<Wake>,
     /// Every background task, so that shutdown can wait for them all.
     tasks: TaskTracker,
-    /// Held until `run_until_stopped` has drained everything.
-    lock: lock::DataDirLock,
+    /// Held until `run_until_stopped` has drained everything (SQLite).
+    lock: Option<lock::DataDirLock>,
+    /// Notices for the other replicas (PostgreSQL).
+    notices: Option<mpsc::UnboundedReceiver<crate::changes::Subject>>,
 }
 
 /// How long background tasks get to finish after the cancellation signal.
@@ -70,14 +74,24 @@ impl Application {
     /// retries.
     pub async fn build(config: ServeConfig) -> anyhow::Result<Self> {
         create_private_dir(&config.data_dir)?;
-        let lock = lock::DataDirLock::acquire(&config.data_dir)?;
-        let db_path = config.database_path();
-        let db = db::connect(&db_path).await?;
-        restrict_database_files(&db_path)?;
+        let location = config.database();
+        let shared_store = matches!(location, db::Location::Postgres(_));
+        // One process per SQLite store; replicas share a PostgreSQL one.
+        let lock = if shared_store { None } else { Some(lock::DataDirLock::acquire(&config.data_dir)?) };
+        let db = db::connect_with_leases(&location, config.lease_duration).await?;
+        if let db::Location::Sqlite(path) = &location {
+            restrict_database_files(path)?;
+        }
+        let replica: Arc<str> = crate::replicas::replica_id().into();
+        let leases = shared_store.then(|| crate::replicas::Leases::new(replica.clone(), config.lease_duration));
         crate::auth::bootstrap(&db, &config.data_dir).await?;
         let tokens = Arc::new(crate::auth::cache::TokenCache::load(&db).await.context("loading the tokens")?);
         let (queue, wakes) = PoolQueue::channel();
-        let engines = Engines::new(queue.sender(), config.max_parallel as usize);
+        let engine_settings = crate::runtime::EngineSettings {
+            max_parallel: config.max_parallel as usize,
+            lost_after: config.engine_lost_after,
+        };
+        let engines = Engines::new(queue.sender(), engine_settings);
         let local = match config.runtime {
             RuntimeKind::Docker => {
                 let endpoint = config.docker_host.clone().map_or(Endpoint::Default, Endpoint::Plain);
@@ -93,30 +107,36 @@ impl Application {
             engines: engines.clone(),
             data_dir: config.data_dir.clone(),
             simulated: config.runtime == RuntimeKind::Simulated,
-            lost_after: config.engine_lost_after,
         };
-        crate::engines::load(&registry).await.context("loading the registered engines")?;
+        registry.load().await.context("loading the registered engines")?;
+        let (access, oidc) = load_access(&config).await?;
+        let tls = load_tls(&config)?;
         let listener = TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
         let addr = listener.local_addr().context("reading the bound address")?;
-        tracing::info!(%addr, "drover listening on http://{addr} (API docs at http://{addr}/docs)");
-        tracing::info!(database = %db_path.display(), "data stored in {}", db_path.display());
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        tracing::info!(%addr, "drover listening on {scheme}://{addr} (API docs at {scheme}://{addr}/docs)");
+        if let Some(warning) = plain_http_warning(addr, tls.is_some()) {
+            tracing::warn!(%addr, "{warning}");
+        }
+        tracing::info!(database = %location.shown(), "data stored in {}", location.shown());
         match local.kind() {
             "docker" => tracing::info!(endpoint = %local.address(), "local engine: docker"),
             _ => tracing::warn!("local engine: simulated (machines are not real containers)"),
         }
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
-        let changes = crate::changes::Changes::default();
+        let (changes, notices) = if shared_store {
+            let (changes, notices) = crate::changes::Changes::default().with_peers();
+            (changes, Some(notices))
+        } else {
+            (crate::changes::Changes::default(), None)
+        };
         let reconcile = reconcile::Context {
             metrics: metrics.clone(),
             changes: changes.clone(),
             db: db.clone(),
             engines: engines.clone(),
-            timing: Timing {
-                settle: config.machine_settle_time,
-                lost_after: config.engine_lost_after,
-                ..Timing::default()
-            },
+            timing: Timing { settle: config.machine_settle_time, ..Timing::default() },
             stop_timeout_secs: i64::try_from(config.stop_timeout.as_secs()).unwrap_or(i64::MAX),
             nodes: reconcile::NodeSettings::from_config(&config),
             terminator: Arc::new(Terminator::new(tasks.clone(), shutdown.clone())),
@@ -124,26 +144,49 @@ impl Application {
             wakes: queue.sender(),
             clock: crate::clock::Clock::System,
             limits: Arc::new(SpecLimits { max_replicas: config.max_replicas, host: host_policy(&config) }),
+            tasks: tasks.clone(),
+            leases,
+            fence: crate::replicas::Fence::Sole,
         };
         let inflight = Arc::new(Semaphore::new(config.max_concurrent_requests as usize));
         let audit = crate::auth::audit_log::AuditLog::start(db.clone(), &tasks);
+        let wake = crate::pools::Wake { queue: queue.clone(), changes: changes.clone() };
+        let pools = crate::pools::Pools::new(db.clone(), reconcile.limits.clone(), wake.clone(), reconcile.clone());
+        let machines = crate::pools::Machines::new(db.clone(), wake);
+        let clusters = crate::clusters::Clusters::new(db.clone(), crate::k8s::RetryPolicy::from_config(&config));
+        let upgrade_queue = crate::upgrade::UpgradeQueue::default();
+        let upgrades = crate::upgrade::service::Upgrades::new(db.clone(), clusters.clone(), upgrade_queue.clone());
+        let token_service = crate::auth::tokens::Tokens::new(db.clone(), tokens.clone());
+        let keys = crate::idempotency::Keys::new(db.clone(), config.request_timeout, tasks.clone());
         let state = AppState::new(Shared {
+            pools,
+            machines,
+            clusters,
+            upgrades,
+            registry,
+            token_service,
+            events: crate::events::Events::new(db.clone()),
+            keys,
+            upgrade_queue,
             db,
             engines,
             queue,
             reconcile,
-            upgrades: Default::default(),
             inflight,
             streams: Arc::new(Semaphore::new(config.max_streams as usize)),
             tokens,
             refusals: Arc::new(crate::auth::refusals::RefusalAudit::new(config.audit_burst_window)),
             audit,
             changes,
+            replica,
             config: Arc::new(config),
             metrics,
+            tls,
+            access,
+            oidc,
             shutdown,
         });
-        Ok(Self { listener, state, wakes, tasks, lock })
+        Ok(Self { listener, state, wakes, tasks, lock, notices })
     }
 
     pub fn local_addr(&self) -> anyhow::Result<SocketAddr> {
@@ -156,7 +199,7 @@ impl Application {
 
     /// Serves until `shutdown` resolves, then drains everything.
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
-        let Self { listener, state, wakes, tasks, lock } = self;
+        let Self { listener, state, wakes, tasks, lock, notices } = self;
         let cancel = state.shutdown.clone();
         let config = Arc::clone(&state.config);
 
@@ -167,6 +210,21 @@ impl Application {
             max_concurrent: config.max_concurrent_reconciles as usize,
         };
         tasks.spawn(reconcile::worker::run(ctx, settings, wakes, cancel.clone()));
+        if let Some(leases) = &state.reconcile.leases {
+            let (leases, db, queue) = (leases.clone(), state.db.clone(), state.queue.sender());
+            tasks.spawn(crate::replicas::keeper::run(leases, db, queue, cancel.clone()));
+        }
+        if let Some(notices) = notices {
+            tasks.spawn(crate::replicas::notices::run(
+                state.replica.clone(),
+                state.db.clone(),
+                state.changes.clone(),
+                notices,
+                state.queue.sender(),
+                cancel.clone(),
+            ));
+            tasks.spawn(crate::engines::follow(state.registry.clone(), cancel.clone()));
+        }
         state.engines.start(&cancel, &tasks);
 
         let upgrades = crate::upgrade::Context::new(
@@ -174,8 +232,9 @@ impl Application {
             crate::upgrade::Settings::from_config(&config),
             state.metrics.clone(),
             state.changes.clone(),
+            state.replica.clone(),
         );
-        tasks.spawn(crate::upgrade::runner::run(upgrades, state.upgrades.clone(), cancel.clone()));
+        tasks.spawn(crate::upgrade::runner::run(upgrades, state.upgrade_queue.clone(), cancel.clone()));
         tasks.spawn(crate::auth::cache::run(
             state.tokens.clone(),
             state.db.clone(),
@@ -185,16 +244,25 @@ impl Application {
         let retention = crate::retention::Settings::from_config(&config);
         tasks.spawn(crate::retention::run(state.db.clone(), retention, state.metrics.clone(), cancel.clone()));
         tasks.spawn(db::run_checkpoints(state.db.clone(), cancel.clone()));
+        if let Some(tls) = &state.tls {
+            tasks.spawn(crate::tls::watch(tls.clone(), config.tls_reload_interval, cancel.clone()));
+        }
 
         let router = crate::http::router(state.clone())?;
         let stop = cancel.clone();
-        tokio::spawn(async move {
-            shutdown.await;
-            tracing::info!("shutting down: finishing requests in flight");
-            stop.cancel();
+        tasks.spawn(async move {
+            tokio::select! {
+                () = shutdown => {
+                    tracing::info!("shutting down: finishing requests in flight");
+                    stop.cancel();
+                }
+                // The server stopped by itself: nothing to forward.
+                () = stop.cancelled() => {}
+            }
         });
         let limits = crate::http::serve::Limits::from_config(&config);
-        crate::http::serve::serve(listener, router, limits, state.metrics.clone(), cancel.clone()).await;
+        crate::http::serve::serve(listener, router, limits, state.metrics.clone(), state.tls.clone(), cancel.clone())
+            .await;
         cancel.cancel();
         // Every request is answered: the audit writer writes what is still
         // queued and ends, and `tasks` waits for it.
@@ -208,6 +276,48 @@ impl Application {
         tracing::info!("stopped");
         Ok(())
     }
+}
+
+/// The access config and the OIDC verifier it asks for; a file that
+/// cannot be used stops the start, naming it.
+async fn load_access(
+    config: &ServeConfig,
+) -> anyhow::Result<(Option<Arc<crate::access::AccessConfig>>, Option<Arc<crate::access::Verifier>>)> {
+    let Some(path) = &config.access_config else { return Ok((None, None)) };
+    let access = crate::access::AccessConfig::load(path)?;
+    let verifier = crate::access::Verifier::start(&access)
+        .await
+        .with_context(|| format!("loading the OIDC keys of {}", path.display()))?;
+    tracing::info!(
+        issuers = access.oidc_issuer.len(),
+        subjects = access.mtls.len(),
+        "access config {} loaded",
+        path.display()
+    );
+    let verifier = (!verifier.is_empty()).then(|| Arc::new(verifier));
+    Ok((Some(Arc::new(access)), verifier))
+}
+
+/// The listener's TLS setup from `--tls-cert`, `--tls-key` and
+/// `--tls-client-ca`; a file that cannot be used stops the start.
+fn load_tls(config: &ServeConfig) -> anyhow::Result<Option<Arc<crate::tls::Tls>>> {
+    let (Some(cert), Some(key)) = (&config.tls_cert, &config.tls_key) else {
+        anyhow::ensure!(config.tls_client_ca.is_none(), "--tls-client-ca needs --tls-cert and --tls-key");
+        return Ok(None);
+    };
+    let files = crate::tls::TlsFiles { cert: cert.clone(), key: key.clone(), client_ca: config.tls_client_ca.clone() };
+    Ok(Some(Arc::new(crate::tls::Tls::load(files)?)))
+}
+
+/// Why serving plain HTTP on `addr` deserves a warning: tokens would cross
+/// the network in clear text, unless a proxy on the same host ends TLS.
+pub fn plain_http_warning(addr: SocketAddr, tls: bool) -> Option<String> {
+    (!tls && !addr.ip().is_loopback()).then(|| {
+        format!(
+            "serving plain HTTP on {addr}, which is not a loopback address: bearer tokens cross the network \
+             unencrypted; use --tls-cert/--tls-key, or a TLS proxy on this host"
+        )
+    })
 }
 
 /// The data directory holds the store (and, later, secrets): owner only.
@@ -264,5 +374,21 @@ pub async fn shutdown_signal() {
     tokio::select! {
         _ = ctrl_c => {}
         _ = term => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_http_is_warned_about_off_loopback_only() {
+        let addr = |s: &str| s.parse::<SocketAddr>().expect("an address");
+        assert!(plain_http_warning(addr("127.0.0.1:8080"), false).is_none());
+        assert!(plain_http_warning(addr("[::1]:8080"), false).is_none());
+        let warning = plain_http_warning(addr("0.0.0.0:8080"), false).expect("a warning");
+        assert!(warning.contains("0.0.0.0:8080") && warning.contains("--tls-cert"), "{warning}");
+        assert!(plain_http_warning(addr("10.0.0.5:8080"), false).is_some());
+        assert!(plain_http_warning(addr("0.0.0.0:8443"), true).is_none());
     }
 }

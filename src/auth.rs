@@ -6,6 +6,12 @@
 //! resource exists. Tokens are looked up in memory ([`cache`]); refusals of
 //! requests without a valid token are audited once per burst
 //! ([`refusals`]), so that nobody without a token can grow the store fast.
+//!
+//! Besides drover's own tokens, a bearer token may be a JWT of an OIDC
+//! issuer of the access config (verified by [`crate::access::oidc`]), and a
+//! connection may present a client certificate whose subject the access
+//! config maps to a role ([`crate::tls`]). A token in the header is always
+//! the one judged: a certificate is used only by requests without one.
 
 use std::path::Path;
 
@@ -18,6 +24,7 @@ use chrono::Utc;
 use rand::Rng;
 use sha2::{Digest, Sha256};
 
+use crate::access::{AccessConfig, OidcError, Verifier, oidc::looks_like_jwt};
 use crate::db::{self, Db, audit::NewAudit};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
@@ -30,9 +37,10 @@ pub mod audit_log;
 pub mod cache;
 pub mod caller;
 pub mod refusals;
+pub mod tokens;
 
 pub use crate::domain::role::Role;
-pub use caller::Caller;
+pub use caller::{Caller, ClientCertificate, Via};
 
 const TOKEN_PREFIX: &str = "drover_";
 
@@ -84,9 +92,6 @@ pub fn required_role(method: &Method, route: &str) -> Role {
     }
 }
 
-/// Spec fields an operator may change with PATCH; the rest need admin.
-pub const OPERATOR_PATCHABLE: &[&str] = &["replicas", "version", "image", "paused"];
-
 /// `pools/web` for `/v1/pools/web/scale`: what an audit record is about.
 fn resource_of(path: &str) -> Option<String> {
     let mut parts = path.trim_start_matches('/').split('/').skip(1);
@@ -114,12 +119,64 @@ fn bearer(header: Option<&HeaderValue>) -> Option<&str> {
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
-/// The caller a request's token names, from the in-memory token cache: no
+/// The caller a drover token names, from the in-memory token cache: no
 /// store read. The cache is keyed by the token's SHA-256, so the lookup's
 /// timing depends on the hash, never on how much of a token was right.
-fn lookup(tokens: &TokenCache, header: Option<&HeaderValue>) -> Option<Caller> {
-    let token = bearer(header)?;
+fn lookup(tokens: &TokenCache, token: &str) -> Option<Caller> {
     tokens.lookup(&hash_token(token), Utc::now())
+}
+
+/// Longest subject kept in a caller's name.
+const MAX_SUBJECT: usize = 200;
+
+/// Who a request's credentials name.
+enum Identity {
+    Known(Caller),
+    /// A valid OIDC token that no rule maps to a role.
+    NoRule(String),
+    None,
+}
+
+/// Judges the request's credentials; returns who they name and, for an
+/// OIDC token, what the audit trail keeps of it (its subject and the claims
+/// the matching rule used; never the token).
+async fn identify(
+    state: &Gate<'_>,
+    headers: &axum::http::HeaderMap,
+    cert: Option<&ClientCertificate>,
+) -> (Identity, Option<String>) {
+    if let Some(token) = bearer(headers.get(header::AUTHORIZATION)) {
+        return match state.oidc {
+            Some(oidc) if looks_like_jwt(token) => match oidc.verify(token).await {
+                Ok(v) => {
+                    let name = format!("oidc:{}", truncate(&v.subject, MAX_SUBJECT));
+                    let label = format!("{name} ({})", v.used_claims.join(", "));
+                    let caller = Caller { name, role: v.role, via: Via::Oidc { expires_at: v.expires_at } };
+                    (Identity::Known(caller), Some(label))
+                }
+                Err(OidcError::NoRule { subject }) => {
+                    let name = format!("oidc:{}", truncate(&subject, MAX_SUBJECT));
+                    (Identity::NoRule(name.clone()), Some(name))
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "refused a JWT");
+                    (Identity::None, None)
+                }
+            },
+            _ => (lookup(state.tokens, token).map_or(Identity::None, Identity::Known), None),
+        };
+    }
+    let Some(cert) = cert else { return (Identity::None, None) };
+    match state.access.and_then(|a| a.subject_role(&cert.0)) {
+        Some(role) => {
+            let name = format!("cert:{}", truncate(&cert.0, MAX_SUBJECT));
+            (Identity::Known(Caller { name, role, via: Via::Certificate }), None)
+        }
+        None => {
+            tracing::debug!(subject = %cert.0, "a client certificate whose subject has no role");
+            (Identity::None, None)
+        }
+    }
 }
 
 fn unauthenticated() -> Response {
@@ -137,6 +194,10 @@ pub struct Gate<'a> {
     pub refusals: &'a RefusalAudit,
     pub audit: &'a AuditLog,
     pub metrics: &'a Metrics,
+    /// The OIDC issuers, when the access config names any.
+    pub oidc: Option<&'a Verifier>,
+    /// The access config (client-certificate subjects), when given.
+    pub access: Option<&'a AccessConfig>,
 }
 
 /// Authenticates, authorizes and audits one request, then hands it to
@@ -157,30 +218,42 @@ where
     let mutating = !matches!(method, Method::GET | Method::HEAD | Method::OPTIONS);
     // Only changes are audited; reads keep nothing of the path.
     let audited_path = mutating.then(|| Clipped(path, AUDIT_MAX_PATH).to_string());
-    let caller = lookup(state.tokens, req.headers().get(header::AUTHORIZATION));
-    let (response, outcome) = match &caller {
-        None => {
+    let (identity, label) = identify(state, req.headers(), req.extensions().get::<ClientCertificate>()).await;
+    let (response, outcome) = match &identity {
+        Identity::None => {
             state.metrics.unauthenticated();
             (unauthenticated(), "unauthenticated")
         }
-        Some(c) if c.role < need => (ApiError::Forbidden { need: need.as_str() }.into_response(), "forbidden"),
-        Some(c) => {
+        Identity::NoRule(_) => (ApiError::NoAccessRule.into_response(), "forbidden"),
+        Identity::Known(c) if c.role < need => {
+            (ApiError::Forbidden { need: need.as_str() }.into_response(), "forbidden")
+        }
+        Identity::Known(c) => {
             req.extensions_mut().insert(c.clone());
             (next(req).await, "allowed")
         }
     };
+    let caller = match &identity {
+        Identity::Known(c) => Some(c),
+        _ => None,
+    };
+    let named = match &identity {
+        Identity::Known(c) => Some(label.unwrap_or_else(|| c.name.clone())),
+        Identity::NoRule(name) => Some(name.clone()),
+        Identity::None => None,
+    };
     if let Some(path) = audited_path {
         let resource = resource_of(&path).map(|r| truncate(&r, AUDIT_MAX_RESOURCE).to_owned());
         let record = NewAudit {
-            token_name: caller.as_ref().map(|c| c.name.clone()),
-            role: caller.as_ref().map(|c| c.role.as_str()),
+            token_name: named.clone(),
+            role: caller.map(|c| c.role.as_str()),
             method: truncate(method.as_str(), AUDIT_MAX_METHOD).to_owned(),
             path,
             resource,
             status: response.status().as_u16(),
             outcome,
         };
-        if caller.is_none() {
+        if named.is_none() {
             state.refusals.record(state.db, &record).await;
         } else {
             state.audit.write(record).await;

@@ -6,14 +6,18 @@
 //! the only source of truth, so a lost or merged notice costs latency, not
 //! correctness. Only subjects someone is watching have a channel; a notice
 //! about any other subject is one map lookup.
+//!
+//! With several replicas (PostgreSQL), every notice is also handed to
+//! [`crate::replicas::notices`], which tells the other replicas; what they
+//! hear back is published here with [`Changes::heard`], never forwarded.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-enum Subject {
+pub enum Subject {
     Pool(String),
     Job(i64),
 }
@@ -22,6 +26,8 @@ enum Subject {
 #[derive(Clone, Default)]
 pub struct Changes {
     watched: Arc<Mutex<HashMap<Subject, watch::Sender<u64>>>>,
+    /// The other replicas, when there are any.
+    peers: Option<mpsc::UnboundedSender<Subject>>,
 }
 
 impl Changes {
@@ -40,7 +46,22 @@ impl Changes {
         self.publish(&Subject::Job(id));
     }
 
+    /// Notices also go to `peers` from now on; answers the receiving end.
+    pub fn with_peers(mut self) -> (Self, mpsc::UnboundedReceiver<Subject>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.peers = Some(tx);
+        (self, rx)
+    }
+
     fn publish(&self, subject: &Subject) {
+        self.heard(subject);
+        if let Some(peers) = &self.peers {
+            let _ = peers.send(subject.clone());
+        }
+    }
+
+    /// A notice from another replica: for this replica's watchers only.
+    pub fn heard(&self, subject: &Subject) {
         if let Some(tx) = self.lock().get(subject) {
             tx.send_modify(|n| *n = n.wrapping_add(1));
         }

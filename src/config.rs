@@ -1,12 +1,15 @@
 //! Typed settings: command-line flags, each with an environment fallback.
 
+pub mod location;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, ValueEnum};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, ValueEnum};
 
 use crate::telemetry::LogFormat;
+pub use location::Location;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum RuntimeKind {
@@ -22,9 +25,52 @@ pub struct ServeConfig {
     #[arg(long, env = "DROVER_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
 
-    /// Directory for drover's SQLite database; created when missing.
+    /// PEM certificate (chain) to serve HTTPS with; needs `--tls-key`.
+    /// Reloaded when the file changes (docs/access.md).
+    #[arg(long, env = "DROVER_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM private key of `--tls-cert`.
+    #[arg(long, env = "DROVER_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
+    /// PEM CA certificates whose client certificates are accepted (mutual
+    /// TLS); `--access-config` maps their subjects to roles.
+    #[arg(long, env = "DROVER_TLS_CLIENT_CA", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
+
+    /// How often the TLS files are looked at for a change.
+    #[arg(long, env = "DROVER_TLS_RELOAD_INTERVAL", value_parser = parse_reload, default_value = "10s")]
+    pub tls_reload_interval: Duration,
+
+    /// Web origins (comma-separated, exact: `https://app.example.com`) whose
+    /// pages may call the API from a browser. None by default.
+    #[arg(long, env = "DROVER_CORS_ALLOWED_ORIGINS", value_delimiter = ',', value_parser = parse_origin)]
+    pub cors_allowed_origins: Vec<String>,
+
+    /// JSON file of OIDC issuers (`oidc_issuer`: issuer, audience, rules)
+    /// and client-certificate subjects (`mtls`) with their roles; its
+    /// format is in docs/access.md.
+    #[arg(long, env = "DROVER_ACCESS_CONFIG")]
+    pub access_config: Option<PathBuf>,
+
+    /// Directory for drover's own files (the embedded SQLite database, the
+    /// first admin token); created when missing.
     #[arg(long, env = "DROVER_DATA_DIR", default_value = "./drover-data")]
     pub data_dir: PathBuf,
+
+    /// The store: `postgres://user:password@host:port/database` for one
+    /// shared by several drover replicas (docs/ha.md), or
+    /// `sqlite:///path/to/drover.db`. Without it, drover keeps an embedded
+    /// SQLite database in the data directory.
+    #[arg(long, env = "DROVER_DATABASE_URL", value_parser = Location::parse)]
+    pub database_url: Option<Location>,
+
+    /// How long a replica's claim on a pool lasts unless renewed
+    /// (PostgreSQL only): a replica that stops renewing loses its pools to
+    /// the others this long after its last renewal. Renewed every third of it.
+    #[arg(long, env = "DROVER_LEASE_DURATION", value_parser = parse_lease, default_value = "15s")]
+    pub lease_duration: Duration,
 
     /// Log filter, in `tracing` env-filter syntax (e.g. `info,drover=debug`).
     #[arg(long, env = "DROVER_LOG", default_value = "info")]
@@ -208,22 +254,32 @@ pub struct ServeConfig {
 }
 
 impl ServeConfig {
-    /// Settings for tests and embedding: an explicit data dir, port 0 on
-    /// loopback, everything else at its default.
-    pub fn for_data_dir(data_dir: PathBuf) -> Self {
-        let mut cfg = Defaults::parse_from(["drover"]).serve;
-        cfg.data_dir = data_dir;
-        cfg.listen = SocketAddr::from(([127, 0, 0, 1], 0));
-        cfg
+    /// Every setting at its documented default, whatever the environment
+    /// holds: the `DROVER_*` fallbacks belong to the command line, so a
+    /// developer's shell never changes what tests or an embedding run with.
+    pub fn defaults() -> Self {
+        let matches = Defaults::command()
+            .mut_args(|arg| arg.env(None))
+            .try_get_matches_from(["drover"])
+            .expect("BUG: every setting's default parses");
+        Defaults::from_arg_matches(&matches).expect("BUG: every setting's default parses").serve
     }
 
-    pub fn database_path(&self) -> PathBuf {
-        self.data_dir.join("drover.db")
+    /// Settings for tests and embedding: an explicit data dir, port 0 on
+    /// loopback, everything else at its default (never from the environment).
+    pub fn for_data_dir(data_dir: PathBuf) -> Self {
+        Self { data_dir, listen: SocketAddr::from(([127, 0, 0, 1], 0)), ..Self::defaults() }
+    }
+
+    /// Where the store is: `--database-url`, else `drover.db` in the data
+    /// directory.
+    pub fn database(&self) -> Location {
+        self.database_url.clone().unwrap_or_else(|| Location::Sqlite(self.data_dir.join("drover.db")))
     }
 }
 
-/// `drover serve` with no flags: the settings' defaults (and the
-/// environment's values), for tests and embedding.
+/// `drover serve` with no flags: the settings and their environment
+/// fallbacks, which [`ServeConfig::defaults`] turns off.
 #[derive(Parser)]
 struct Defaults {
     #[command(flatten)]
@@ -236,6 +292,39 @@ fn parse_settle(s: &str) -> Result<Duration, String> {
     let d = parse_duration(s)?;
     if !(Duration::from_millis(100)..=Duration::from_secs(300)).contains(&d) {
         return Err(format!("{s:?} must be between 100ms and 5m"));
+    }
+    Ok(d)
+}
+
+/// A TLS reload interval: from 100 ms to 1 hour.
+fn parse_reload(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if !(Duration::from_millis(100)..=Duration::from_secs(3600)).contains(&d) {
+        return Err(format!("{s:?} must be between 100ms and 1h"));
+    }
+    Ok(d)
+}
+
+/// An exact web origin: `http(s)://host[:port]`, no path, no wildcard
+/// (the Fetch standard compares origins as whole strings).
+pub fn parse_origin(s: &str) -> Result<String, String> {
+    let s = s.trim();
+    let rest = s.strip_prefix("https://").or_else(|| s.strip_prefix("http://"));
+    let ok = rest.is_some_and(|host| {
+        !host.is_empty()
+            && host.bytes().all(|b| b.is_ascii_alphanumeric() || b"-.:[]".contains(&b))
+            && !host.ends_with(':')
+    });
+    if !ok {
+        return Err(format!("{s:?} is not an origin like https://app.example.com (scheme and host, no path, no *)"));
+    }
+    Ok(s.to_ascii_lowercase())
+}
+
+fn parse_lease(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if !(Duration::from_secs(1)..=Duration::from_secs(600)).contains(&d) {
+        return Err(format!("{s:?} must be between 1s and 10m"));
     }
     Ok(d)
 }
@@ -299,8 +388,17 @@ mod tests {
     }
 
     #[test]
+    fn origins_are_exact() {
+        assert_eq!(parse_origin("https://App.example.com").as_deref(), Ok("https://app.example.com"));
+        assert_eq!(parse_origin("http://127.0.0.1:8081").as_deref(), Ok("http://127.0.0.1:8081"));
+        for bad in ["*", "https://*.example.com", "app.example.com", "https://a.example.com/", "https://", "null"] {
+            assert!(parse_origin(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn serve_defaults_match_the_readme() {
-        let cfg = Defaults::parse_from(["drover"]).serve;
+        let cfg = ServeConfig::defaults();
         assert_eq!(cfg.listen.to_string(), "127.0.0.1:8080");
         assert_eq!(cfg.data_dir, PathBuf::from("./drover-data"));
         assert_eq!(cfg.max_replicas, 1000);
@@ -309,5 +407,47 @@ mod tests {
         assert_eq!(cfg.allowed_images, ["*"]);
         assert_eq!((cfg.max_connections, cfg.max_streams), (1024, 256));
         assert_eq!(cfg.header_read_timeout, Duration::from_secs(10));
+        assert_eq!(cfg.resync_interval, Duration::from_secs(300));
+        assert!(cfg.tls_cert.is_none() && cfg.cors_allowed_origins.is_empty() && cfg.access_config.is_none());
+        let embedded = ServeConfig::for_data_dir(PathBuf::from("/tmp/d"));
+        assert_eq!((embedded.data_dir, embedded.listen.to_string()), (PathBuf::from("/tmp/d"), "127.0.0.1:0".into()));
+        assert_eq!((embedded.max_replicas, embedded.runtime), (1000, RuntimeKind::Docker));
+    }
+
+    /// Variables the command line reads, each set to a value the test above
+    /// would notice.
+    const HOSTILE: &[(&str, &str)] = &[
+        ("DROVER_LISTEN", "0.0.0.0:9"),
+        ("DROVER_DATA_DIR", "/elsewhere"),
+        ("DROVER_MAX_REPLICAS", "7"),
+        ("DROVER_RUNTIME", "simulated"),
+        ("DROVER_ALLOWED_MOUNT_PATHS", "/"),
+        ("DROVER_ALLOWED_IMAGES", "evil/*"),
+        ("DROVER_MAX_CONNECTIONS", "3"),
+        ("DROVER_HEADER_READ_TIMEOUT", "1s"),
+        ("DROVER_RESYNC_INTERVAL", "1s"),
+    ];
+
+    #[test]
+    fn defaults_ignore_the_drover_variables_that_the_command_line_reads() {
+        let cli = Defaults::command();
+        for (var, _) in HOSTILE {
+            let read = cli.get_arguments().any(|a| a.get_env() == Some(std::ffi::OsStr::new(var)));
+            assert!(read, "the command line no longer reads {var}: pick another variable for this test");
+        }
+        // The test above, in a child process of this test binary with the
+        // variables set: setting them here would race other tests' threads.
+        let exe = std::env::current_exe().expect("the path of the running test binary");
+        let out = std::process::Command::new(exe)
+            .args(["--exact", "config::tests::serve_defaults_match_the_readme", "--test-threads=1"])
+            .envs(HOSTILE.iter().copied())
+            .output()
+            .expect("running the test binary again");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("test result: ok. 1 passed"),
+            "the defaults changed with DROVER_* variables set:\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }

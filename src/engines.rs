@@ -12,10 +12,11 @@ use std::sync::Arc;
 
 use chrono::Utc;
 
+use crate::db::page::{Page, PageRequest};
 use crate::db::{self, Db, engines::StoredEngine};
 use crate::domain::ValidationErrors;
-use crate::domain::engine::{self, Endpoint as Address, EngineSpec, Tls};
-use crate::domain::event::{EventType, NewEvent};
+use crate::domain::engine::{self, Endpoint as Address, RawEngine, Tls};
+use crate::domain::event::{Event, EventType, NewEvent, SubjectKind};
 use crate::runtime::docker::{DockerBackend, Endpoint};
 use crate::runtime::engine::Backend;
 use crate::runtime::{Engine, Engines};
@@ -40,7 +41,7 @@ pub enum EngineError {
     },
 }
 
-/// Where the service keeps what it needs.
+/// The engines service: the store's registrations and the live engines.
 #[derive(Clone)]
 pub struct Registry {
     pub db: Db,
@@ -49,9 +50,13 @@ pub struct Registry {
     /// The server runs simulated engines: `sim://` endpoints only.
     pub simulated: bool,
     pub metrics: Arc<crate::metrics::Metrics>,
-    /// `--engine-lost-after`: an engine unreachable this long may be removed
-    /// with machines still on it.
-    pub lost_after: std::time::Duration,
+}
+
+/// An engine, and whether a TLS identity is registered for it (which is
+/// never shown).
+pub struct EngineInfo {
+    pub engine: Arc<Engine>,
+    pub tls: bool,
 }
 
 fn tls_dir(data_dir: &Path, name: &str) -> PathBuf {
@@ -114,105 +119,197 @@ fn bring_up(reg: &Registry, stored: &StoredEngine) -> Result<Arc<Engine>, Engine
     Ok(engine)
 }
 
-/// Adds every registered engine to the live set; one that cannot be
-/// brought up (a registration no longer valid for this server, files that
-/// cannot be written) is logged and left out, not fatal.
-pub async fn load(reg: &Registry) -> Result<(), EngineError> {
-    for stored in db::engines::list(reg.db.read()).await? {
-        if let Err(e) = bring_up(reg, &stored) {
-            tracing::error!(engine = %stored.name, error = %crate::error::error_chain(&e), "engine left out");
+/// How often a replica looks for engines registered, drained or removed
+/// through another replica (PostgreSQL).
+const FOLLOW_EVERY: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// With several replicas: keeps this replica's live engines in step with
+/// the store, so that an engine registered, drained or removed through any
+/// replica is used, or not, by all of them within [`FOLLOW_EVERY`].
+pub async fn follow(reg: Registry, cancel: tokio_util::sync::CancellationToken) {
+    let mut refused = std::collections::HashSet::new();
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(FOLLOW_EVERY) => {}
+        }
+        if let Err(e) = reg.sync(&mut refused).await {
+            tracing::warn!(error = %crate::error::error_chain(&e), "reading the registered engines failed");
         }
     }
-    Ok(())
 }
 
 fn event(engine: &str, type_: EventType, reason: &'static str, message: String) -> NewEvent {
     NewEvent::engine(engine, type_, reason, message)
 }
 
-/// Registers an engine and starts its informer.
-pub async fn register(reg: &Registry, spec: EngineSpec) -> Result<Arc<Engine>, EngineError> {
-    let now = Utc::now();
-    let mut tx = reg.db.begin_write().await?;
-    if let Err(e) = db::engines::insert(&mut tx, &spec.name, &spec.address, &spec.labels, spec.tls.as_ref(), now).await
-    {
-        return Err(match e {
-            sqlx::Error::Database(d) if d.is_unique_violation() => EngineError::Exists(spec.name),
-            other => other.into(),
-        });
+impl Registry {
+    /// Adds every registered engine to the live set; one that cannot be
+    /// brought up (a registration no longer valid for this server, files that
+    /// cannot be written) is logged and left out, not fatal.
+    pub async fn load(&self) -> Result<(), EngineError> {
+        let reg = self;
+        for stored in db::engines::list(reg.db.read()).await? {
+            if let Err(e) = bring_up(reg, &stored) {
+                tracing::error!(engine = %stored.name, error = %crate::error::error_chain(&e), "engine left out");
+            }
+        }
+        Ok(())
     }
-    let tls = if spec.tls.is_some() { " with TLS" } else { "" };
-    let ev = event(&spec.name, EventType::Normal, "Registered", format!("registered at {}{tls}", spec.address));
-    db::events::record(&mut tx, &ev, now).await?;
-    let backend = backend(reg, &spec.name, &spec.address, &spec.endpoint, spec.tls.as_ref())?;
-    tx.commit().await?;
-    tracing::info!(engine = %spec.name, address = %spec.address, "engine registered");
-    Ok(reg.engines.add(&spec.name, spec.labels, backend))
-}
 
-/// Starts (or stops) moving every machine off the engine.
-pub async fn drain(reg: &Registry, name: &str, on: bool) -> Result<Arc<Engine>, EngineError> {
-    let engine = reg.engines.get(name).ok_or_else(|| EngineError::NotFound(name.to_owned()))?;
-    if name == engine::LOCAL {
-        // The local engine is not stored; its draining lasts until restart.
-        engine.set_draining(on);
-    } else {
+    /// Brings the live engines in line with the registrations: adds new
+    /// ones, follows draining, drops removed ones. A registration that
+    /// cannot be brought up is logged once (`refused`).
+    async fn sync(&self, refused: &mut std::collections::HashSet<String>) -> Result<(), EngineError> {
+        let stored = db::engines::list(self.db.background()).await?;
+        for s in &stored {
+            match self.engines.get(&s.name) {
+                Some(live) => {
+                    if live.draining() != s.draining {
+                        live.set_draining(s.draining);
+                    }
+                }
+                None => match bring_up(self, s) {
+                    Ok(_) => tracing::info!(engine = %s.name, "engine registered through another replica"),
+                    Err(e) if refused.insert(s.name.clone()) => {
+                        tracing::error!(engine = %s.name, error = %crate::error::error_chain(&e), "engine left out");
+                    }
+                    Err(_) => {}
+                },
+            }
+        }
+        for live in self.engines.all() {
+            if live.name != engine::LOCAL && !stored.iter().any(|s| s.name == live.name) {
+                self.engines.remove(&live.name);
+                self.metrics.forget_engine(&live.name);
+                tracing::info!(engine = %live.name, "engine removed through another replica");
+            }
+        }
+        Ok(())
+    }
+
+    /// The engine, with whether it has a TLS identity.
+    pub async fn get(&self, name: &str) -> Result<EngineInfo, EngineError> {
+        let engine = self.engines.get(name).ok_or_else(|| EngineError::NotFound(name.to_owned()))?;
+        Ok(EngineInfo { tls: self.with_tls().await?.contains(&engine.name), engine })
+    }
+
+    /// Names of the engines registered with a TLS identity.
+    async fn with_tls(&self) -> Result<Vec<String>, EngineError> {
+        Ok(db::engines::list(self.db.read()).await?.into_iter().filter(|e| e.tls.is_some()).map(|e| e.name).collect())
+    }
+
+    /// A page of engines in name order, `local` among them.
+    pub async fn list(&self, req: &PageRequest) -> Result<Page<EngineInfo>, EngineError> {
+        let with_tls = self.with_tls().await?;
+        let after = req.after.clone().unwrap_or_default();
+        let rows: Vec<EngineInfo> = self
+            .engines
+            .all()
+            .into_iter()
+            .filter(|e| e.name > after)
+            .take(req.fetch() as usize)
+            .map(|engine| EngineInfo { tls: with_tls.contains(&engine.name), engine })
+            .collect();
+        Ok(Page::from_rows(rows, req.limit, |e| e.engine.name.clone()))
+    }
+
+    /// A page of the engine's events, newest first.
+    pub async fn events(&self, name: &str, req: &PageRequest<i64>) -> Result<Page<Event>, EngineError> {
+        self.engines.get(name).ok_or_else(|| EngineError::NotFound(name.to_owned()))?;
+        Ok(db::events::page(self.db.read(), SubjectKind::Engine, name, req).await?)
+    }
+
+    /// Registers an engine and starts its informer.
+    pub async fn register(&self, raw: RawEngine) -> Result<EngineInfo, EngineError> {
+        let reg = self;
+        let spec = engine::validate(raw, reg.simulated).map_err(EngineError::Invalid)?;
         let now = Utc::now();
         let mut tx = reg.db.begin_write().await?;
-        if !db::engines::set_draining(&mut tx, name, on, now).await? {
+        if let Err(e) =
+            db::engines::insert(&mut tx, &spec.name, &spec.address, &spec.labels, spec.tls.as_ref(), now).await
+        {
+            return Err(match e {
+                sqlx::Error::Database(d) if d.is_unique_violation() => EngineError::Exists(spec.name),
+                other => other.into(),
+            });
+        }
+        let tls = if spec.tls.is_some() { " with TLS" } else { "" };
+        let ev = event(&spec.name, EventType::Normal, "Registered", format!("registered at {}{tls}", spec.address));
+        db::events::record(&mut tx, &ev, now).await?;
+        let backend = backend(reg, &spec.name, &spec.address, &spec.endpoint, spec.tls.as_ref())?;
+        tx.commit().await?;
+        tracing::info!(engine = %spec.name, address = %spec.address, "engine registered");
+        Ok(EngineInfo { tls: spec.tls.is_some(), engine: reg.engines.add(&spec.name, spec.labels, backend) })
+    }
+
+    /// Starts (or stops) moving every machine off the engine.
+    pub async fn drain(&self, name: &str, on: bool) -> Result<EngineInfo, EngineError> {
+        let reg = self;
+        let engine = reg.engines.get(name).ok_or_else(|| EngineError::NotFound(name.to_owned()))?;
+        if name == engine::LOCAL {
+            // The local engine is not stored; its draining lasts until restart.
+            engine.set_draining(on);
+        } else {
+            let now = Utc::now();
+            let mut tx = reg.db.begin_write().await?;
+            if !db::engines::set_draining(&mut tx, name, on, now).await? {
+                return Err(EngineError::NotFound(name.to_owned()));
+            }
+            let (reason, what) = if on {
+                ("Draining", "draining: its machines move to other engines")
+            } else {
+                ("Undrained", "no longer draining")
+            };
+            db::events::record(&mut tx, &event(name, EventType::Normal, reason, what.to_owned()), now).await?;
+            tx.commit().await?;
+            engine.set_draining(on);
+        }
+        let tls = self.with_tls().await?.contains(&engine.name);
+        Ok(EngineInfo { engine, tls })
+    }
+
+    /// Forgets an engine that holds no machine, or one given up for lost (its
+    /// host is gone for good, so its machines can neither be drained nor
+    /// stopped): then its machines are forgotten with it, each pool records them
+    /// as vanished on its next pass, and a pool being deleted can finish.
+    pub async fn remove(&self, name: &str) -> Result<(), EngineError> {
+        let reg = self;
+        if name == engine::LOCAL {
+            return Err(EngineError::Conflict(
+                "`local` is the server's own engine (--docker-host); it cannot be removed, only drained".into(),
+            ));
+        }
+        let engine = reg.engines.get(name).ok_or_else(|| EngineError::NotFound(name.to_owned()))?;
+        let lost = engine.lost(Utc::now());
+        let mut tx = reg.db.begin_write().await?;
+        let mut held = db::engines::machines_on(tx.exec(), name, 10).await?;
+        if held.is_empty() {
+            held = engine.machine_names(10);
+        }
+        let total = engine.container_count().max(held.len());
+        if !held.is_empty() && !lost {
+            return Err(EngineError::Conflict(format!(
+                "engine {name:?} still holds {total} machine(s) ({}); drain it first (POST /v1/engines/{name}/drain) \
+             and delete it once it is empty",
+                held.join(", ")
+            )));
+        }
+        if !db::engines::delete(&mut tx, name).await? {
             return Err(EngineError::NotFound(name.to_owned()));
         }
-        let (reason, what) = if on {
-            ("Draining", "draining: its machines move to other engines")
-        } else {
-            ("Undrained", "no longer draining")
-        };
-        db::events::record(&mut tx, &event(name, EventType::Normal, reason, what.to_owned()), now).await?;
+        db::events::purge(&mut tx, crate::domain::event::SubjectKind::Engine, name).await?;
         tx.commit().await?;
-        engine.set_draining(on);
+        reg.engines.remove(name);
+        if lost {
+            // Its machines' records now name an engine that is not there: each
+            // pool's next pass drops them.
+            engine.wake_all();
+            tracing::warn!(engine = name, machines = total, "lost engine removed; its machines are forgotten");
+        }
+        reg.metrics.forget_engine(name);
+        let _ = std::fs::remove_dir_all(tls_dir(&reg.data_dir, name));
+        tracing::info!(engine = name, "engine removed");
+        Ok(())
     }
-    Ok(engine)
-}
-
-/// Forgets an engine that holds no machine, or one given up for lost (its
-/// host is gone for good, so its machines can neither be drained nor
-/// stopped): then its machines are forgotten with it, each pool records them
-/// as vanished on its next pass, and a pool being deleted can finish.
-pub async fn remove(reg: &Registry, name: &str) -> Result<(), EngineError> {
-    if name == engine::LOCAL {
-        return Err(EngineError::Conflict(
-            "`local` is the server's own engine (--docker-host); it cannot be removed, only drained".into(),
-        ));
-    }
-    let engine = reg.engines.get(name).ok_or_else(|| EngineError::NotFound(name.to_owned()))?;
-    let lost = engine.lost(Utc::now(), reg.lost_after);
-    let mut tx = reg.db.begin_write().await?;
-    let mut held = db::engines::machines_on(&mut *tx, name, 10).await?;
-    if held.is_empty() {
-        held = engine.machine_names(10);
-    }
-    let total = engine.container_count().max(held.len());
-    if !held.is_empty() && !lost {
-        return Err(EngineError::Conflict(format!(
-            "engine {name:?} still holds {total} machine(s) ({}); drain it first (POST /v1/engines/{name}/drain) \
-             and delete it once it is empty",
-            held.join(", ")
-        )));
-    }
-    if !db::engines::delete(&mut tx, name).await? {
-        return Err(EngineError::NotFound(name.to_owned()));
-    }
-    db::events::purge(&mut tx, crate::domain::event::SubjectKind::Engine, name).await?;
-    tx.commit().await?;
-    reg.engines.remove(name);
-    if lost {
-        // Its machines' records now name an engine that is not there: each
-        // pool's next pass drops them.
-        engine.wake_all();
-        tracing::warn!(engine = name, machines = total, "lost engine removed; its machines are forgotten");
-    }
-    reg.metrics.forget_engine(name);
-    let _ = std::fs::remove_dir_all(tls_dir(&reg.data_dir, name));
-    tracing::info!(engine = name, "engine removed");
-    Ok(())
 }

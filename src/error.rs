@@ -52,6 +52,9 @@ pub enum ApiError {
     Unauthenticated,
     #[error("this needs the {need} role")]
     Forbidden { need: &'static str },
+    /// A valid OIDC token that no rule of its issuer maps to a role.
+    #[error("no access rule matches the token")]
+    NoAccessRule,
     #[error("conflict: {0}")]
     Conflict(String),
     #[error("precondition failed: {0}")]
@@ -84,11 +87,21 @@ impl ApiError {
             Self::NotFound { .. } | Self::NoRoute(_) => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::Unauthenticated => StatusCode::UNAUTHORIZED,
-            Self::Forbidden { .. } => StatusCode::FORBIDDEN,
+            Self::Forbidden { .. } | Self::NoAccessRule => StatusCode::FORBIDDEN,
             Self::Conflict(_) => StatusCode::CONFLICT,
             Self::PreconditionFailed(_) => StatusCode::PRECONDITION_FAILED,
             Self::Timeout | Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Database(e) if store_unreachable(e) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Database(_) | Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// Worth a retry: answered 503 with `Retry-After`.
+    fn transient(&self) -> bool {
+        match self {
+            Self::Timeout | Self::Unavailable(_) => true,
+            Self::Database(e) => store_unreachable(e),
+            _ => false,
         }
     }
 
@@ -104,10 +117,12 @@ impl ApiError {
             Self::MethodNotAllowed => "method-not-allowed",
             Self::Unauthenticated => "unauthenticated",
             Self::Forbidden { .. } => "forbidden",
+            Self::NoAccessRule => "no-access-rule",
             Self::Conflict(_) => "conflict",
             Self::PreconditionFailed(_) => "precondition-failed",
             Self::Timeout => "timeout",
             Self::Unavailable(_) => "unavailable",
+            Self::Database(e) if store_unreachable(e) => "unavailable",
             Self::Database(_) | Self::Internal(_) => "internal",
         }
     }
@@ -123,10 +138,12 @@ impl ApiError {
             Self::MethodNotAllowed => "Method not allowed on this route",
             Self::Unauthenticated => "Authentication required",
             Self::Forbidden { .. } => "Not allowed for this token's role",
+            Self::NoAccessRule => "No access rule matches this token",
             Self::Conflict(_) => "The request conflicts with the current state",
             Self::PreconditionFailed(_) => "Precondition failed",
             Self::Timeout => "The request took too long",
             Self::Unavailable(_) => "Service unavailable",
+            Self::Database(e) if store_unreachable(e) => "Service unavailable",
             Self::Database(_) | Self::Internal(_) => "Internal server error",
         }
     }
@@ -144,10 +161,16 @@ impl ApiError {
             Self::NoRoute(path) => Some(format!("{path} is not an endpoint of this API; see /openapi.json")),
             Self::MethodNotAllowed => None,
             Self::Unauthenticated => {
-                Some("send Authorization: Bearer <token>; tokens come from POST /v1/tokens".into())
+                Some("send Authorization: Bearer <token>: a token from POST /v1/tokens, or a JWT of a configured OIDC issuer".into())
             }
             Self::Forbidden { need } => Some(format!("this request needs the {need} role")),
+            Self::NoAccessRule => Some(
+                "the token is valid, but no rule of its issuer in drover's access config gives it a role".into(),
+            ),
             Self::Timeout => Some("the server gave up on this request; it may be retried".into()),
+            Self::Database(e) if store_unreachable(e) => {
+                Some("the store (database) cannot be reached right now; retry shortly".into())
+            }
             Self::Database(_) | Self::Internal(_) => Some("the error was logged; retry later or report it".into()),
         };
         let errors = match self {
@@ -174,10 +197,26 @@ impl IntoResponse for ApiError {
         let body = serde_json::to_vec(&self.to_problem()).unwrap_or_default();
         let mut res = (status, body).into_response();
         res.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
-        if matches!(self, Self::Timeout | Self::Unavailable(_)) {
+        if self.transient() {
             res.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         res
+    }
+}
+
+/// Whether a store error means the store cannot be reached (a PostgreSQL
+/// server restarting or cut off), not that the request or drover is wrong.
+pub fn store_unreachable(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::Tls(_) => true,
+        // SQLSTATE class 08 (connection exception), 57P01-57P03 (the
+        // server shutting down or starting), 25P03 (the server ended a
+        // session left idle inside a transaction: the process stalled;
+        // a retry runs on a fresh connection).
+        sqlx::Error::Database(d) => {
+            d.code().is_some_and(|c| c.starts_with("08") || matches!(c.as_ref(), "57P01" | "57P02" | "57P03" | "25P03"))
+        }
+        _ => false,
     }
 }
 

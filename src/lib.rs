@@ -5,23 +5,31 @@
 //! - [`config`]: command-line flags and their environment fallbacks.
 //! - [`cli`]: the client commands (`drover pools ...`) that talk to a server.
 //! - [`app`]: builds the service and runs it until a shutdown signal.
-//! - [`state`]: what every handler shares (`AppState`).
+//! - [`state`]: what every handler shares (`AppState`): the services.
 //! - [`http`]: the API routes, one module per resource, the OpenAPI document,
-//!   and the accept loop with its connection limits.
-//! - [`pools`], [`clusters`]: the application services handlers call: the
-//!   logic between a parsed request and the store (spec changes with
-//!   optimistic concurrency, rollbacks, plans; reaching a cluster).
+//!   and the accept loop with its connection limits. A handler parses,
+//!   calls one service function and answers; it never touches the store
+//!   (scripts/layers.py checks it).
+//! - The services, each with only what it uses and an error type of its
+//!   own: [`pools`] (pools, rollouts, machines), [`clusters`] (and the one
+//!   way from stored credentials to a cluster client), [`upgrade`]'s
+//!   `service`, [`engines`], [`auth`]'s `tokens`, [`events`] (for the
+//!   event streams), [`idempotency`].
 //! - [`error`]: the API's one error type, answered as RFC 9457 problems.
 //! - [`auth`]: bearer tokens (held in memory), roles and the audit trail.
+//! - [`access`]: OIDC issuers and client-certificate subjects, mapped to roles.
+//! - [`tls`]: HTTPS for the listener, mutual TLS, certificate reload.
 //! - [`changes`]: "pool X / job Y changed" notices that wake event streams.
 //! - [`retention`]: the pruner that keeps audit, events, jobs and keys bounded.
-//! - [`reconcile`]: the pool reconciler: observe, plan (pure), execute, record.
-//! - [`runtime`]: the container runtimes: Docker (bollard) and a simulation.
+//! - [`reconcile`]: the pool reconciler: observe, decide (pure), execute,
+//!   record.
+//! - [`runtime`]: the container engines: Docker (bollard) and a simulation.
 //! - [`upgrade`]: control-plane upgrade jobs: persisted steps, each safe to redo.
-//! - [`k8s`]: Kubernetes clients from stored credentials, and the calls upgrades make.
+//! - [`k8s`]: the Kubernetes calls upgrades and drains make.
 //! - [`db`]: SQLite storage, one module per table.
 //! - [`domain`]: pure types and rules: names, versions, images, specs.
 
+pub mod access;
 pub mod app;
 pub mod auth;
 pub mod changes;
@@ -33,13 +41,17 @@ pub mod db;
 pub mod domain;
 pub mod engines;
 pub mod error;
+pub mod events;
 pub mod http;
+pub mod idempotency;
 pub mod k8s;
 pub mod metrics;
 pub mod pools;
 pub mod reconcile;
+pub mod replicas;
 pub mod retention;
 pub mod runtime;
 pub mod state;
 pub mod telemetry;
+pub mod tls;
 pub mod upgrade;

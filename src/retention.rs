@@ -21,6 +21,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::ServeConfig;
+use crate::db::exec::{Affected, on_store};
 use crate::db::{self, Db};
 use crate::metrics::Metrics;
 
@@ -132,14 +133,16 @@ enum Bind {
 async fn batched(db: &Db, sql: &'static str, value: Bind) -> sqlx::Result<u64> {
     let mut total = 0;
     for _ in 0..MAX_BATCHES {
-        let query = sqlx::query(sql);
-        let query = match &value {
-            Bind::Time(t) => query.bind(*t),
-            Bind::Count(n) => query.bind(*n),
-        };
         // One short write per batch, so that requests' writes pass between.
         let mut tx = db.begin_background().await?;
-        let n = query.bind(BATCH).execute(&mut *tx).await?.rows_affected();
+        let n = on_store!(tx.exec(), |e| {
+            let query = sqlx::query(sql);
+            let query = match &value {
+                Bind::Time(t) => query.bind(*t),
+                Bind::Count(n) => query.bind(*n),
+            };
+            query.bind(i64::from(BATCH)).execute(e).await.affected()
+        })?;
         tx.commit().await?;
         total += n;
         if n < u64::from(BATCH) {
@@ -151,18 +154,19 @@ async fn batched(db: &Db, sql: &'static str, value: Bind) -> sqlx::Result<u64> {
 
 // Ids grow with time in both tables (autoincrement, never reused), so "the
 // newest N" is "ids above the largest minus N".
-const AUDIT_BY_AGE: &str = "delete from audit where id in (select id from audit where time < ? order by time limit ?)";
+const AUDIT_BY_AGE: &str =
+    "delete from audit where id in (select id from audit where time < $1 order by time limit $2)";
 const AUDIT_BY_COUNT: &str = "delete from audit where id in
-     (select id from audit where id <= (select max(id) from audit) - ? order by id limit ?)";
+     (select id from audit where id <= (select max(id) from audit) - $1 order by id limit $2)";
 const EVENTS_BY_AGE: &str =
-    "delete from events where id in (select id from events where time < ? order by time limit ?)";
+    "delete from events where id in (select id from events where time < $1 order by time limit $2)";
 const EVENTS_BY_COUNT: &str = "delete from events where id in
-     (select id from events where id <= (select max(id) from events) - ? order by id limit ?)";
+     (select id from events where id <= (select max(id) from events) - $1 order by id limit $2)";
 /// Steps and components go with their job (`on delete cascade`).
 const FINISHED_JOBS: &str = "delete from upgrade_jobs where id in
-     (select id from upgrade_jobs where finished_at is not null and finished_at < ?
-        and state in ('succeeded', 'failed', 'cancelled') order by finished_at limit ?)";
+     (select id from upgrade_jobs where finished_at is not null and finished_at < $1
+        and state in ('succeeded', 'failed', 'cancelled') order by finished_at limit $2)";
 /// A pool's current revision is always kept, with the given number before it.
-const OLD_REVISIONS: &str = "delete from pool_revisions where rowid in
-     (select r.rowid from pool_revisions r join pools p on p.name = r.pool
-       where r.revision < p.revision - ? limit ?)";
+const OLD_REVISIONS: &str = "delete from pool_revisions where (pool, revision) in
+     (select r.pool, r.revision from pool_revisions r join pools p on p.name = r.pool
+       where r.revision < p.revision - $1 limit $2)";

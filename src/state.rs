@@ -20,6 +20,24 @@ pub struct AppState(Arc<Shared>);
 /// state once per middleware layer and handler, and one counter is cheaper
 /// than a dozen.
 pub struct Shared {
+    /// Pools and their rollouts, for the API.
+    pub pools: crate::pools::Pools,
+    /// Pools' machines, for the API.
+    pub machines: crate::pools::Machines,
+    /// Registered clusters, for the API.
+    pub clusters: crate::clusters::Clusters,
+    /// Upgrade jobs, for the API.
+    pub upgrades: crate::upgrade::service::Upgrades,
+    /// Registered engines, for the API.
+    pub registry: crate::engines::Registry,
+    /// Tokens and the audit trail, for the API.
+    pub token_service: crate::auth::tokens::Tokens,
+    /// What event streams read of subjects' histories.
+    pub events: crate::events::Events,
+    /// Idempotency keys of keyed POSTs.
+    pub keys: crate::idempotency::Keys,
+    /// Wakes the upgrade runner (the upgrades service wakes it on a new job).
+    pub upgrade_queue: crate::upgrade::UpgradeQueue,
     pub db: Db,
     /// The container engines and what they hold.
     pub engines: Engines,
@@ -40,9 +58,17 @@ pub struct Shared {
     pub audit: crate::auth::audit_log::AuditLog,
     /// "Pool X / job Y changed", for event streams.
     pub changes: crate::changes::Changes,
+    /// This process's name among drover's replicas (the holder of its
+    /// leases, the owner of the upgrade jobs it runs).
+    pub replica: Arc<str>,
     pub metrics: Arc<crate::metrics::Metrics>,
-    /// Wakes the upgrade runner when a job is created.
-    pub upgrades: crate::upgrade::UpgradeQueue,
+    /// The listener's TLS configuration (reloaded when its files change),
+    /// when `--tls-cert` is given.
+    pub tls: Option<Arc<crate::tls::Tls>>,
+    /// The access config (`--access-config`): client-certificate subjects.
+    pub access: Option<Arc<crate::access::AccessConfig>>,
+    /// Verifies OIDC tokens, when the access config names issuers.
+    pub oidc: Option<Arc<crate::access::Verifier>>,
     /// Fires when shutdown begins: long-lived responses (event streams)
     /// end on it, since a graceful shutdown waits for every open response.
     pub shutdown: CancellationToken,
@@ -75,6 +101,8 @@ impl Shared {
             refusals: &self.refusals,
             audit: &self.audit,
             metrics: &self.metrics,
+            oidc: self.oidc.as_deref(),
+            access: self.access.as_deref(),
         }
     }
 }

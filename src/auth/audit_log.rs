@@ -135,7 +135,7 @@ mod tests {
     /// log writing to it on `tasks`.
     async fn log() -> (tempfile::TempDir, Db, TaskTracker, AuditLog) {
         let dir = tempfile::tempdir().expect("temp dir");
-        let db = db::connect(&dir.path().join("d.db")).await.expect("store");
+        let db = db::connect(&db::Location::Sqlite(dir.path().join("d.db"))).await.expect("store");
         let tasks = TaskTracker::new();
         let log = AuditLog::start(db.clone(), &tasks);
         (dir, db, tasks, log)

@@ -20,7 +20,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
-use super::caller::Caller;
+use super::caller::{Caller, Via};
 use crate::db::{self, Db};
 use crate::domain::role::Role;
 
@@ -98,7 +98,7 @@ impl TokenCache {
         let map = self.read();
         let entry = map.get(hash)?;
         entry.used.fetch_max(now.timestamp(), Ordering::Relaxed);
-        Some(Caller { name: entry.name.clone(), role: entry.role })
+        Some(Caller::token(entry.name.clone(), entry.role))
     }
 
     /// Adds a token whose creation has committed.
@@ -120,6 +120,16 @@ impl TokenCache {
     /// what a long-lived response asks from time to time.
     pub fn allows(&self, name: &str, need: Role) -> bool {
         self.read().values().any(|e| e.name == name && e.role >= need)
+    }
+
+    /// Whether `caller` may still act with role `need` at `now`: a revoked
+    /// token or an expired JWT ends the event streams it opened.
+    pub fn still_allows(&self, caller: &Caller, need: Role, now: DateTime<Utc>) -> bool {
+        match caller.via {
+            Via::Token => self.allows(&caller.name, need),
+            Via::Oidc { expires_at } => caller.role >= need && now.timestamp() < expires_at,
+            Via::Certificate => caller.role >= need,
+        }
     }
 
     /// The last use of `name` seen by this process, if any.

@@ -1,7 +1,8 @@
 //! The client's HTTP side: one `reqwest::Client`, the bearer token on every
-//! request, and every failure turned into a [`CliError`] that says what a
-//! person needs to know: the problem's title, detail and fields, or which
-//! server could not be reached.
+//! request (given, or printed by a command that is run again when the
+//! server refuses what it printed), and every failure turned into a
+//! [`CliError`] that says what a person needs to know: the problem's title,
+//! detail and fields, or which server could not be reached.
 
 use std::fmt;
 use std::time::Duration;
@@ -17,6 +18,8 @@ use crate::error::error_chain;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest ordinary request (the server's own limit is 30 s by default).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+/// Longest run of `--token-command`.
+const TOKEN_COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The server's RFC 9457 problem document, read leniently: a proxy's error
 /// page or an older server may lack fields.
@@ -64,6 +67,8 @@ pub enum CliError {
     BadResponse { what: String, reason: String },
     #[error("{0}")]
     Usage(String),
+    #[error("--token-command {0}")]
+    TokenCommand(String),
     #[error("{0}")]
     Failed(String),
     #[error("gave up waiting after {0:?} (--timeout); the work goes on on the server")]
@@ -81,42 +86,135 @@ impl CliError {
     }
 }
 
+/// How the client trusts the server and proves itself over HTTPS.
+#[derive(Debug, Clone, Default)]
+pub struct TlsOptions {
+    /// PEM CA certificates: the only ones trusted for the server's certificate.
+    pub ca_cert: Option<std::path::PathBuf>,
+    /// PEM certificate and key presented to the server (mutual TLS).
+    pub client_cert: Option<std::path::PathBuf>,
+    pub client_key: Option<std::path::PathBuf>,
+}
+
+fn read_pem(flag: &str, path: &std::path::Path) -> Result<Vec<u8>, CliError> {
+    std::fs::read(path).map_err(|e| CliError::Usage(format!("{flag} {}: {e}", path.display())))
+}
+
+/// The HTTP client, trusting `tls.ca_cert` alone when given (else the
+/// system's roots) and presenting a client certificate when given.
+fn http_client(tls: &TlsOptions) -> Result<reqwest::Client, CliError> {
+    let mut builder = reqwest::Client::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .user_agent(concat!("drover-cli/", env!("CARGO_PKG_VERSION")));
+    if let Some(path) = &tls.ca_cert {
+        let certs = reqwest::Certificate::from_pem_bundle(&read_pem("--ca-cert", path)?)
+            .map_err(|e| CliError::Usage(format!("--ca-cert {}: no PEM certificate: {e}", path.display())))?;
+        if certs.is_empty() {
+            return Err(CliError::Usage(format!("--ca-cert {}: no PEM certificate", path.display())));
+        }
+        builder = builder.tls_certs_only(certs);
+    }
+    match (&tls.client_cert, &tls.client_key) {
+        (None, None) => {}
+        (Some(cert), Some(key)) => {
+            let mut pem = read_pem("--client-cert", cert)?;
+            pem.extend_from_slice(b"\n");
+            pem.extend_from_slice(&read_pem("--client-key", key)?);
+            let identity = reqwest::Identity::from_pem(&pem)
+                .map_err(|e| CliError::Usage(format!("--client-cert/--client-key: {}", error_chain(&e))))?;
+            builder = builder.identity(identity);
+        }
+        _ => return Err(CliError::Usage("--client-cert and --client-key go together".into())),
+    }
+    builder.build().map_err(|e| CliError::Usage(format!("cannot set up the HTTP client: {}", error_chain(&e))))
+}
+
 pub struct Client {
     http: reqwest::Client,
     /// Base URL without a trailing slash.
     server: String,
-    token: Option<String>,
+    credentials: Credentials,
+}
+
+/// Where the bearer token comes from.
+enum Credentials {
+    None,
+    Token(String),
+    /// A command that prints a token, such as a CI system's OIDC token
+    /// that lives a few minutes: run before the first request, and again
+    /// when the server refuses the token it printed (expired during a long
+    /// `--wait`).
+    Command {
+        command: String,
+        current: tokio::sync::Mutex<Option<String>>,
+    },
 }
 
 impl Client {
-    pub fn new(server: &str, token: Option<String>) -> Result<Self, CliError> {
+    pub fn new(server: &str, token: Option<String>, tls: &TlsOptions) -> Result<Self, CliError> {
         let server = server.trim().trim_end_matches('/').to_owned();
-        if server.starts_with("https://") {
+        if !server.starts_with("http://") && !server.starts_with("https://") {
             return Err(CliError::Usage(format!(
-                "--server {server}: this build speaks plain HTTP only; reach drover over http:// (or a local TLS proxy)"
+                "--server {server:?} must be a URL like http://127.0.0.1:8080 or https://drover.example.com"
             )));
         }
-        if !server.starts_with("http://") {
-            return Err(CliError::Usage(format!("--server {server:?} must be a URL like http://127.0.0.1:8080")));
-        }
-        let http = reqwest::Client::builder()
-            .connect_timeout(CONNECT_TIMEOUT)
-            .user_agent(concat!("drover-cli/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| CliError::Usage(format!("cannot set up the HTTP client: {}", error_chain(&e))))?;
-        let token = token.filter(|t| !t.trim().is_empty());
-        Ok(Self { http, server, token })
+        let http = http_client(tls)?;
+        let credentials = match token.filter(|t| !t.trim().is_empty()) {
+            Some(token) => Credentials::Token(token),
+            None => Credentials::None,
+        };
+        Ok(Self { http, server, credentials })
+    }
+
+    /// Takes the bearer token from what `command` (run by `sh -c`) prints,
+    /// instead of a fixed token.
+    pub fn with_token_command(mut self, command: &str) -> Self {
+        let current = tokio::sync::Mutex::new(None);
+        self.credentials = Credentials::Command { command: command.to_owned(), current };
+        self
     }
 
     pub fn server(&self) -> &str {
         &self.server
     }
 
+    /// A request without credentials: [`dispatch`](Self::dispatch) adds them.
     fn request(&self, method: Method, path: &str) -> RequestBuilder {
-        let req = self.http.request(method, format!("{}{path}", self.server));
-        match &self.token {
-            Some(token) => req.bearer_auth(token),
-            None => req,
+        self.http.request(method, format!("{}{path}", self.server))
+    }
+
+    /// `req` with the bearer token; `renew` runs the token command again.
+    async fn authorize(&self, req: RequestBuilder, renew: bool) -> Result<RequestBuilder, CliError> {
+        match &self.credentials {
+            Credentials::None => Ok(req),
+            Credentials::Token(token) => Ok(req.bearer_auth(token)),
+            Credentials::Command { command, current } => {
+                let mut current = current.lock().await;
+                let token = match current.take() {
+                    Some(token) if !renew => token,
+                    _ => run_token_command(command).await?,
+                };
+                let req = req.bearer_auth(&token);
+                *current = Some(token);
+                Ok(req)
+            }
+        }
+    }
+
+    /// Sends `req` with the bearer token. When the server refuses a token
+    /// the command printed, the command runs again and the request is sent
+    /// once more with what it prints now.
+    async fn dispatch(&self, req: RequestBuilder) -> Result<Response, CliError> {
+        let again = match self.credentials {
+            Credentials::Command { .. } => req.try_clone(),
+            _ => None,
+        };
+        let res = self.authorize(req, false).await?.send().await.map_err(|e| self.unreachable(&e))?;
+        match again {
+            Some(again) if res.status() == StatusCode::UNAUTHORIZED => {
+                self.authorize(again, true).await?.send().await.map_err(|e| self.unreachable(&e))
+            }
+            _ => Ok(res),
         }
     }
 
@@ -127,7 +225,7 @@ impl Client {
 
     /// Sends a request and answers its JSON body (`Null` when it has none).
     async fn send(&self, what: String, req: RequestBuilder) -> Result<Value, CliError> {
-        let res = req.timeout(REQUEST_TIMEOUT).send().await.map_err(|e| self.unreachable(&e))?;
+        let res = self.dispatch(req.timeout(REQUEST_TIMEOUT)).await?;
         let status = res.status();
         let bytes = res.bytes().await.map_err(|e| self.unreachable(&e))?;
         if !status.is_success() {
@@ -201,13 +299,38 @@ impl Client {
         if let Some(id) = last_event_id {
             req = req.header("last-event-id", id);
         }
-        let res = req.send().await.map_err(|e| self.unreachable(&e))?;
+        let res = self.dispatch(req).await?;
         let status = res.status();
         if !status.is_success() {
             let bytes = res.bytes().await.unwrap_or_default();
             return Err(CliError::Problem(problem_of(status, &bytes)));
         }
         Ok(res)
+    }
+}
+
+/// Runs `--token-command` and answers the token it printed (trimmed).
+async fn run_token_command(command: &str) -> Result<String, CliError> {
+    let fail = |why: String| CliError::TokenCommand(why);
+    let mut cmd = tokio::process::Command::new("sh");
+    cmd.arg("-c").arg(command).stdin(std::process::Stdio::null()).kill_on_drop(true);
+    let out = tokio::time::timeout(TOKEN_COMMAND_TIMEOUT, cmd.output())
+        .await
+        .map_err(|_| fail(format!("ran over {TOKEN_COMMAND_TIMEOUT:?} without printing a token")))?
+        .map_err(|e| fail(format!("could not be run by sh: {e}")))?;
+    if !out.status.success() {
+        let said = String::from_utf8_lossy(&out.stderr);
+        let said: String = said.trim().chars().take(500).collect();
+        return Err(fail(format!(
+            "failed ({}){}",
+            out.status,
+            if said.is_empty() { String::new() } else { format!(": {said}") }
+        )));
+    }
+    let token = String::from_utf8(out.stdout).map_err(|_| fail("printed something that is not UTF-8".into()))?;
+    match token.trim() {
+        "" => Err(fail("printed no token".into())),
+        token => Ok(token.to_owned()),
     }
 }
 
@@ -310,8 +433,14 @@ mod tests {
 
     #[test]
     fn servers_must_be_plain_http_urls() {
-        assert!(Client::new("http://127.0.0.1:8080/", None).is_ok_and(|c| c.server() == "http://127.0.0.1:8080"));
-        assert!(matches!(Client::new("https://x", None), Err(CliError::Usage(_))));
-        assert!(matches!(Client::new("127.0.0.1:8080", None), Err(CliError::Usage(_))));
+        let plain = TlsOptions::default();
+        assert!(
+            Client::new("http://127.0.0.1:8080/", None, &plain).is_ok_and(|c| c.server() == "http://127.0.0.1:8080")
+        );
+        assert!(Client::new("https://x", None, &plain).is_ok());
+        assert!(matches!(Client::new("127.0.0.1:8080", None, &plain), Err(CliError::Usage(_))));
+        let missing = TlsOptions { ca_cert: Some("/nonexistent/ca.pem".into()), ..TlsOptions::default() };
+        let err = Client::new("https://x", None, &missing).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("--ca-cert /nonexistent/ca.pem"), "{err}");
     }
 }

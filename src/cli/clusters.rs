@@ -13,6 +13,7 @@ use super::client::{CliError, Client};
 use super::output::{OutputFormat, Table, more_hint, or_dash, print_fields, print_json, show, wire_name};
 use super::wait::{self, Target};
 use crate::domain::upgrade::JobState;
+use crate::domain::upgrade::StepState;
 use crate::http::clusters::{ClusterList, ClusterStatus, ClusterView};
 use crate::http::upgrades::{UpgradeList, UpgradePlan};
 use crate::http::wire::upgrades::UpgradeView;
@@ -269,7 +270,7 @@ fn position(job: &UpgradeView) -> String {
 }
 
 fn show_job(j: UpgradeView) {
-    let upgraded = j.upgraded_components.join(", ");
+    let upgraded = j.upgraded_components.iter().map(wire_name).collect::<Vec<_>>().join(", ");
     print_fields(&[
         ("id", j.id.to_string()),
         ("cluster", j.cluster.clone()),
@@ -281,8 +282,8 @@ fn show_job(j: UpgradeView) {
     ]);
     let mut t = Table::new(&["COMPONENT", "STATE", "STEPS DONE", "OLD IMAGE", "NEW IMAGE"]);
     for p in j.progress {
-        let done = p.steps.iter().filter(|s| s.state == "succeeded").count();
-        t.row(vec![p.component, p.state, done.to_string(), or_dash(&p.old_image), p.new_image]);
+        let done = p.steps.iter().filter(|s| s.state == StepState::Succeeded).count();
+        t.row(vec![wire_name(&p.component), wire_name(&p.state), done.to_string(), or_dash(&p.old_image), p.new_image]);
     }
     println!();
     t.print();

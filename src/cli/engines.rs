@@ -71,7 +71,21 @@ fn show(e: &EngineView) {
         ("version", s.version.clone().unwrap_or_else(|| "-".into())),
         ("machines", s.machines.to_string()),
         ("last error", s.last_error.clone().unwrap_or_else(|| "-".into())),
+        ("placement", placement(e)),
     ]);
+    for r in &s.placement.refused_images {
+        println!("refused image {} (until {}): {}", r.image, r.retry_at.to_rfc3339(), r.error);
+    }
+}
+
+/// Whether new machines go to the engine, and why not.
+fn placement(e: &EngineView) -> String {
+    let p = &e.status.placement;
+    match (p.blocked, &p.message) {
+        (None, _) => "eligible".into(),
+        (Some(block), Some(m)) => format!("{}: {m}", block.as_str()),
+        (Some(block), None) => block.as_str().into(),
+    }
 }
 
 /// One engine: the server's JSON, or its fields read as an `EngineView`.
@@ -94,7 +108,8 @@ pub async fn run(client: &Client, out: OutputFormat, cmd: EnginesCommand) -> Res
                 return Ok(());
             }
             let list: EngineList = Client::decode(&format!("GET {path}"), answer)?;
-            let mut t = Table::new(&["NAME", "ENDPOINT", "REACHABILITY", "VERSION", "MACHINES", "DRAINING"]);
+            let mut t =
+                Table::new(&["NAME", "ENDPOINT", "REACHABILITY", "VERSION", "MACHINES", "DRAINING", "PLACEMENT"]);
             for e in &list.items {
                 t.row(vec![
                     e.name.clone(),
@@ -103,6 +118,7 @@ pub async fn run(client: &Client, out: OutputFormat, cmd: EnginesCommand) -> Res
                     e.status.version.clone().unwrap_or_else(|| "-".into()),
                     e.status.machines.to_string(),
                     e.draining.to_string(),
+                    e.status.placement.blocked.map_or("eligible", |b| b.as_str()).to_owned(),
                 ]);
             }
             t.print();

@@ -61,6 +61,26 @@ pub struct ClientArgs {
     #[arg(long, global = true, env = "DROVER_TOKEN", hide_env_values = true, help_heading = "Client options")]
     pub token: Option<String>,
 
+    /// Command (run by `sh -c`) that prints the bearer token, instead of
+    /// `--token`: run before the first request and again whenever the
+    /// server refuses the token, so a short-lived CI token is renewed
+    /// during a long `--wait`.
+    #[arg(long, global = true, env = "DROVER_TOKEN_COMMAND", help_heading = "Client options")]
+    pub token_command: Option<String>,
+
+    /// PEM CA certificate(s) to trust for an https:// `--server` instead of
+    /// the system's roots (a private CA).
+    #[arg(long, global = true, env = "DROVER_CA_CERT", help_heading = "Client options")]
+    pub ca_cert: Option<std::path::PathBuf>,
+
+    /// PEM client certificate for mutual TLS (with `--client-key`).
+    #[arg(long, global = true, env = "DROVER_CLIENT_CERT", help_heading = "Client options")]
+    pub client_cert: Option<std::path::PathBuf>,
+
+    /// PEM private key of `--client-cert`.
+    #[arg(long, global = true, env = "DROVER_CLIENT_KEY", help_heading = "Client options")]
+    pub client_key: Option<std::path::PathBuf>,
+
     /// `table` for people, `json` (the server's answer, pretty-printed) for scripts.
     #[arg(short = 'o', long, global = true, value_enum, default_value_t = OutputFormat::Table, help_heading = "Client options")]
     pub output: OutputFormat,
@@ -101,7 +121,19 @@ pub async fn run(args: ClientArgs, command: ClientCommand) -> ExitCode {
 }
 
 async fn dispatch(args: &ClientArgs, command: ClientCommand) -> Result<(), CliError> {
-    let client = Client::new(&args.server, args.token.clone())?;
+    let tls = client::TlsOptions {
+        ca_cert: args.ca_cert.clone(),
+        client_cert: args.client_cert.clone(),
+        client_key: args.client_key.clone(),
+    };
+    let mut client = Client::new(&args.server, args.token.clone(), &tls)?;
+    if let Some(command) = args.token_command.as_deref().filter(|c| !c.trim().is_empty()) {
+        if args.token.as_deref().is_some_and(|t| !t.trim().is_empty()) {
+            let why = "give --token (DROVER_TOKEN) or --token-command (DROVER_TOKEN_COMMAND), not both";
+            return Err(CliError::Usage(why.into()));
+        }
+        client = client.with_token_command(command);
+    }
     let out = args.output;
     match command {
         ClientCommand::Pools(cmd) => pools::run_pools(&client, out, cmd).await,

@@ -235,9 +235,15 @@ fn show_pool_list(out: OutputFormat, what: &str, page: Value) -> Result<(), CliE
         return Ok(());
     }
     let page: PoolList = Client::decode(what, page)?;
-    let mut t = Table::new(&["NAME", "PHASE", "REPLICAS", "READY", "UPDATED", "PAUSED", "IMAGE"]);
+    // Which replica drives each pool, when several share the store.
+    let replicas = page.items.iter().any(|p| p.status.driver.is_some());
+    let mut columns = vec!["NAME", "PHASE", "REPLICAS", "READY", "UPDATED", "PAUSED", "IMAGE"];
+    if replicas {
+        columns.push("DRIVER");
+    }
+    let mut t = Table::new(&columns);
     for p in &page.items {
-        t.row(vec![
+        let mut row = vec![
             p.name.clone(),
             wire_name(&p.phase),
             p.spec.replicas.to_string(),
@@ -245,7 +251,11 @@ fn show_pool_list(out: OutputFormat, what: &str, page: Value) -> Result<(), CliE
             p.status.updated_replicas.to_string(),
             p.spec.paused.to_string(),
             p.desired_image.clone(),
-        ]);
+        ];
+        if replicas {
+            row.push(or_dash(&p.status.driver));
+        }
+        t.row(row);
     }
     t.print();
     more_hint(&page.next_cursor);
@@ -275,11 +285,12 @@ fn show_pool(out: OutputFormat, what: &str, answer: Value) -> Result<(), CliErro
         ("generation", format!("{} (observed {})", p.generation, s.observed_generation)),
         ("revision", p.revision.to_string()),
         ("paused", p.spec.paused.to_string()),
+        ("driver", s.driver.clone().unwrap_or_else(|| "this process (one replica)".into())),
         ("last error", or_dash(&s.last_error)),
     ]);
     let mut t = Table::new(&["CONDITION", "STATUS", "REASON", "MESSAGE"]);
     for c in &s.conditions {
-        t.row(vec![c.type_.clone(), wire_name(&c.status), c.reason.clone(), c.message.clone()]);
+        t.row(vec![wire_name(&c.type_), wire_name(&c.status), c.reason.to_string(), c.message.clone()]);
     }
     println!();
     t.print();

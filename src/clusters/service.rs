@@ -1,20 +1,110 @@
-//! Reaching a registered cluster with its stored credentials, for the
-//! handlers that inspect one (cluster status, upgrade plans).
+//! The clusters service: what the API asks of registered clusters.
 
-use crate::db;
-use crate::error::{ApiError, ApiResult};
+use chrono::Utc;
+
+use super::connect::{ConnectError, connect};
+use super::input::NewCluster;
+use super::probe::{ClusterStatus, probe};
+use crate::db::clusters::{ClusterRecord, Deleted};
+use crate::db::page::{Page, PageRequest};
+use crate::db::{self, Db};
+use crate::domain::ValidationErrors;
+use crate::domain::server_url::check_server_url;
 use crate::k8s::{ClusterApi, RetryPolicy};
-use crate::state::AppState;
 
-/// A client for a registered cluster, trying each call `tries` times.
-pub async fn connect(state: &AppState, name: &str, tries: u32) -> ApiResult<ClusterApi> {
-    let unusable = |e| ApiError::Unavailable(format!("cluster {name:?} cannot be reached with its credentials: {e}"));
-    let creds = db::clusters::credentials(state.db.read(), name)
-        .await?
-        .ok_or_else(|| ApiError::not_found("cluster", name))?
-        .map_err(unusable)?;
-    let timeout = state.config.kube_request_timeout;
-    let client = creds.client(timeout).await.map_err(unusable)?;
-    let policy = RetryPolicy { tries, backoff: state.config.upgrade_retry_backoff, call_timeout: timeout };
-    Ok(ClusterApi::new(client, policy))
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("no cluster named {0:?}")]
+    NotFound(String),
+    #[error("cluster {0:?} already exists")]
+    Exists(String),
+    #[error("{0}")]
+    Invalid(ValidationErrors),
+    #[error("upgrade job {job} is active on cluster {cluster:?}; cancel it or wait for it to end (/v1/upgrades/{job})")]
+    Busy { cluster: String, job: i64 },
+    #[error("cluster {cluster:?} is used by pools {}; delete them, or patch their `cluster`, first", pools.join(", "))]
+    InUse { cluster: String, pools: Vec<String> },
+    /// The stored credentials cannot be used (503: the cluster, not the request).
+    #[error("cluster {cluster:?} cannot be reached with its credentials: {why}")]
+    Unusable { cluster: String, why: String },
+    #[error("store: {0}")]
+    Store(#[from] sqlx::Error),
+}
+
+impl From<ConnectError> for ClusterError {
+    fn from(e: ConnectError) -> Self {
+        match e {
+            ConnectError::NotRegistered(name) => Self::NotFound(name),
+            ConnectError::Unusable { cluster, source } => Self::Unusable { cluster, why: source.to_string() },
+            ConnectError::Store(e) => Self::Store(e),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct Clusters {
+    db: Db,
+    /// How calls to a cluster are tried: `tries` is the caller's.
+    calls: RetryPolicy,
+}
+
+impl Clusters {
+    pub fn new(db: Db, calls: RetryPolicy) -> Self {
+        Self { db, calls }
+    }
+
+    /// A client of the cluster, trying each call `tries` times.
+    pub async fn connect(&self, name: &str, tries: u32) -> Result<ClusterApi, ClusterError> {
+        Ok(connect(self.db.read(), name, RetryPolicy { tries, ..self.calls }).await?)
+    }
+
+    /// Registers a cluster once its credentials check out (they parse, every
+    /// value can be sent, a client can be built; no network is used).
+    pub async fn register(&self, input: NewCluster) -> Result<ClusterRecord, ClusterError> {
+        let (name, creds) = input.parse().map_err(ClusterError::Invalid)?;
+        let server = creds
+            .validate(self.calls.call_timeout)
+            .await
+            .map_err(|e| ClusterError::Invalid(ValidationErrors::single(e.field, "credentials", e.message)))?;
+        // The URL is shown to viewers and logged: it may carry no credential.
+        let field = if creds.kind() == "token" { "server" } else { "kubeconfig" };
+        check_server_url(&server)
+            .map_err(|e| ClusterError::Invalid(ValidationErrors::single(field, "server_url_credentials", e)))?;
+        let mut tx = self.db.begin_write().await?;
+        let record = match db::clusters::insert(&mut tx, &name, &server, &creds, Utc::now()).await {
+            Ok(r) => r,
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => return Err(ClusterError::Exists(name)),
+            Err(e) => return Err(e.into()),
+        };
+        tx.commit().await?;
+        tracing::info!(cluster = %name, server = %server, auth = creds.kind(), "cluster registered");
+        Ok(record)
+    }
+
+    /// A page of clusters in name order.
+    pub async fn list(&self, req: &PageRequest) -> Result<Page<ClusterRecord>, ClusterError> {
+        let rows = db::clusters::list(self.db.read(), req.after.as_deref(), req.fetch()).await?;
+        Ok(Page::from_rows(rows, req.limit, |c| c.name.clone()))
+    }
+
+    pub async fn get(&self, name: &str) -> Result<ClusterRecord, ClusterError> {
+        db::clusters::get(self.db.read(), name).await?.ok_or_else(|| ClusterError::NotFound(name.to_owned()))
+    }
+
+    /// Forgets a cluster and its job history; refused while a job runs on
+    /// it or a pool names it.
+    pub async fn delete(&self, name: &str) -> Result<(), ClusterError> {
+        match db::clusters::delete_if_idle(&self.db, name).await? {
+            Deleted::Yes => Ok(()),
+            Deleted::Missing => Err(ClusterError::NotFound(name.to_owned())),
+            Deleted::Busy(job) => Err(ClusterError::Busy { cluster: name.to_owned(), job }),
+            Deleted::InUse(pools) => Err(ClusterError::InUse { cluster: name.to_owned(), pools }),
+        }
+    }
+
+    /// Probes the cluster's control plane (each call tried once).
+    pub async fn status(&self, name: &str) -> Result<ClusterStatus, ClusterError> {
+        let api = self.connect(name, 1).await?;
+        Ok(probe(&api, name.to_owned()).await)
+    }
 }

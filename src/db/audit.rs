@@ -1,9 +1,9 @@
 //! The `audit` table: who changed what, and whether they were allowed.
 
+use super::exec::{Affected, Exec, on_store};
+use super::gate::WriteTx;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use sqlx::SqliteConnection;
-use sqlx::SqliteExecutor;
 use utoipa::ToSchema;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema, sqlx::FromRow)]
@@ -52,10 +52,10 @@ pub struct NewAudit {
 }
 
 /// Appends a record; returns its id.
-pub async fn record(db: &mut SqliteConnection, a: &NewAudit, now: DateTime<Utc>) -> sqlx::Result<i64> {
-    sqlx::query_scalar(
+pub async fn record(db: &mut WriteTx, a: &NewAudit, now: DateTime<Utc>) -> sqlx::Result<i64> {
+    on_store!(db.exec(), |e| sqlx::query_scalar(
         "insert into audit (time, token_name, role, method, path, resource, status, outcome)
-         values (?, ?, ?, ?, ?, ?, ?, ?) returning id",
+         values ($1, $2, $3, $4, $5, $6, $7, $8) returning id",
     )
     .bind(now)
     .bind(&a.token_name)
@@ -65,24 +65,29 @@ pub async fn record(db: &mut SqliteConnection, a: &NewAudit, now: DateTime<Utc>)
     .bind(&a.resource)
     .bind(i64::from(a.status))
     .bind(a.outcome)
-    .fetch_one(db)
-    .await
+    .fetch_one(e)
+    .await)
 }
 
 /// Counts `more` requests into an existing record (a burst of refusals).
-pub async fn add_repeats(db: &mut SqliteConnection, id: i64, more: i64) -> sqlx::Result<()> {
-    sqlx::query("update audit set repeats = repeats + ? where id = ?").bind(more).bind(id).execute(db).await?;
+pub async fn add_repeats(db: &mut WriteTx, id: i64, more: i64) -> sqlx::Result<()> {
+    on_store!(db.exec(), |e| sqlx::query("update audit set repeats = repeats + $1 where id = $2")
+        .bind(more)
+        .bind(id)
+        .execute(e)
+        .await
+        .affected())?;
     Ok(())
 }
 
 /// Newest first, ids below `before`.
-pub async fn page(db: impl SqliteExecutor<'_>, before: Option<i64>, limit: u32) -> sqlx::Result<Vec<AuditRecord>> {
-    sqlx::query_as(
+pub async fn page(db: Exec<'_>, before: Option<i64>, limit: u32) -> sqlx::Result<Vec<AuditRecord>> {
+    on_store!(db, |e| sqlx::query_as(
         "select id, time, token_name, role, method, path, resource, status, outcome, repeats from audit
-         where id < ? order by id desc limit ?",
+         where id < $1 order by id desc limit $2",
     )
     .bind(before.unwrap_or(i64::MAX))
-    .bind(limit)
-    .fetch_all(db)
-    .await
+    .bind(i64::from(limit))
+    .fetch_all(e)
+    .await)
 }

@@ -2,9 +2,10 @@
 //! only through `credentials`, which the job runner and the probes call;
 //! the row type the API shows has no field for them.
 
+use super::exec::{Affected, Dialect, Exec, on_store};
+use super::gate::WriteTx;
 use chrono::{DateTime, Utc};
-use sqlx::SqliteConnection;
-use sqlx::{AssertSqlSafe, SqliteExecutor};
+use sqlx::AssertSqlSafe;
 
 use crate::k8s::{CredentialError, Credentials};
 
@@ -22,16 +23,16 @@ const COLUMNS: &str = "name, server, auth_kind, created_at, updated_at";
 
 /// Inserts a cluster; a duplicate name fails with a unique violation.
 pub async fn insert(
-    db: &mut SqliteConnection,
+    db: &mut WriteTx,
     name: &str,
     server: &str,
     credentials: &Credentials,
     now: DateTime<Utc>,
 ) -> sqlx::Result<ClusterRecord> {
     let secret = serde_json::to_string(credentials).map_err(|e| sqlx::Error::Encode(e.into()))?;
-    sqlx::query_as(AssertSqlSafe(format!(
+    on_store!(db.exec(), |e| sqlx::query_as(AssertSqlSafe(format!(
         "insert into clusters (name, server, auth_kind, credentials, created_at, updated_at)
-         values (?, ?, ?, ?, ?, ?) returning {COLUMNS}"
+         values ($1, $2, $3, $4, $5, $6) returning {COLUMNS}"
     )))
     .bind(name)
     .bind(server)
@@ -39,49 +40,57 @@ pub async fn insert(
     .bind(secret)
     .bind(now)
     .bind(now)
-    .fetch_one(db)
-    .await
+    .fetch_one(e)
+    .await)
 }
 
-pub async fn get(db: impl SqliteExecutor<'_>, name: &str) -> sqlx::Result<Option<ClusterRecord>> {
-    sqlx::query_as(AssertSqlSafe(format!("select {COLUMNS} from clusters where name = ?")))
+pub async fn get(db: Exec<'_>, name: &str) -> sqlx::Result<Option<ClusterRecord>> {
+    on_store!(db, |e| sqlx::query_as(AssertSqlSafe(format!("select {COLUMNS} from clusters where name = $1")))
         .bind(name)
-        .fetch_optional(db)
-        .await
+        .fetch_optional(e)
+        .await)
 }
 
 /// Up to `limit` clusters with names after `after`, in name order.
-pub async fn list(db: impl SqliteExecutor<'_>, after: Option<&str>, limit: u32) -> sqlx::Result<Vec<ClusterRecord>> {
-    sqlx::query_as(AssertSqlSafe(format!("select {COLUMNS} from clusters where name > ? order by name limit ?")))
-        .bind(after.unwrap_or(""))
-        .bind(limit)
-        .fetch_all(db)
-        .await
+pub async fn list(db: Exec<'_>, after: Option<&str>, limit: u32) -> sqlx::Result<Vec<ClusterRecord>> {
+    on_store!(db, |e| sqlx::query_as(AssertSqlSafe(format!(
+        "select {COLUMNS} from clusters where name > $1 order by name limit $2"
+    )))
+    .bind(after.unwrap_or(""))
+    .bind(i64::from(limit))
+    .fetch_all(e)
+    .await)
 }
 
-pub async fn exists(db: impl SqliteExecutor<'_>, name: &str) -> sqlx::Result<bool> {
-    sqlx::query_scalar("select exists (select 1 from clusters where name = ?)").bind(name).fetch_one(db).await
+pub async fn exists(db: Exec<'_>, name: &str) -> sqlx::Result<bool> {
+    on_store!(db, |e| sqlx::query_scalar("select exists (select 1 from clusters where name = $1)")
+        .bind(name)
+        .fetch_one(e)
+        .await)
 }
 
 /// The pools whose spec names the cluster, deleting ones included (they
 /// still drain their nodes), in name order.
-pub async fn pools_using(db: impl SqliteExecutor<'_>, name: &str) -> sqlx::Result<Vec<String>> {
-    sqlx::query_scalar("select name from pools where json_extract(spec, '$.cluster') = ? order by name")
-        .bind(name)
-        .fetch_all(db)
-        .await
+pub async fn pools_using(db: Exec<'_>, name: &str) -> sqlx::Result<Vec<String>> {
+    let sql = format!("select name from pools where {} = $1 order by name", spec_cluster(db.dialect()));
+    on_store!(db, |e| sqlx::query_scalar(AssertSqlSafe(sql)).bind(name).fetch_all(e).await)
+}
+
+/// The cluster a stored pool spec names, as SQL.
+fn spec_cluster(dialect: Dialect) -> &'static str {
+    dialect.pick("json_extract(spec, '$.cluster')", "(spec::jsonb ->> 'cluster')")
 }
 
 /// The stored credentials, `None` when the cluster is not registered. A
 /// stored document that does not read as credentials is the inner error:
 /// the caller fails its request or job with it, like any other unusable
 /// credentials. The error names the cluster, never the content.
-pub async fn credentials(
-    db: impl SqliteExecutor<'_>,
-    name: &str,
-) -> sqlx::Result<Option<Result<Credentials, CredentialError>>> {
+pub async fn credentials(db: Exec<'_>, name: &str) -> sqlx::Result<Option<Result<Credentials, CredentialError>>> {
     let raw: Option<String> =
-        sqlx::query_scalar("select credentials from clusters where name = ?").bind(name).fetch_optional(db).await?;
+        on_store!(db, |e| sqlx::query_scalar("select credentials from clusters where name = $1")
+            .bind(name)
+            .fetch_optional(e)
+            .await)?;
     Ok(raw.map(|r| {
         serde_json::from_str(&r).map_err(|_| CredentialError {
             field: "credentials",
@@ -106,28 +115,27 @@ pub enum Deleted {
 /// job or pool accepted meanwhile cannot be orphaned.
 pub async fn delete_if_idle(db: &super::store::Db, name: &str) -> sqlx::Result<Deleted> {
     let mut tx = db.begin_write().await?;
-    let deleted = sqlx::query(
-        "delete from clusters where name = ?1 and not exists
-         (select 1 from upgrade_jobs where cluster = ?1 and state in ('pending', 'running'))
-         and not exists (select 1 from pools where json_extract(spec, '$.cluster') = ?1)",
-    )
-    .bind(name)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
+    let sql = format!(
+        "delete from clusters where name = $1 and not exists
+         (select 1 from upgrade_jobs where cluster = $1 and state in ('pending', 'running'))
+         and not exists (select 1 from pools where {} = $1)",
+        spec_cluster(tx.exec().dialect())
+    );
+    let deleted = on_store!(tx.exec(), |e| sqlx::query(AssertSqlSafe(sql)).bind(name).execute(e).await.affected())?;
     let outcome = if deleted > 0 {
         // Job events are not tied to the table by a key; drop them with the jobs.
-        sqlx::query(
+        on_store!(tx.exec(), |e| sqlx::query(
             "delete from events where subject_kind = 'job'
              and subject not in (select cast(id as text) from upgrade_jobs)",
         )
-        .execute(&mut *tx)
-        .await?;
+        .execute(e)
+        .await
+        .affected())?;
         Deleted::Yes
     } else {
-        match crate::db::upgrades::active_for_cluster(&mut *tx, name).await? {
+        match crate::db::upgrades::active_for_cluster(tx.exec(), name).await? {
             Some(id) => Deleted::Busy(id),
-            None => match pools_using(&mut *tx, name).await? {
+            None => match pools_using(tx.exec(), name).await? {
                 pools if pools.is_empty() => Deleted::Missing,
                 pools => Deleted::InUse(pools),
             },

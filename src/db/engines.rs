@@ -1,11 +1,11 @@
 //! The `engines` table: registered engines, their labels, their TLS
 //! identity (write-only) and whether they are being drained.
 
+use super::exec::{Affected, Exec, on_store};
+use super::gate::WriteTx;
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use sqlx::SqliteConnection;
-use sqlx::SqliteExecutor;
 
 use crate::domain::engine::Tls;
 
@@ -55,16 +55,17 @@ impl TryFrom<Row> for StoredEngine {
 
 const COLUMNS: &str = "name, endpoint, labels, tls_cert, tls_key, tls_ca, draining, created_at";
 
-pub async fn list(db: impl SqliteExecutor<'_>) -> sqlx::Result<Vec<StoredEngine>> {
-    let rows: Vec<Row> = sqlx::query_as(sqlx::AssertSqlSafe(format!("select {COLUMNS} from engines order by name")))
-        .fetch_all(db)
-        .await?;
+pub async fn list(db: Exec<'_>) -> sqlx::Result<Vec<StoredEngine>> {
+    let rows: Vec<Row> =
+        on_store!(db, |e| sqlx::query_as(sqlx::AssertSqlSafe(format!("select {COLUMNS} from engines order by name")))
+            .fetch_all(e)
+            .await)?;
     rows.into_iter().map(StoredEngine::try_from).collect()
 }
 
 /// Inserts a new engine; a duplicate name fails with a unique violation.
 pub async fn insert(
-    db: &mut SqliteConnection,
+    db: &mut WriteTx,
     name: &str,
     endpoint: &str,
     labels: &BTreeMap<String, String>,
@@ -72,9 +73,9 @@ pub async fn insert(
     now: DateTime<Utc>,
 ) -> sqlx::Result<()> {
     let labels = serde_json::to_string(labels).map_err(|e| sqlx::Error::Encode(e.into()))?;
-    sqlx::query(
+    on_store!(db.exec(), |e| sqlx::query(
         "insert into engines (name, endpoint, labels, tls_cert, tls_key, tls_ca, draining, created_at, updated_at)
-         values (?1, ?2, ?3, ?4, ?5, ?6, 0, ?7, ?7)",
+         values ($1, $2, $3, $4, $5, $6, false, $7, $7)",
     )
     .bind(name)
     .bind(endpoint)
@@ -83,37 +84,39 @@ pub async fn insert(
     .bind(tls.map(|t| t.key.as_str()))
     .bind(tls.map(|t| t.ca.as_str()))
     .bind(now)
-    .execute(db)
-    .await?;
+    .execute(e)
+    .await
+    .affected())?;
     Ok(())
 }
 
 /// Sets or clears `draining`; `false` when the engine does not exist.
-pub async fn set_draining(
-    db: &mut SqliteConnection,
-    name: &str,
-    draining: bool,
-    now: DateTime<Utc>,
-) -> sqlx::Result<bool> {
-    let done = sqlx::query("update engines set draining = ?, updated_at = ? where name = ?")
-        .bind(draining)
-        .bind(now)
-        .bind(name)
-        .execute(db)
-        .await?;
-    Ok(done.rows_affected() == 1)
+pub async fn set_draining(db: &mut WriteTx, name: &str, draining: bool, now: DateTime<Utc>) -> sqlx::Result<bool> {
+    let done =
+        on_store!(db.exec(), |e| sqlx::query("update engines set draining = $1, updated_at = $2 where name = $3")
+            .bind(draining)
+            .bind(now)
+            .bind(name)
+            .execute(e)
+            .await
+            .affected())?;
+    Ok(done == 1)
 }
 
-pub async fn delete(db: &mut SqliteConnection, name: &str) -> sqlx::Result<bool> {
-    let done = sqlx::query("delete from engines where name = ?").bind(name).execute(db).await?;
-    Ok(done.rows_affected() == 1)
+pub async fn delete(db: &mut WriteTx, name: &str) -> sqlx::Result<bool> {
+    let done = on_store!(db.exec(), |e| sqlx::query("delete from engines where name = $1")
+        .bind(name)
+        .execute(e)
+        .await
+        .affected())?;
+    Ok(done == 1)
 }
 
 /// Names of machines whose records say they run on `engine` (at most `limit`).
-pub async fn machines_on(db: impl SqliteExecutor<'_>, engine: &str, limit: u32) -> sqlx::Result<Vec<String>> {
-    sqlx::query_scalar("select name from machines where engine = ? order by name limit ?")
+pub async fn machines_on(db: Exec<'_>, engine: &str, limit: u32) -> sqlx::Result<Vec<String>> {
+    on_store!(db, |e| sqlx::query_scalar("select name from machines where engine = $1 order by name limit $2")
         .bind(engine)
-        .bind(limit)
-        .fetch_all(db)
-        .await
+        .bind(i64::from(limit))
+        .fetch_all(e)
+        .await)
 }

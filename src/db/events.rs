@@ -1,8 +1,8 @@
 //! The `events` table: append, and read a subject's events newest first.
 
+use super::exec::{Affected, Exec, on_store};
+use super::gate::WriteTx;
 use chrono::{DateTime, Utc};
-use sqlx::SqliteConnection;
-use sqlx::SqliteExecutor;
 
 use crate::domain::event::{Event, EventType, NewEvent, SubjectKind};
 
@@ -13,16 +13,19 @@ pub async fn record_alone(db: &super::store::Db, ev: &NewEvent, now: DateTime<Ut
     tx.commit().await
 }
 
-pub async fn record(db: &mut SqliteConnection, ev: &NewEvent, now: DateTime<Utc>) -> sqlx::Result<()> {
-    sqlx::query("insert into events (subject_kind, subject, time, type, reason, message) values (?, ?, ?, ?, ?, ?)")
-        .bind(ev.kind.as_str())
-        .bind(&ev.subject)
-        .bind(now)
-        .bind(ev.type_.as_str())
-        .bind(ev.reason)
-        .bind(&ev.message)
-        .execute(db)
-        .await?;
+pub async fn record(db: &mut WriteTx, ev: &NewEvent, now: DateTime<Utc>) -> sqlx::Result<()> {
+    on_store!(db.exec(), |e| sqlx::query(
+        "insert into events (subject_kind, subject, time, type, reason, message) values ($1, $2, $3, $4, $5, $6)"
+    )
+    .bind(ev.kind.as_str())
+    .bind(&ev.subject)
+    .bind(now)
+    .bind(ev.type_.as_str())
+    .bind(ev.reason)
+    .bind(&ev.message)
+    .execute(e)
+    .await
+    .affected())?;
     Ok(())
 }
 
@@ -37,76 +40,92 @@ struct EventRow {
     message: String,
 }
 
-impl From<EventRow> for Event {
-    fn from(r: EventRow) -> Self {
-        let type_ = if r.type_ == "Warning" { EventType::Warning } else { EventType::Normal };
-        Event { id: r.id, subject: r.subject, time: r.time, type_, reason: r.reason, message: r.message }
+impl TryFrom<EventRow> for Event {
+    type Error = sqlx::Error;
+
+    fn try_from(r: EventRow) -> sqlx::Result<Self> {
+        let type_ = match r.type_.as_str() {
+            "Normal" => EventType::Normal,
+            "Warning" => EventType::Warning,
+            other => {
+                let why = format!("event {}: stored type {other:?} is neither Normal nor Warning", r.id);
+                return Err(sqlx::Error::Decode(why.into()));
+            }
+        };
+        Ok(Event { id: r.id, subject: r.subject, time: r.time, type_, reason: r.reason, message: r.message })
     }
 }
 
 /// Up to `limit` events of a subject with ids below `before`, newest first.
 pub async fn list(
-    db: impl SqliteExecutor<'_>,
+    db: Exec<'_>,
     kind: SubjectKind,
     subject: &str,
     before: Option<i64>,
     limit: u32,
 ) -> sqlx::Result<Vec<Event>> {
-    let rows: Vec<EventRow> = sqlx::query_as(
+    let rows: Vec<EventRow> = on_store!(db, |e| sqlx::query_as(
         "select id, subject, time, type, reason, message from events
-         where subject_kind = ? and subject = ? and id < ?
-         order by id desc limit ?",
+         where subject_kind = $1 and subject = $2 and id < $3
+         order by id desc limit $4",
     )
     .bind(kind.as_str())
     .bind(subject)
     .bind(before.unwrap_or(i64::MAX))
-    .bind(limit)
-    .fetch_all(db)
-    .await?;
-    Ok(rows.into_iter().map(Event::from).collect())
+    .bind(i64::from(limit))
+    .fetch_all(e)
+    .await)?;
+    rows.into_iter().map(Event::try_from).collect()
+}
+
+/// A page of a subject's events, newest first.
+pub async fn page(
+    db: Exec<'_>,
+    kind: SubjectKind,
+    subject: &str,
+    req: &super::page::PageRequest<i64>,
+) -> sqlx::Result<super::page::Page<Event>> {
+    let rows = list(db, kind, subject, req.after, req.fetch()).await?;
+    Ok(super::page::Page::from_rows(rows, req.limit, |e| e.id.to_string()))
 }
 
 /// Removes a subject's history once the subject itself is gone, so that a
 /// new pool of the same name starts with a clean log.
-pub async fn purge(db: &mut SqliteConnection, kind: SubjectKind, subject: &str) -> sqlx::Result<()> {
-    sqlx::query("delete from events where subject_kind = ? and subject = ?")
+pub async fn purge(db: &mut WriteTx, kind: SubjectKind, subject: &str) -> sqlx::Result<()> {
+    on_store!(db.exec(), |e| sqlx::query("delete from events where subject_kind = $1 and subject = $2")
         .bind(kind.as_str())
         .bind(subject)
-        .execute(db)
-        .await?;
+        .execute(e)
+        .await
+        .affected())?;
     Ok(())
 }
 
 /// Up to `limit` events of a subject with ids above `after`, oldest first:
 /// what an event stream has not sent yet.
-pub async fn after(
-    db: impl SqliteExecutor<'_>,
-    kind: SubjectKind,
-    subject: &str,
-    after: i64,
-    limit: u32,
-) -> sqlx::Result<Vec<Event>> {
-    let rows: Vec<EventRow> = sqlx::query_as(
+pub async fn after(db: Exec<'_>, kind: SubjectKind, subject: &str, after: i64, limit: u32) -> sqlx::Result<Vec<Event>> {
+    let rows: Vec<EventRow> = on_store!(db, |e| sqlx::query_as(
         "select id, subject, time, type, reason, message from events
-         where subject_kind = ? and subject = ? and id > ?
-         order by id limit ?",
+         where subject_kind = $1 and subject = $2 and id > $3
+         order by id limit $4",
     )
     .bind(kind.as_str())
     .bind(subject)
     .bind(after)
-    .bind(limit)
-    .fetch_all(db)
-    .await?;
-    Ok(rows.into_iter().map(Event::from).collect())
+    .bind(i64::from(limit))
+    .fetch_all(e)
+    .await)?;
+    rows.into_iter().map(Event::try_from).collect()
 }
 
 /// The id of a subject's newest event (0 when it has none): where a stream
 /// that only wants new events starts.
-pub async fn last_id(db: impl SqliteExecutor<'_>, kind: SubjectKind, subject: &str) -> sqlx::Result<i64> {
-    let id: Option<i64> = sqlx::query_scalar("select max(id) from events where subject_kind = ? and subject = ?")
-        .bind(kind.as_str())
-        .bind(subject)
-        .fetch_one(db)
-        .await?;
+pub async fn last_id(db: Exec<'_>, kind: SubjectKind, subject: &str) -> sqlx::Result<i64> {
+    let id: Option<i64> =
+        on_store!(db, |e| sqlx::query_scalar("select max(id) from events where subject_kind = $1 and subject = $2")
+            .bind(kind.as_str())
+            .bind(subject)
+            .fetch_one(e)
+            .await)?;
     Ok(id.unwrap_or(0))
 }

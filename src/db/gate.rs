@@ -87,43 +87,56 @@ impl Drop for Permit {
     }
 }
 
-/// A write transaction holding the gate; `&mut *tx` is its connection.
+/// A write transaction: on SQLite it holds the gate (and the pools it
+/// touched are invalidated in the cache once it commits); on PostgreSQL it
+/// is a plain transaction. [`WriteTx::exec`] runs statements in it.
 pub struct WriteTx {
-    tx: sqlx::Transaction<'static, sqlx::Sqlite>,
+    inner: Inner,
     /// Pools this transaction wrote, invalidated in the cache once it commits.
     touched: Vec<String>,
-    cache: Arc<super::pool_cache::PoolCache>,
-    /// Dropped after the transaction (field order), so the next writer
-    /// starts once this one has committed or rolled back.
-    _permit: Permit,
+    cache: Option<Arc<super::pool_cache::PoolCache>>,
+}
+
+enum Inner {
+    Sqlite {
+        tx: sqlx::Transaction<'static, sqlx::Sqlite>,
+        /// Dropped after the transaction (field order), so the next writer
+        /// starts once this one has committed or rolled back.
+        _permit: Permit,
+    },
+    Postgres(sqlx::Transaction<'static, sqlx::Postgres>),
 }
 
 impl WriteTx {
+    pub(super) fn postgres(tx: sqlx::Transaction<'static, sqlx::Postgres>) -> Self {
+        Self { inner: Inner::Postgres(tx), touched: Vec::new(), cache: None }
+    }
+
+    /// The transaction's connection, to run statements in.
+    pub fn exec(&mut self) -> super::exec::Exec<'_> {
+        match &mut self.inner {
+            Inner::Sqlite { tx, .. } => super::exec::Exec::Sqlite(tx),
+            Inner::Postgres(tx) => super::exec::Exec::Pg(tx),
+        }
+    }
+
     pub async fn commit(self) -> sqlx::Result<()> {
-        let Self { tx, touched, cache, _permit } = self;
-        tx.commit().await?;
-        cache.invalidate(&touched);
+        let Self { inner, touched, cache } = self;
+        match inner {
+            Inner::Sqlite { tx, _permit } => tx.commit().await?,
+            Inner::Postgres(tx) => tx.commit().await?,
+        }
+        if let Some(cache) = cache {
+            cache.invalidate(&touched);
+        }
         Ok(())
     }
 
     /// Notes that this transaction writes `pool`'s row.
     pub fn touched_pool(&mut self, pool: &str) {
-        if !self.touched.iter().any(|p| p == pool) {
+        if self.cache.is_some() && !self.touched.iter().any(|p| p == pool) {
             self.touched.push(pool.to_owned());
         }
-    }
-}
-
-impl std::ops::Deref for WriteTx {
-    type Target = sqlx::SqliteConnection;
-    fn deref(&self) -> &Self::Target {
-        &self.tx
-    }
-}
-
-impl std::ops::DerefMut for WriteTx {
-    fn deref_mut(&mut self) -> &mut Self::Target {
-        &mut self.tx
     }
 }
 
@@ -133,12 +146,12 @@ impl std::ops::DerefMut for WriteTx {
 pub async fn begin(
     gate: &Arc<WriteGate>,
     writer: &SqlitePool,
-    cache: &Arc<super::pool_cache::PoolCache>,
+    cache: Option<Arc<super::pool_cache::PoolCache>>,
     priority: Priority,
 ) -> sqlx::Result<WriteTx> {
     let permit = gate.acquire(priority).await;
     let tx = writer.begin_with("BEGIN IMMEDIATE").await?;
-    Ok(WriteTx { tx, touched: Vec::new(), cache: Arc::clone(cache), _permit: permit })
+    Ok(WriteTx { inner: Inner::Sqlite { tx, _permit: permit }, touched: Vec::new(), cache })
 }
 
 #[cfg(test)]

@@ -1,8 +1,9 @@
 //! The `idempotency` table: first responses of keyed POST requests, and
 //! the claims of those still running.
 
+use super::exec::{Affected, on_store};
+use super::gate::WriteTx;
 use chrono::{DateTime, Utc};
-use sqlx::SqliteConnection;
 
 /// How long a key is remembered.
 pub const RETENTION_HOURS: i64 = 24;
@@ -36,34 +37,36 @@ pub struct Request<'a> {
 /// claim still stands. A claim older than `stale` whose request never
 /// finished is taken over; a key older than the retention is reused.
 pub async fn claim(
-    tx: &mut sqlx::SqliteConnection,
+    tx: &mut WriteTx,
     r: &Request<'_>,
     now: DateTime<Utc>,
     stale: DateTime<Utc>,
 ) -> sqlx::Result<Option<Entry>> {
     let expired = now - chrono::TimeDelta::hours(RETENTION_HOURS);
-    let existing: Option<Entry> = sqlx::query_as(
+    let existing: Option<Entry> = on_store!(tx.exec(), |e| sqlx::query_as(
         "select method, path, body_hash, status, content_type, location, etag, body, created_at
-         from idempotency where token_name = ? and key = ?",
+         from idempotency where token_name = $1 and key = $2",
     )
     .bind(r.token)
     .bind(r.key)
-    .fetch_optional(&mut *tx)
-    .await?;
+    .fetch_optional(e)
+    .await)?;
     if let Some(entry) = existing {
         let live = entry.created_at >= expired && (entry.status.is_some() || entry.created_at >= stale);
         if live {
             return Ok(Some(entry));
         }
         // Expired, or a claim its request abandoned: the key is free again.
-        sqlx::query("delete from idempotency where token_name = ? and key = ?")
+        on_store!(tx.exec(), |e| sqlx::query("delete from idempotency where token_name = $1 and key = $2")
             .bind(r.token)
             .bind(r.key)
-            .execute(&mut *tx)
-            .await?;
+            .execute(e)
+            .await
+            .affected())?;
     }
-    sqlx::query(
-        "insert into idempotency (token_name, key, method, path, body_hash, created_at) values (?, ?, ?, ?, ?, ?)",
+    on_store!(tx.exec(), |e| {
+        sqlx::query(
+        "insert into idempotency (token_name, key, method, path, body_hash, created_at) values ($1, $2, $3, $4, $5, $6)",
     )
     .bind(r.token)
     .bind(r.key)
@@ -71,23 +74,24 @@ pub async fn claim(
     .bind(r.path)
     .bind(r.body_hash)
     .bind(now)
-    .execute(&mut *tx)
-    .await?;
+    .execute(e).await.affected()
+    })?;
     Ok(None)
 }
 
 /// Deletes up to `limit` keys created before `cutoff`, oldest first,
 /// through the `created_at` index; returns how many went.
-pub async fn prune(db: &mut SqliteConnection, cutoff: DateTime<Utc>, limit: u32) -> sqlx::Result<u64> {
-    let done = sqlx::query(
-        "delete from idempotency where rowid in
-           (select rowid from idempotency where created_at < ? order by created_at limit ?)",
+pub async fn prune(db: &mut WriteTx, cutoff: DateTime<Utc>, limit: u32) -> sqlx::Result<u64> {
+    let done = on_store!(db.exec(), |e| sqlx::query(
+        "delete from idempotency where (token_name, key) in
+           (select token_name, key from idempotency where created_at < $1 order by created_at limit $2)",
     )
     .bind(cutoff)
-    .bind(limit)
-    .execute(db)
-    .await?;
-    Ok(done.rows_affected())
+    .bind(i64::from(limit))
+    .execute(e)
+    .await
+    .affected())?;
+    Ok(done)
 }
 
 pub struct Stored<'a> {
@@ -98,10 +102,10 @@ pub struct Stored<'a> {
     pub body: &'a [u8],
 }
 
-pub async fn complete(db: &mut SqliteConnection, token: &str, key: &str, r: &Stored<'_>) -> sqlx::Result<()> {
-    sqlx::query(
-        "update idempotency set status = ?, content_type = ?, location = ?, etag = ?, body = ?
-         where token_name = ? and key = ?",
+pub async fn complete(db: &mut WriteTx, token: &str, key: &str, r: &Stored<'_>) -> sqlx::Result<()> {
+    on_store!(db.exec(), |e| sqlx::query(
+        "update idempotency set status = $1, content_type = $2, location = $3, etag = $4, body = $5
+         where token_name = $6 and key = $7",
     )
     .bind(i64::from(r.status))
     .bind(r.content_type)
@@ -110,19 +114,23 @@ pub async fn complete(db: &mut SqliteConnection, token: &str, key: &str, r: &Sto
     .bind(r.body)
     .bind(token)
     .bind(key)
-    .execute(db)
-    .await?;
+    .execute(e)
+    .await
+    .affected())?;
     Ok(())
 }
 
 /// Releases a claim whose request ended without an answer worth keeping
 /// (a server error, a dropped request), so that a retry with the same key
 /// runs again. A stored answer is never released.
-pub async fn release(db: &mut SqliteConnection, token: &str, key: &str) -> sqlx::Result<()> {
-    sqlx::query("delete from idempotency where token_name = ? and key = ? and status is null")
-        .bind(token)
-        .bind(key)
-        .execute(db)
-        .await?;
+pub async fn release(db: &mut WriteTx, token: &str, key: &str) -> sqlx::Result<()> {
+    on_store!(db.exec(), |e| sqlx::query(
+        "delete from idempotency where token_name = $1 and key = $2 and status is null"
+    )
+    .bind(token)
+    .bind(key)
+    .execute(e)
+    .await
+    .affected())?;
     Ok(())
 }

@@ -2,9 +2,10 @@
 //! the few things about a machine only drover knows (a delete request, a
 //! deletion under way, restarts in place).
 
+use super::exec::{Affected, Exec, on_store};
+use super::gate::WriteTx;
 use chrono::{DateTime, Utc};
-use sqlx::SqliteConnection;
-use sqlx::{AssertSqlSafe, SqliteExecutor};
+use sqlx::AssertSqlSafe;
 
 use crate::domain::machine::MachinePhase;
 use crate::runtime::{ContainerState, HealthState};
@@ -76,18 +77,27 @@ fn enum_text<T: serde::Serialize>(v: &T) -> String {
     serde_json::to_value(v).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
 }
 
-fn text_enum<T: serde::de::DeserializeOwned>(s: &str, fallback: T) -> T {
-    serde_json::from_value(serde_json::Value::String(s.to_owned())).unwrap_or(fallback)
+/// An enum stored as its name; an unknown name is a decode error, naming
+/// the machine and the column.
+fn text_enum<T: serde::de::DeserializeOwned>(machine: &str, column: &str, s: &str) -> sqlx::Result<T> {
+    serde_json::from_value(serde_json::Value::String(s.to_owned())).map_err(|_| bad(machine, column, s))
 }
 
-impl From<MachineRow> for Machine {
-    fn from(r: MachineRow) -> Self {
-        Machine {
-            phase: MachinePhase::parse(&r.phase).unwrap_or(MachinePhase::Unknown),
-            state: text_enum(&r.state, ContainerState::Unknown),
-            health: text_enum(&r.health, HealthState::None),
-            restarts: u32::try_from(r.restarts).unwrap_or(0),
-            failed_restarts: u32::try_from(r.failed_restarts).unwrap_or(0),
+fn bad(machine: &str, column: &str, value: &str) -> sqlx::Error {
+    sqlx::Error::Decode(format!("machine {machine:?}: stored {column} {value:?} is not valid").into())
+}
+
+impl TryFrom<MachineRow> for Machine {
+    type Error = sqlx::Error;
+
+    fn try_from(r: MachineRow) -> sqlx::Result<Self> {
+        let count = |column, n: i64| u32::try_from(n).map_err(|_| bad(&r.name, column, &n.to_string()));
+        Ok(Machine {
+            phase: MachinePhase::parse(&r.phase).ok_or_else(|| bad(&r.name, "phase", &r.phase))?,
+            state: text_enum::<ContainerState>(&r.name, "state", &r.state)?,
+            health: text_enum::<HealthState>(&r.name, "health", &r.health)?,
+            restarts: count("restarts", r.restarts)?,
+            failed_restarts: count("failed_restarts", r.failed_restarts)?,
             name: r.name,
             pool: r.pool,
             engine: r.engine,
@@ -106,7 +116,7 @@ impl From<MachineRow> for Machine {
             terminating_reason: r.terminating_reason,
             created_at: r.created_at,
             updated_at: r.updated_at,
-        }
+        })
     }
 }
 
@@ -114,54 +124,52 @@ const COLUMNS: &str = "name, pool, engine, container_id, image, failure_domain, 
     oom_killed, ready, delete_requested, ready_since, started_at, finished_at, restarts, failed_restarts, \
     last_restart_at, terminating_since, terminating_reason, created_at, updated_at";
 
-pub async fn list_for_pool(db: impl SqliteExecutor<'_>, pool: &str) -> sqlx::Result<Vec<Machine>> {
-    let rows: Vec<MachineRow> =
-        sqlx::query_as(AssertSqlSafe(format!("select {COLUMNS} from machines where pool = ? order by name")))
-            .bind(pool)
-            .fetch_all(db)
-            .await?;
-    Ok(rows.into_iter().map(Machine::from).collect())
+pub async fn list_for_pool(db: Exec<'_>, pool: &str) -> sqlx::Result<Vec<Machine>> {
+    let rows: Vec<MachineRow> = on_store!(db, |e| sqlx::query_as(AssertSqlSafe(format!(
+        "select {COLUMNS} from machines where pool = $1 order by name"
+    )))
+    .bind(pool)
+    .fetch_all(e)
+    .await)?;
+    rows.into_iter().map(Machine::try_from).collect()
 }
 
 /// A page of a pool's machines in name order.
-pub async fn page(
-    db: impl SqliteExecutor<'_>,
-    pool: &str,
-    after: Option<&str>,
-    limit: u32,
-) -> sqlx::Result<Vec<Machine>> {
-    let rows: Vec<MachineRow> = sqlx::query_as(AssertSqlSafe(format!(
-        "select {COLUMNS} from machines where pool = ? and name > ? order by name limit ?"
+pub async fn page(db: Exec<'_>, pool: &str, after: Option<&str>, limit: u32) -> sqlx::Result<Vec<Machine>> {
+    let rows: Vec<MachineRow> = on_store!(db, |e| sqlx::query_as(AssertSqlSafe(format!(
+        "select {COLUMNS} from machines where pool = $1 and name > $2 order by name limit $3"
     )))
     .bind(pool)
     .bind(after.unwrap_or(""))
-    .bind(limit)
-    .fetch_all(db)
-    .await?;
-    Ok(rows.into_iter().map(Machine::from).collect())
+    .bind(i64::from(limit))
+    .fetch_all(e)
+    .await)?;
+    rows.into_iter().map(Machine::try_from).collect()
 }
 
-pub async fn get(db: impl SqliteExecutor<'_>, pool: &str, name: &str) -> sqlx::Result<Option<Machine>> {
-    let row: Option<MachineRow> =
-        sqlx::query_as(AssertSqlSafe(format!("select {COLUMNS} from machines where pool = ? and name = ?")))
-            .bind(pool)
-            .bind(name)
-            .fetch_optional(db)
-            .await?;
-    Ok(row.map(Machine::from))
+pub async fn get(db: Exec<'_>, pool: &str, name: &str) -> sqlx::Result<Option<Machine>> {
+    let row: Option<MachineRow> = on_store!(db, |e| sqlx::query_as(AssertSqlSafe(format!(
+        "select {COLUMNS} from machines where pool = $1 and name = $2"
+    )))
+    .bind(pool)
+    .bind(name)
+    .fetch_optional(e)
+    .await)?;
+    row.map(Machine::try_from).transpose()
 }
 
 /// Writes what a pass observed of a machine. What the API and the executor
 /// own (the delete request, the deletion under way, the restart counts) is
 /// left as stored, except `failed_restarts`, which the observation resets
 /// once the machine is ready again.
-pub async fn write_observed(db: &mut SqliteConnection, m: &Machine) -> sqlx::Result<()> {
-    sqlx::query(
+pub async fn write_observed(db: &mut WriteTx, m: &Machine) -> sqlx::Result<()> {
+    on_store!(db.exec(), |e| {
+        sqlx::query(
         "insert into machines (name, pool, engine, container_id, image, failure_domain, phase, state, health,
                                exit_code, oom_killed, ready, delete_requested, ready_since, started_at, finished_at,
                                restarts, failed_restarts, last_restart_at, terminating_since, terminating_reason,
                                created_at, updated_at)
-         values (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, 0, ?13, ?14, ?15, 0, ?16, null, null, null, ?17, ?18)
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, false, $13, $14, $15, 0, $16, null, null, null, $17, $18)
          on conflict (name) do update set
             pool = excluded.pool, engine = excluded.engine, container_id = excluded.container_id,
             image = excluded.image, failure_domain = excluded.failure_domain, phase = excluded.phase,
@@ -189,103 +197,113 @@ pub async fn write_observed(db: &mut SqliteConnection, m: &Machine) -> sqlx::Res
     .bind(i64::from(m.failed_restarts))
     .bind(m.created_at)
     .bind(m.updated_at)
-    .execute(db)
-    .await?;
+    .execute(e).await.affected()
+    })?;
     Ok(())
 }
 
 /// True when a machine of that name is recorded, in any pool.
-pub async fn name_taken(db: impl SqliteExecutor<'_>, name: &str) -> sqlx::Result<bool> {
-    sqlx::query_scalar("select exists(select 1 from machines where name = ?1)").bind(name).fetch_one(db).await
+pub async fn name_taken(db: Exec<'_>, name: &str) -> sqlx::Result<bool> {
+    on_store!(db, |e| sqlx::query_scalar("select exists(select 1 from machines where name = $1)")
+        .bind(name)
+        .fetch_one(e)
+        .await)
 }
 
 /// Records that the machine's deletion begins, before the engine is asked
 /// to stop it; keeps the first time and reason when it was recorded already.
 pub async fn begin_termination(
-    db: &mut SqliteConnection,
+    db: &mut WriteTx,
     pool: &str,
     name: &str,
     reason: &str,
     now: DateTime<Utc>,
 ) -> sqlx::Result<()> {
-    sqlx::query(
-        "update machines set terminating_since = coalesce(terminating_since, ?1),
-                             terminating_reason = coalesce(terminating_reason, ?2),
-                             phase = 'terminating', ready = 0, updated_at = ?1
-         where pool = ?3 and name = ?4",
+    on_store!(db.exec(), |e| sqlx::query(
+        "update machines set terminating_since = coalesce(terminating_since, $1),
+                             terminating_reason = coalesce(terminating_reason, $2),
+                             phase = 'terminating', ready = false, updated_at = $1
+         where pool = $3 and name = $4",
     )
     .bind(now)
     .bind(reason)
     .bind(pool)
     .bind(name)
-    .execute(db)
-    .await?;
+    .execute(e)
+    .await
+    .affected())?;
     Ok(())
 }
 
 /// Counts a restart in place (or an unpause); a restart of an exited
 /// machine also counts as failed until the machine is ready again.
 pub async fn record_restart(
-    db: &mut SqliteConnection,
+    db: &mut WriteTx,
     pool: &str,
     name: &str,
     counts_as_failed: bool,
     now: DateTime<Utc>,
 ) -> sqlx::Result<()> {
-    sqlx::query(
-        "update machines set restarts = restarts + 1, failed_restarts = failed_restarts + ?1,
-                             last_restart_at = ?2, updated_at = ?2
-         where pool = ?3 and name = ?4",
+    on_store!(db.exec(), |e| sqlx::query(
+        "update machines set restarts = restarts + 1, failed_restarts = failed_restarts + $1,
+                             last_restart_at = $2, updated_at = $2
+         where pool = $3 and name = $4",
     )
     .bind(i64::from(counts_as_failed))
     .bind(now)
     .bind(pool)
     .bind(name)
-    .execute(db)
-    .await?;
+    .execute(e)
+    .await
+    .affected())?;
     Ok(())
 }
 
-pub async fn delete(db: &mut SqliteConnection, pool: &str, name: &str) -> sqlx::Result<bool> {
-    let done =
-        sqlx::query("delete from machines where pool = ? and name = ?").bind(pool).bind(name).execute(db).await?;
-    Ok(done.rows_affected() == 1)
+pub async fn delete(db: &mut WriteTx, pool: &str, name: &str) -> sqlx::Result<bool> {
+    let done = on_store!(db.exec(), |e| sqlx::query("delete from machines where pool = $1 and name = $2")
+        .bind(pool)
+        .bind(name)
+        .execute(e)
+        .await
+        .affected())?;
+    Ok(done == 1)
 }
 
 /// Sets the delete request; `None` when the machine does not exist.
 pub async fn request_delete(
-    db: &mut SqliteConnection,
+    db: &mut WriteTx,
     pool: &str,
     name: &str,
     now: DateTime<Utc>,
 ) -> sqlx::Result<Option<Machine>> {
-    let row: Option<MachineRow> = sqlx::query_as(AssertSqlSafe(format!(
-        "update machines set delete_requested = 1, updated_at = ? where pool = ? and name = ? returning {COLUMNS}"
+    let row: Option<MachineRow> = on_store!(db.exec(), |e| {
+        sqlx::query_as(AssertSqlSafe(format!(
+        "update machines set delete_requested = true, updated_at = $1 where pool = $2 and name = $3 returning {COLUMNS}"
     )))
     .bind(now)
     .bind(pool)
     .bind(name)
-    .fetch_optional(db)
-    .await?;
-    Ok(row.map(Machine::from))
+ .fetch_optional(e).await
+    })?;
+    row.map(Machine::try_from).transpose()
 }
 
 /// Sets the delete request only if it was not set; `None` when the machine
 /// is missing or was marked already. Lets a repeated DELETE be harmless.
 pub async fn mark_if_unmarked(
-    db: &mut SqliteConnection,
+    db: &mut WriteTx,
     pool: &str,
     name: &str,
     now: DateTime<Utc>,
 ) -> sqlx::Result<Option<Machine>> {
-    let row: Option<MachineRow> = sqlx::query_as(AssertSqlSafe(format!(
-        "update machines set delete_requested = 1, updated_at = ?
-         where pool = ? and name = ? and delete_requested = 0 returning {COLUMNS}"
+    let row: Option<MachineRow> = on_store!(db.exec(), |e| sqlx::query_as(AssertSqlSafe(format!(
+        "update machines set delete_requested = true, updated_at = $1
+         where pool = $2 and name = $3 and delete_requested = false returning {COLUMNS}"
     )))
     .bind(now)
     .bind(pool)
     .bind(name)
-    .fetch_optional(db)
-    .await?;
-    Ok(row.map(Machine::from))
+    .fetch_optional(e)
+    .await)?;
+    row.map(Machine::try_from).transpose()
 }

@@ -109,8 +109,8 @@ mod tests {
     use super::*;
 
     fn pool(name: &str, generation: i64) -> Pool {
-        let spec = crate::domain::pool::validate(
-            crate::domain::pool::RawSpec { replicas: 1, version: "v1.29.2".into(), ..Default::default() },
+        let spec = crate::domain::pool::PoolSpec::parse(
+            crate::domain::pool::PoolSpecInput::minimal(1, "v1.29.2"),
             &crate::domain::pool::SpecLimits::default(),
         )
         .unwrap();

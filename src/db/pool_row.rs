@@ -1,10 +1,14 @@
 //! A stored pool as the rest of drover sees it, and the row it is read
 //! from. Apart from the queries (`pools`) so that the cache of pools and
 //! the write gate in front of it need not depend on them.
+//!
+//! The spec is kept as the document the API shows (`PoolSpecView`, every
+//! default filled in) and read back as input through the spec's rules, so
+//! the store needs no spec type of its own; rows written by earlier
+//! releases, which lack later fields, read with those fields' defaults.
 
 use chrono::{DateTime, Utc};
 
-use super::pool_spec::StoredSpec;
 use crate::domain::pool::PoolSpec;
 use crate::domain::status::PoolStatus;
 
@@ -44,7 +48,11 @@ impl TryFrom<PoolRow> for Pool {
         let decode = |what: &str, e: serde_json::Error| {
             sqlx::Error::Decode(format!("pool {:?}: stored {what} is not valid: {e}", r.name).into())
         };
-        let spec = serde_json::from_str::<StoredSpec>(&r.spec).map_err(|e| decode("spec", e))?.into();
+        // The document the API shows, read back through the spec's rules.
+        let document = serde_json::from_str(&r.spec).map_err(|e| decode("spec", e))?;
+        let spec = crate::domain::json::document(document)
+            .and_then(PoolSpec::from_stored)
+            .map_err(|e| sqlx::Error::Decode(format!("pool {:?}: stored spec is not valid: {e}", r.name).into()))?;
         let status = serde_json::from_str(&r.status).map_err(|e| decode("status", e))?;
         Ok(Pool {
             name: r.name,

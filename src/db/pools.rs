@@ -1,48 +1,47 @@
 //! The `pools` table.
 
 use chrono::{DateTime, Utc};
-use sqlx::{AssertSqlSafe, SqliteExecutor, SqlitePool};
+use sqlx::AssertSqlSafe;
 
+use super::exec::{Affected, Exec, on_store};
 use super::gate::WriteTx;
 use super::pool_cache::Cached;
 pub use super::pool_row::Pool;
 use super::pool_row::PoolRow;
-use super::pool_spec::StoredSpec;
 use super::store::Db;
 use crate::domain::event::{EventType, NewEvent};
 use crate::domain::pool::PoolSpec;
 use crate::domain::status::PoolStatus;
 
-/// Pool reads through the cache of pools as last committed.
+/// Pool reads through the cache of pools as last committed (SQLite), or
+/// straight from the store (PostgreSQL, where other replicas write too).
 impl Db {
     /// A pool as last committed, from memory when it can be.
     pub async fn pool(&self, name: &str) -> sqlx::Result<Option<Pool>> {
-        self.cached_pool(&self.api, name).await
+        Ok(self.cached_pool(false, name).await?.map(|c| c.pool.clone()))
     }
 
     /// The same, for a background worker (its misses use its own readers).
     pub async fn pool_for_worker(&self, name: &str) -> sqlx::Result<Option<Pool>> {
-        self.cached_pool(&self.background, name).await
+        Ok(self.cached_pool(true, name).await?.map(|c| c.pool.clone()))
     }
 
     /// A pool as last committed, shared, with room for its rendered answer.
     pub async fn pool_shared(&self, name: &str) -> sqlx::Result<Option<std::sync::Arc<Cached>>> {
-        match self.pools.get(name) {
-            Ok(cached) => Ok(Some(cached)),
-            Err(miss) => {
-                let pool = get(&self.api, name).await?;
-                Ok(self.pools.fill(miss, pool.as_ref()))
-            }
-        }
+        self.cached_pool(false, name).await
     }
 
-    async fn cached_pool(&self, readers: &SqlitePool, name: &str) -> sqlx::Result<Option<Pool>> {
-        match self.pools.get(name) {
-            Ok(cached) => Ok(Some(cached.pool.clone())),
+    async fn cached_pool(&self, worker: bool, name: &str) -> sqlx::Result<Option<std::sync::Arc<Cached>>> {
+        let readers = || if worker { self.background() } else { self.read() };
+        let Some(cache) = &self.pools else {
+            let pool = get(readers(), name).await?;
+            return Ok(pool.map(|pool| std::sync::Arc::new(Cached { pool, rendered: Default::default() })));
+        };
+        match cache.get(name) {
+            Ok(cached) => Ok(Some(cached)),
             Err(miss) => {
-                let pool = get(readers, name).await?;
-                self.pools.fill(miss, pool.as_ref());
-                Ok(pool)
+                let pool = get(readers(), name).await?;
+                Ok(cache.fill(miss, pool.as_ref()))
             }
         }
     }
@@ -57,41 +56,43 @@ fn to_json<T: serde::Serialize>(v: &T) -> sqlx::Result<String> {
 /// Inserts a new pool; a duplicate name fails with a unique violation.
 pub async fn insert(tx: &mut WriteTx, name: &str, spec: &PoolSpec, now: DateTime<Utc>) -> sqlx::Result<Pool> {
     tx.touched_pool(name);
-    let row: PoolRow = sqlx::query_as(AssertSqlSafe(format!(
+    let spec = to_json(&spec.view())?;
+    let row: PoolRow = on_store!(tx.exec(), |e| sqlx::query_as(AssertSqlSafe(format!(
         "insert into pools (name, generation, spec, status, deleting, created_at, updated_at)
-         values (?, 1, ?, '{{}}', 0, ?, ?) returning {COLUMNS}"
+         values ($1, 1, $2, '{{}}', false, $3, $3) returning {COLUMNS}"
     )))
     .bind(name)
-    .bind(to_json(&StoredSpec::from(spec))?)
+    .bind(&spec)
     .bind(now)
-    .bind(now)
-    .fetch_one(&mut **tx)
-    .await?;
+    .fetch_one(e)
+    .await?);
     row.try_into()
 }
 
-pub async fn get(db: impl SqliteExecutor<'_>, name: &str) -> sqlx::Result<Option<Pool>> {
-    let row: Option<PoolRow> = sqlx::query_as(AssertSqlSafe(format!("select {COLUMNS} from pools where name = ?")))
-        .bind(name)
-        .fetch_optional(db)
-        .await?;
+pub async fn get(db: Exec<'_>, name: &str) -> sqlx::Result<Option<Pool>> {
+    let row: Option<PoolRow> =
+        on_store!(db, |e| sqlx::query_as(AssertSqlSafe(format!("select {COLUMNS} from pools where name = $1")))
+            .bind(name)
+            .fetch_optional(e)
+            .await?);
     row.map(Pool::try_from).transpose()
 }
 
 /// Up to `limit` pools with names after `after`, in name order.
-pub async fn list(db: impl SqliteExecutor<'_>, after: Option<&str>, limit: u32) -> sqlx::Result<Vec<Pool>> {
-    let rows: Vec<PoolRow> =
-        sqlx::query_as(AssertSqlSafe(format!("select {COLUMNS} from pools where name > ? order by name limit ?")))
-            .bind(after.unwrap_or(""))
-            .bind(limit)
-            .fetch_all(db)
-            .await?;
+pub async fn list(db: Exec<'_>, after: Option<&str>, limit: u32) -> sqlx::Result<Vec<Pool>> {
+    let rows: Vec<PoolRow> = on_store!(db, |e| sqlx::query_as(AssertSqlSafe(format!(
+        "select {COLUMNS} from pools where name > $1 order by name limit $2"
+    )))
+    .bind(after.unwrap_or(""))
+    .bind(i64::from(limit))
+    .fetch_all(e)
+    .await?);
     rows.into_iter().map(Pool::try_from).collect()
 }
 
 /// Every pool name, for the worker's resync.
-pub async fn names(db: impl SqliteExecutor<'_>) -> sqlx::Result<Vec<String>> {
-    sqlx::query_scalar("select name from pools order by name").fetch_all(db).await
+pub async fn names(db: Exec<'_>) -> sqlx::Result<Vec<String>> {
+    on_store!(db, |e| sqlx::query_scalar("select name from pools order by name").fetch_all(e).await)
 }
 
 /// Replaces the spec and bumps the generation, but only if the stored
@@ -106,17 +107,18 @@ pub async fn update_spec(
     now: DateTime<Utc>,
 ) -> sqlx::Result<Option<Pool>> {
     tx.touched_pool(name);
-    let row: Option<PoolRow> = sqlx::query_as(AssertSqlSafe(format!(
-        "update pools set spec = ?, generation = generation + 1, updated_at = ?
-         where name = ? and generation = ? and deleting = 0
+    let spec = to_json(&spec.view())?;
+    let row: Option<PoolRow> = on_store!(tx.exec(), |e| sqlx::query_as(AssertSqlSafe(format!(
+        "update pools set spec = $1, generation = generation + 1, updated_at = $2
+         where name = $3 and generation = $4 and deleting = false
          returning {COLUMNS}"
     )))
-    .bind(to_json(&StoredSpec::from(spec))?)
+    .bind(&spec)
     .bind(now)
     .bind(name)
     .bind(expected)
-    .fetch_optional(&mut **tx)
-    .await?;
+    .fetch_optional(e)
+    .await?);
     row.map(Pool::try_from).transpose()
 }
 
@@ -124,13 +126,13 @@ pub async fn update_spec(
 /// flagged already. A write first, so the transaction takes the lock at once.
 pub async fn mark_deleting(tx: &mut WriteTx, name: &str, now: DateTime<Utc>) -> sqlx::Result<Option<Pool>> {
     tx.touched_pool(name);
-    let row: Option<PoolRow> = sqlx::query_as(AssertSqlSafe(format!(
-        "update pools set deleting = 1, updated_at = ? where name = ? and deleting = 0 returning {COLUMNS}"
+    let row: Option<PoolRow> = on_store!(tx.exec(), |e| sqlx::query_as(AssertSqlSafe(format!(
+        "update pools set deleting = true, updated_at = $1 where name = $2 and deleting = false returning {COLUMNS}"
     )))
     .bind(now)
     .bind(name)
-    .fetch_optional(&mut **tx)
-    .await?;
+    .fetch_optional(e)
+    .await?);
     row.map(Pool::try_from).transpose()
 }
 
@@ -138,46 +140,56 @@ pub async fn mark_deleting(tx: &mut WriteTx, name: &str, now: DateTime<Utc>) -> 
 /// race); `None` when the pool is missing, deleting, or already at zero.
 pub async fn decrement_replicas(tx: &mut WriteTx, name: &str, now: DateTime<Utc>) -> sqlx::Result<Option<Pool>> {
     tx.touched_pool(name);
-    let row: Option<PoolRow> = sqlx::query_as(AssertSqlSafe(format!(
+    let exec = tx.exec();
+    let sql = exec.dialect().pick(
         "update pools set spec = json_set(spec, '$.replicas', json_extract(spec, '$.replicas') - 1),
-                          generation = generation + 1, updated_at = ?
-         where name = ? and deleting = 0 and json_extract(spec, '$.replicas') > 0
-         returning {COLUMNS}"
-    )))
-    .bind(now)
-    .bind(name)
-    .fetch_optional(&mut **tx)
-    .await?;
+                          generation = generation + 1, updated_at = $1
+         where name = $2 and deleting = false and json_extract(spec, '$.replicas') > 0",
+        "update pools set spec = jsonb_set(spec::jsonb, '{replicas}', to_jsonb((spec::jsonb->>'replicas')::bigint - 1))::text,
+                          generation = generation + 1, updated_at = $1
+         where name = $2 and deleting = false and (spec::jsonb->>'replicas')::bigint > 0",
+    );
+    let row: Option<PoolRow> = on_store!(exec, |e| sqlx::query_as(AssertSqlSafe(format!("{sql} returning {COLUMNS}")))
+        .bind(now)
+        .bind(name)
+        .fetch_optional(e)
+        .await?);
     row.map(Pool::try_from).transpose()
 }
 
 pub async fn write_status(tx: &mut WriteTx, name: &str, status: &PoolStatus) -> sqlx::Result<()> {
     tx.touched_pool(name);
-    sqlx::query("update pools set status = ? where name = ?")
-        .bind(to_json(status)?)
+    let status = to_json(status)?;
+    on_store!(tx.exec(), |e| sqlx::query("update pools set status = $1 where name = $2")
+        .bind(&status)
         .bind(name)
-        .execute(&mut **tx)
-        .await?;
+        .execute(e)
+        .await
+        .affected())?;
     Ok(())
 }
 
 /// Approves one more batch of the current rollout.
 pub async fn approve_batch(tx: &mut WriteTx, name: &str) -> sqlx::Result<Option<Pool>> {
     tx.touched_pool(name);
-    let row: Option<PoolRow> = sqlx::query_as(AssertSqlSafe(format!(
-        "update pools set batches_approved = batches_approved + 1 where name = ? returning {COLUMNS}"
+    let row: Option<PoolRow> = on_store!(tx.exec(), |e| sqlx::query_as(AssertSqlSafe(format!(
+        "update pools set batches_approved = batches_approved + 1 where name = $1 returning {COLUMNS}"
     )))
     .bind(name)
-    .fetch_optional(&mut **tx)
-    .await?;
+    .fetch_optional(e)
+    .await?);
     row.map(Pool::try_from).transpose()
 }
 
 /// Removes the row of a pool whose machines are all gone.
 pub async fn remove(tx: &mut WriteTx, name: &str) -> sqlx::Result<bool> {
     tx.touched_pool(name);
-    let done = sqlx::query("delete from pools where name = ? and deleting = 1").bind(name).execute(&mut **tx).await?;
-    Ok(done.rows_affected() == 1)
+    let done = on_store!(tx.exec(), |e| sqlx::query("delete from pools where name = $1 and deleting = true")
+        .bind(name)
+        .execute(e)
+        .await
+        .affected())?;
+    Ok(done == 1)
 }
 
 /// A spec change as written: the pool after it, and the revision it

@@ -1,9 +1,9 @@
 //! The `pool_revisions` table: each desired image a pool has had.
 
+use super::exec::{Affected, Exec, on_store};
+use super::gate::WriteTx;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use sqlx::SqliteConnection;
-use sqlx::SqliteExecutor;
 use utoipa::ToSchema;
 
 use crate::domain::pool::PoolSpec;
@@ -20,33 +20,23 @@ pub struct Revision {
 }
 
 /// Records the first revision of a new pool.
-pub async fn record_first(
-    db: &mut SqliteConnection,
-    pool: &str,
-    spec: &PoolSpec,
-    now: DateTime<Utc>,
-) -> sqlx::Result<()> {
-    insert(db, pool, 1, spec, now).await
+pub async fn record_first(db: &mut WriteTx, pool: &str, spec: &PoolSpec, now: DateTime<Utc>) -> sqlx::Result<()> {
+    insert(db.exec(), pool, 1, spec, now).await
 }
 
-async fn insert(
-    db: impl SqliteExecutor<'_>,
-    pool: &str,
-    revision: i64,
-    spec: &PoolSpec,
-    now: DateTime<Utc>,
-) -> sqlx::Result<()> {
-    sqlx::query(
-        "insert into pool_revisions (pool, revision, version, image, desired_image, created_at) values (?, ?, ?, ?, ?, ?)",
+async fn insert(db: Exec<'_>, pool: &str, revision: i64, spec: &PoolSpec, now: DateTime<Utc>) -> sqlx::Result<()> {
+    on_store!(db, |e| {
+        sqlx::query(
+        "insert into pool_revisions (pool, revision, version, image, desired_image, created_at) values ($1, $2, $3, $4, $5, $6)",
     )
     .bind(pool)
     .bind(revision)
-    .bind(spec.version.to_string())
-    .bind(&spec.image)
+    .bind(spec.version().to_string())
+    .bind(spec.image())
     .bind(spec.desired_image())
     .bind(now)
-    .execute(db)
-    .await?;
+    .execute(e).await.affected()
+    })?;
     Ok(())
 }
 
@@ -54,7 +44,7 @@ async fn insert(
 /// a new rollout, whose first batch is approved by the change itself).
 /// Returns the new revision number, if any.
 pub async fn record_change(
-    tx: &mut sqlx::SqliteConnection,
+    tx: &mut WriteTx,
     pool: &str,
     old: &PoolSpec,
     new: &PoolSpec,
@@ -63,48 +53,49 @@ pub async fn record_change(
     if old.desired_image() == new.desired_image() {
         return Ok(None);
     }
-    let revision: i64 = sqlx::query_scalar(
-        "update pools set revision = revision + 1, batches_approved = 1 where name = ? returning revision",
+    let revision: i64 = on_store!(tx.exec(), |e| sqlx::query_scalar(
+        "update pools set revision = revision + 1, batches_approved = 1 where name = $1 returning revision",
     )
     .bind(pool)
-    .fetch_one(&mut *tx)
-    .await?;
-    insert(&mut *tx, pool, revision, new, now).await?;
+    .fetch_one(e)
+    .await)?;
+    insert(tx.exec(), pool, revision, new, now).await?;
     Ok(Some(revision))
 }
 
 /// Every revision of a pool, newest first.
-pub async fn list(db: impl SqliteExecutor<'_>, pool: &str) -> sqlx::Result<Vec<Revision>> {
-    sqlx::query_as(
+pub async fn list(db: Exec<'_>, pool: &str) -> sqlx::Result<Vec<Revision>> {
+    on_store!(db, |e| sqlx::query_as(
         "select revision, version, image, desired_image, created_at from pool_revisions
-         where pool = ? order by revision desc",
+         where pool = $1 order by revision desc",
     )
     .bind(pool)
-    .fetch_all(db)
-    .await
+    .fetch_all(e)
+    .await)
 }
 
-pub async fn get(db: impl SqliteExecutor<'_>, pool: &str, revision: i64) -> sqlx::Result<Option<Revision>> {
-    sqlx::query_as(
-        "select revision, version, image, desired_image, created_at from pool_revisions where pool = ? and revision = ?",
+pub async fn get(db: Exec<'_>, pool: &str, revision: i64) -> sqlx::Result<Option<Revision>> {
+    on_store!(db, |e| {
+        sqlx::query_as(
+        "select revision, version, image, desired_image, created_at from pool_revisions where pool = $1 and revision = $2",
     )
     .bind(pool)
     .bind(revision)
-    .fetch_optional(db)
-    .await
+    .fetch_optional(e).await
+    })
 }
 
 /// The newest revision before `current` whose image differs from it: what
 /// "roll back" means when no revision is named.
-pub async fn previous(db: impl SqliteExecutor<'_>, pool: &str, current: i64) -> sqlx::Result<Option<Revision>> {
-    sqlx::query_as(
+pub async fn previous(db: Exec<'_>, pool: &str, current: i64) -> sqlx::Result<Option<Revision>> {
+    on_store!(db, |e| sqlx::query_as(
         "select r.revision, r.version, r.image, r.desired_image, r.created_at from pool_revisions r
-         where r.pool = ?1 and r.revision < ?2
-           and r.desired_image != (select desired_image from pool_revisions where pool = ?1 and revision = ?2)
+         where r.pool = $1 and r.revision < $2
+           and r.desired_image != (select desired_image from pool_revisions where pool = $1 and revision = $2)
          order by r.revision desc limit 1",
     )
     .bind(pool)
     .bind(current)
-    .fetch_optional(db)
-    .await
+    .fetch_optional(e)
+    .await)
 }

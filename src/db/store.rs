@@ -1,82 +1,171 @@
-//! The store's handle: the connection pools, the write gate in front of the
-//! one writer, and opening the database. Apart from `mod.rs` so that the
-//! table modules can use it without depending on the module that declares
-//! them.
+//! The store's handle: SQLite (the embedded default) or PostgreSQL (for
+//! several replicas, docs/ha.md), its connection pools, and opening it.
+//! Apart from `mod.rs` so that the table modules can use it without
+//! depending on the module that declares them.
+//!
+//! **SQLite** has one write lock. Two writers on two connections would meet
+//! at that lock and wait it out with sleeps (the busy handler), and a
+//! request could sleep behind a worker for tens of milliseconds; one
+//! connection behind an in-process gate serialises writers without
+//! sleeping, and lets a request's write go before any waiting worker's. In
+//! WAL mode readers never wait for the writer, so reads have pools of their
+//! own: the API's are never all taken by workers, whose reads are bounded
+//! by their own. Pools as last committed are kept in memory (`PoolCache`):
+//! every write goes through this process's one writer, so the cache knows
+//! when a pool changes.
+//!
+//! **PostgreSQL** takes concurrent writers itself; requests and workers
+//! have pools of connections of their own, so that workers never take all
+//! of the API's. Other replicas write the same rows, so pools are read
+//! from the store every time (no cache to go stale).
 
 use std::path::Path;
 use std::str::FromStr;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use sqlx::migrate::{MigrateError, Migrator};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{ConnectOptions, Connection};
 
+use super::exec::{Dialect, Exec};
 use super::gate::{self, Priority, WriteTx};
 use super::pool_cache::PoolCache;
+use crate::config::Location;
+use crate::config::location::redact;
 
 /// The store: readers for the API, readers for the background workers, and
-/// one writer behind a gate that serves the API before the workers.
-///
-/// SQLite has one write lock. Two writers on two connections would meet at
-/// that lock and wait it out with sleeps (the busy handler), and a request
-/// could sleep behind a worker for tens of milliseconds; one connection
-/// behind an in-process gate serialises writers without sleeping, and lets
-/// a request's write go before any waiting worker's. In WAL mode readers
-/// never wait for the writer, so reads have pools of their own: the API's
-/// are never all taken by workers, whose reads are bounded by their own.
+/// the writers (see the module's documentation).
 #[derive(Clone)]
 pub struct Db {
-    pub(super) api: SqlitePool,
-    pub(super) background: SqlitePool,
-    writer: SqlitePool,
-    /// Copies the WAL into the database file, beside the writer: see
-    /// [`Db::checkpoint`].
-    checkpointer: SqlitePool,
-    gate: std::sync::Arc<gate::WriteGate>,
-    /// Pools as last committed; `pools` reads through it.
-    pub(super) pools: std::sync::Arc<PoolCache>,
+    pub(super) stores: std::sync::Arc<Stores>,
+    /// Pools as last committed (SQLite only); `pools` reads through it.
+    pub(super) pools: Option<std::sync::Arc<PoolCache>>,
 }
 
-/// How long a writer waits for SQLite's lock before giving up with `busy`:
+pub(super) enum Stores {
+    Sqlite {
+        api: SqlitePool,
+        background: SqlitePool,
+        writer: SqlitePool,
+        /// Copies the WAL into the database file, beside the writer: see
+        /// [`Db::checkpoint`].
+        checkpointer: SqlitePool,
+        gate: std::sync::Arc<gate::WriteGate>,
+    },
+    Postgres {
+        api: PgPool,
+        background: PgPool,
+        /// The lease keeper's and the change notices'.
+        leases: PgPool,
+    },
+}
+
+/// How a writer waits for SQLite's lock before giving up with `busy`:
 /// only another process (a backup, a person with `sqlite3`) can hold it.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
-/// Read connections of requests and of workers.
+/// Read connections of requests and of workers (SQLite).
 const API_READERS: u32 = 8;
 const BACKGROUND_READERS: u32 = 4;
+/// Connections of requests and of workers (PostgreSQL: reads and writes).
+const PG_API_CONNECTIONS: u32 = 16;
+const PG_BACKGROUND_CONNECTIONS: u32 = 8;
+/// The lease keeper's own (renewals must not queue behind busy passes).
+const PG_LEASE_CONNECTIONS: u32 = 2;
+/// How long a request or a pass waits for a PostgreSQL connection (the
+/// server restarting, say) before it fails.
+const PG_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long opening the store may take at start.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Db {
+    pub fn dialect(&self) -> Dialect {
+        match *self.stores {
+            Stores::Sqlite { .. } => Dialect::Sqlite,
+            Stores::Postgres { .. } => Dialect::Postgres,
+        }
+    }
+
     /// Reads of requests.
-    pub fn read(&self) -> &SqlitePool {
-        &self.api
+    pub fn read(&self) -> Exec<'_> {
+        match &*self.stores {
+            Stores::Sqlite { api, .. } => Exec::SqlitePool(api),
+            Stores::Postgres { api, .. } => Exec::PgPool(api),
+        }
     }
 
     /// Reads of background workers (reconcile passes, upgrade runner, pruner).
-    pub fn background(&self) -> &SqlitePool {
-        &self.background
+    pub fn background(&self) -> Exec<'_> {
+        match &*self.stores {
+            Stores::Sqlite { background, .. } => Exec::SqlitePool(background),
+            Stores::Postgres { background, .. } => Exec::PgPool(background),
+        }
+    }
+
+    /// The connections of the lease keeper and of the change notices, which
+    /// must never wait behind busy passes: PostgreSQL only (one SQLite
+    /// process needs no leases).
+    pub fn shared_store(&self) -> Option<&sqlx::PgPool> {
+        match &*self.stores {
+            Stores::Sqlite { .. } => None,
+            Stores::Postgres { leases, .. } => Some(leases),
+        }
     }
 
     /// A write transaction of a request: ahead of every waiting worker.
     pub async fn begin_write(&self) -> sqlx::Result<WriteTx> {
-        gate::begin(&self.gate, &self.writer, &self.pools, Priority::Request).await
+        self.begin(Priority::Request).await
     }
 
     /// A write transaction of a background worker.
     pub async fn begin_background(&self) -> sqlx::Result<WriteTx> {
-        gate::begin(&self.gate, &self.writer, &self.pools, Priority::Background).await
+        self.begin(Priority::Background).await
+    }
+
+    async fn begin(&self, priority: Priority) -> sqlx::Result<WriteTx> {
+        match &*self.stores {
+            Stores::Sqlite { writer, gate, .. } => gate::begin(gate, writer, self.pools.clone(), priority).await,
+            Stores::Postgres { api, background, .. } => {
+                let pool = if priority == Priority::Request { api } else { background };
+                Ok(WriteTx::postgres(pool.begin().await?))
+            }
+        }
     }
 
     /// Copies what the WAL holds into the database file without waiting
     /// for (or holding up) the writer or any reader: a passive checkpoint
     /// on a connection of its own. Run every [`CHECKPOINT_EVERY`] by
-    /// [`run_checkpoints`], so that no commit pays for one.
+    /// [`run_checkpoints`], so that no commit pays for one. Nothing to do
+    /// on PostgreSQL.
     async fn checkpoint(&self) -> sqlx::Result<()> {
-        sqlx::query("pragma wal_checkpoint(passive)").execute(&self.checkpointer).await.map(drop)
+        match &*self.stores {
+            Stores::Sqlite { checkpointer, .. } => {
+                sqlx::query("pragma wal_checkpoint(passive)").execute(checkpointer).await.map(drop)
+            }
+            Stores::Postgres { .. } => Ok(()),
+        }
+    }
+
+    /// Whether the store answers a query now (readiness).
+    pub async fn ping(&self) -> sqlx::Result<()> {
+        super::exec::on_store!(self.read(), |e| sqlx::query("select 1").execute(e).await.map(drop))
     }
 
     pub async fn close(&self) {
-        self.api.close().await;
-        self.background.close().await;
-        self.checkpointer.close().await;
-        self.writer.close().await;
+        match &*self.stores {
+            Stores::Sqlite { api, background, writer, checkpointer, .. } => {
+                api.close().await;
+                background.close().await;
+                checkpointer.close().await;
+                writer.close().await;
+            }
+            Stores::Postgres { api, background, leases } => {
+                api.close().await;
+                background.close().await;
+                leases.close().await;
+            }
+        }
     }
 }
 
@@ -90,6 +179,9 @@ const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 /// second beside the writer; the automatic one stays as a backstop, at a
 /// threshold only a stalled task lets the WAL reach.
 pub async fn run_checkpoints(db: Db, cancel: tokio_util::sync::CancellationToken) {
+    if db.dialect() != Dialect::Sqlite {
+        return;
+    }
     loop {
         tokio::select! {
             () = cancel.cancelled() => return,
@@ -101,9 +193,44 @@ pub async fn run_checkpoints(db: Db, cancel: tokio_util::sync::CancellationToken
     }
 }
 
-/// Opens (creating when missing) the database at `path` and applies every
-/// pending migration.
-pub async fn connect(path: &Path) -> anyhow::Result<Db> {
+/// Opens the store (creating a SQLite file when missing) and applies every
+/// pending migration. A database written by a newer drover (a migration
+/// this binary does not know) is refused, untouched.
+pub async fn connect(location: &Location) -> anyhow::Result<Db> {
+    connect_with_leases(location, DEFAULT_LEASE).await
+}
+
+/// [`connect`] for replicas whose leases last `lease`: on PostgreSQL, a
+/// session left idle inside a transaction (its replica paused or cut off
+/// after it began) is ended by the server within half a lease, so that
+/// the row locks it holds (a lease proven `for share`, a pool's row) never
+/// keep another replica from taking the pool over when the lease expires.
+pub async fn connect_with_leases(location: &Location, lease: Duration) -> anyhow::Result<Db> {
+    match location {
+        Location::Sqlite(path) => connect_sqlite(path).await,
+        Location::Postgres(url) => connect_postgres(url, lease / 2).await,
+    }
+}
+
+/// `--lease-duration`'s default.
+const DEFAULT_LEASE: Duration = Duration::from_secs(15);
+
+/// What applying the migrations failed on, for people.
+fn migration_error(e: MigrateError, shown: &str) -> anyhow::Error {
+    match e {
+        MigrateError::VersionMissing(version) => anyhow::anyhow!(
+            "the database {shown} (--database-url) has migration {version}, which this drover does not know: it \
+             was written by a newer drover; run that version (or a newer one) against it. Nothing was changed."
+        ),
+        MigrateError::VersionMismatch(version) => anyhow::anyhow!(
+            "migration {version} of the database {shown} (--database-url) differs from this drover's: the \
+             database was migrated by another build. Nothing was changed."
+        ),
+        other => anyhow::Error::new(other).context(format!("applying migrations to {shown}")),
+    }
+}
+
+async fn connect_sqlite(path: &Path) -> anyhow::Result<Db> {
     let opts = SqliteConnectOptions::from_str("sqlite://")
         .context("building SQLite options")?
         .filename(path)
@@ -120,7 +247,7 @@ pub async fn connect(path: &Path) -> anyhow::Result<Db> {
         // page read through thirteen maps is counted thirteen times in the
         // resident size. Reads go through the OS page cache instead, with
         // a small cache of SQLite's own per connection (negative: KiB); see
-        // `connect` for the writer's.
+        // below for the writer's.
         .pragma("mmap_size", "0")
         .pragma("cache_size", "-2048")
         // The backstop of `run_checkpoints` (which does them every second):
@@ -137,14 +264,59 @@ pub async fn connect(path: &Path) -> anyhow::Result<Db> {
         .connect_with(opts.clone().pragma("cache_size", "-8192"))
         .await
         .with_context(|| format!("opening SQLite database {}", path.display()))?;
-    sqlx::migrate!("./migrations")
-        .run(&writer)
-        .await
-        .with_context(|| format!("applying migrations to {}", path.display()))?;
+    let shown = format!("sqlite://{}", path.display());
+    SQLITE_MIGRATIONS.run(&writer).await.map_err(|e| migration_error(e, &shown))?;
     let readers = |n: u32| SqlitePoolOptions::new().max_connections(n).connect_with(opts.clone().read_only(true));
     let api = readers(API_READERS).await.context("opening the readers of requests")?;
     let background = readers(BACKGROUND_READERS).await.context("opening the readers of workers")?;
     let checkpointer =
         SqlitePoolOptions::new().max_connections(1).connect_with(opts).await.context("opening the checkpointer")?;
-    Ok(Db { api, background, writer, checkpointer, gate: Default::default(), pools: Default::default() })
+    let stores = Stores::Sqlite { api, background, writer, checkpointer, gate: Default::default() };
+    Ok(Db { stores: std::sync::Arc::new(stores), pools: Some(Default::default()) })
+}
+
+static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/sqlite");
+static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/postgres");
+
+async fn connect_postgres(url: &str, idle_in_transaction: Duration) -> anyhow::Result<Db> {
+    let shown = redact(url);
+    let opts = PgConnectOptions::from_str(url)
+        .map_err(|e| anyhow::anyhow!("--database-url {shown} is not a PostgreSQL URL: {}", redact(&e.to_string())))?
+        .application_name("drover")
+        .options([("idle_in_transaction_session_timeout", format!("{}ms", idle_in_transaction.as_millis().max(1)))]);
+    // One connection first, so that a refusal says why (a pool would only
+    // say it timed out): the server down, a wrong password, a missing
+    // database.
+    let mut probe = tokio::time::timeout(CONNECT_TIMEOUT, opts.connect())
+        .await
+        .map_err(|_| {
+            anyhow::anyhow!("PostgreSQL at {shown} did not answer within {CONNECT_TIMEOUT:?} (--database-url)")
+        })?
+        .map_err(|e| {
+            anyhow::anyhow!("cannot connect to PostgreSQL at {shown} (--database-url): {}", redact(&e.to_string()))
+        })?;
+    let version: String = sqlx::query_scalar("show server_version_num")
+        .fetch_one(&mut probe)
+        .await
+        .with_context(|| format!("reading the server version of {shown}"))?;
+    if version.trim().parse::<u32>().unwrap_or(0) < 130000 {
+        anyhow::bail!("PostgreSQL at {shown} is version {version}; drover needs 13 or newer (--database-url)");
+    }
+    POSTGRES_MIGRATIONS.run(&mut probe).await.map_err(|e| migration_error(e, &shown))?;
+    probe.close().await.ok();
+    let pool = |n: u32| {
+        PgPoolOptions::new()
+            .max_connections(n)
+            .acquire_timeout(PG_ACQUIRE_TIMEOUT)
+            // A connection cut by a server restart is found broken before
+            // use, not by the statement that needed it.
+            .test_before_acquire(true)
+            .connect_lazy_with(opts.clone())
+    };
+    let stores = Stores::Postgres {
+        api: pool(PG_API_CONNECTIONS),
+        background: pool(PG_BACKGROUND_CONNECTIONS),
+        leases: pool(PG_LEASE_CONNECTIONS),
+    };
+    Ok(Db { stores: std::sync::Arc::new(stores), pools: None })
 }

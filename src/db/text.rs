@@ -2,15 +2,16 @@
 //! `as_str` and read back with its `parse`, so that a query binds and
 //! decodes the enum itself and an unknown stored value is a decode error,
 //! never a string compared somewhere else. The domain stays free of sqlx;
-//! the stored text is what it always was.
+//! the stored text is what it always was, on either store.
 
-use sqlx::Sqlite;
 use sqlx::encode::IsNull;
 use sqlx::error::BoxDynError;
+use sqlx::postgres::{PgArgumentBuffer, PgTypeInfo, PgValueRef};
 use sqlx::sqlite::{SqliteArgumentsBuffer, SqliteTypeInfo, SqliteValueRef};
+use sqlx::{Postgres, Sqlite};
 
 use crate::domain::role::Role;
-use crate::domain::upgrade::{ComponentState, JobState, StepState, WindDown};
+use crate::domain::upgrade::{Component, ComponentState, JobState, StepState, WindDown};
 
 macro_rules! stored_as_text {
     ($($t:ty),* $(,)?) => {$(
@@ -36,10 +37,33 @@ macro_rules! stored_as_text {
                 <$t>::parse(text).ok_or_else(|| format!("{text:?} is not a stored {}", stringify!($t)).into())
             }
         }
+
+        impl sqlx::Type<Postgres> for $t {
+            fn type_info() -> PgTypeInfo {
+                <str as sqlx::Type<Postgres>>::type_info()
+            }
+
+            fn compatible(ty: &PgTypeInfo) -> bool {
+                <str as sqlx::Type<Postgres>>::compatible(ty)
+            }
+        }
+
+        impl sqlx::Encode<'_, Postgres> for $t {
+            fn encode_by_ref(&self, buf: &mut PgArgumentBuffer) -> Result<IsNull, BoxDynError> {
+                <&str as sqlx::Encode<'_, Postgres>>::encode(self.as_str(), buf)
+            }
+        }
+
+        impl<'r> sqlx::Decode<'r, Postgres> for $t {
+            fn decode(value: PgValueRef<'r>) -> Result<Self, BoxDynError> {
+                let text = <&str as sqlx::Decode<'r, Postgres>>::decode(value)?;
+                <$t>::parse(text).ok_or_else(|| format!("{text:?} is not a stored {}", stringify!($t)).into())
+            }
+        }
     )*};
 }
 
-stored_as_text!(JobState, ComponentState, StepState, WindDown, Role);
+stored_as_text!(JobState, Component, ComponentState, StepState, WindDown, Role);
 
 #[cfg(test)]
 mod tests {

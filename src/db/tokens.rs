@@ -1,9 +1,9 @@
 //! The `tokens` table: API tokens, stored as hashes only.
 
+use super::exec::{Affected, Exec, on_store};
+use super::gate::WriteTx;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use sqlx::SqliteConnection;
-use sqlx::SqliteExecutor;
 use utoipa::ToSchema;
 
 use crate::domain::role::Role;
@@ -28,59 +28,68 @@ pub struct Stored {
 }
 
 pub async fn insert(
-    db: &mut SqliteConnection,
+    db: &mut WriteTx,
     name: &str,
     role: &str,
     hash: &str,
     now: DateTime<Utc>,
 ) -> sqlx::Result<TokenInfo> {
-    sqlx::query_as(
-        "insert into tokens (name, role, hash, created_at) values (?, ?, ?, ?)
+    on_store!(db.exec(), |e| sqlx::query_as(
+        "insert into tokens (name, role, hash, created_at) values ($1, $2, $3, $4)
          returning name, role, created_at, last_used_at",
     )
     .bind(name)
     .bind(role)
     .bind(hash)
     .bind(now)
-    .fetch_one(db)
-    .await
+    .fetch_one(e)
+    .await)
 }
 
 /// Every token with its hash: what the in-memory token cache holds.
-pub async fn all(db: impl SqliteExecutor<'_>) -> sqlx::Result<Vec<Stored>> {
-    sqlx::query_as("select name, role, hash, last_used_at from tokens").fetch_all(db).await
+pub async fn all(db: Exec<'_>) -> sqlx::Result<Vec<Stored>> {
+    on_store!(db, |e| sqlx::query_as("select name, role, hash, last_used_at from tokens").fetch_all(e).await)
 }
 
 /// Stamps the last use of a token.
-pub async fn touch(db: &mut SqliteConnection, name: &str, now: DateTime<Utc>) -> sqlx::Result<()> {
-    sqlx::query("update tokens set last_used_at = ? where name = ?").bind(now).bind(name).execute(db).await?;
+pub async fn touch(db: &mut WriteTx, name: &str, now: DateTime<Utc>) -> sqlx::Result<()> {
+    on_store!(db.exec(), |e| sqlx::query("update tokens set last_used_at = $1 where name = $2")
+        .bind(now)
+        .bind(name)
+        .execute(e)
+        .await
+        .affected())?;
     Ok(())
 }
 
-pub async fn count(db: impl SqliteExecutor<'_>) -> sqlx::Result<i64> {
-    sqlx::query_scalar("select count(*) from tokens").fetch_one(db).await
+pub async fn count(db: Exec<'_>) -> sqlx::Result<i64> {
+    on_store!(db, |e| sqlx::query_scalar("select count(*) from tokens").fetch_one(e).await)
 }
 
-pub async fn list(db: impl SqliteExecutor<'_>) -> sqlx::Result<Vec<TokenInfo>> {
-    sqlx::query_as("select name, role, created_at, last_used_at from tokens order by name").fetch_all(db).await
+pub async fn list(db: Exec<'_>) -> sqlx::Result<Vec<TokenInfo>> {
+    on_store!(db, |e| sqlx::query_as("select name, role, created_at, last_used_at from tokens order by name")
+        .fetch_all(e)
+        .await)
 }
 
 /// Deletes a token unless it is the last admin token, which would lock
 /// everyone out. `Ok(None)`: no such token.
-pub async fn delete(tx: &mut sqlx::SqliteConnection, name: &str) -> sqlx::Result<Option<DeleteOutcome>> {
-    let role: Option<Role> =
-        sqlx::query_scalar("select role from tokens where name = ?").bind(name).fetch_optional(&mut *tx).await?;
+pub async fn delete(tx: &mut WriteTx, name: &str) -> sqlx::Result<Option<DeleteOutcome>> {
+    let role: Option<Role> = on_store!(tx.exec(), |e| sqlx::query_scalar("select role from tokens where name = $1")
+        .bind(name)
+        .fetch_optional(e)
+        .await)?;
     let Some(role) = role else { return Ok(None) };
     if role == Role::Admin {
-        let admins: i64 = sqlx::query_scalar("select count(*) from tokens where role = ?")
+        let admins: i64 = on_store!(tx.exec(), |e| sqlx::query_scalar("select count(*) from tokens where role = $1")
             .bind(Role::Admin)
-            .fetch_one(&mut *tx)
-            .await?;
+            .fetch_one(e)
+            .await)?;
         if admins <= 1 {
             return Ok(Some(DeleteOutcome::LastAdmin));
         }
     }
-    sqlx::query("delete from tokens where name = ?").bind(name).execute(&mut *tx).await?;
+    on_store!(tx.exec(), |e| sqlx::query("delete from tokens where name = $1").bind(name).execute(e).await.affected())?;
     Ok(Some(DeleteOutcome::Deleted))
 }
 

@@ -6,14 +6,15 @@
 //! them inside a transaction that first checks it still owns the job
 //! ([`touch`]), together with the event that explains it.
 
+use super::exec::{Affected, Exec, on_store};
+use super::gate::WriteTx;
 use chrono::{DateTime, Utc};
-use sqlx::SqliteConnection;
-use sqlx::{AssertSqlSafe, SqliteExecutor};
+use sqlx::AssertSqlSafe;
 
 use super::upgrade_components;
 use crate::domain::upgrade::{Component, JobState, Step, WindDown};
+use crate::domain::version::KubeVersion;
 
-// The API's handlers (src/http) still read these through this module.
 pub use super::upgrade_components::{JobComponent, components};
 pub use super::upgrade_steps::{StepRecord, steps};
 
@@ -22,7 +23,7 @@ pub use super::upgrade_steps::{StepRecord, steps};
 pub struct Job {
     pub id: i64,
     pub cluster: String,
-    pub version: String,
+    pub version: KubeVersion,
     pub components: Vec<Component>,
     pub image_repository: String,
     pub force: bool,
@@ -79,7 +80,7 @@ impl TryFrom<JobRow> for Job {
             step: Step::from_number(r.step).ok_or_else(|| bad("step"))?,
             id: r.id,
             cluster: r.cluster,
-            version: r.version,
+            version: r.version.parse().map_err(|_| bad("version"))?,
             image_repository: r.image_repository,
             force: r.force,
             from_version: r.from_version,
@@ -113,12 +114,12 @@ pub struct NewJob<'a> {
 
 /// Inserts a pending job and its components. A second active job on the
 /// cluster fails with a unique violation (see the migration).
-pub async fn insert(tx: &mut sqlx::SqliteConnection, job: &NewJob<'_>, now: DateTime<Utc>) -> sqlx::Result<Job> {
+pub async fn insert(tx: &mut WriteTx, job: &NewJob<'_>, now: DateTime<Utc>) -> sqlx::Result<Job> {
     let components = serde_json::to_string(job.components).map_err(|e| sqlx::Error::Encode(e.into()))?;
-    let row: JobRow = sqlx::query_as(AssertSqlSafe(format!(
+    let row: JobRow = on_store!(tx.exec(), |e| sqlx::query_as(AssertSqlSafe(format!(
         "insert into upgrade_jobs (cluster, version, components, image_repository, force, from_version, state,
                                    created_at, updated_at)
-         values (?, ?, ?, ?, ?, ?, 'pending', ?, ?) returning {COLUMNS}"
+         values ($1, $2, $3, $4, $5, $6, 'pending', $7, $8) returning {COLUMNS}"
     )))
     .bind(job.cluster)
     .bind(job.version)
@@ -128,55 +129,60 @@ pub async fn insert(tx: &mut sqlx::SqliteConnection, job: &NewJob<'_>, now: Date
     .bind(&job.from_version)
     .bind(now)
     .bind(now)
-    .fetch_one(&mut *tx)
-    .await?;
+    .fetch_one(e)
+    .await)?;
     upgrade_components::insert_all(tx, row.id, job.components, job.new_images).await?;
     row.try_into()
 }
 
-pub async fn get(db: impl SqliteExecutor<'_>, id: i64) -> sqlx::Result<Option<Job>> {
-    let row: Option<JobRow> = sqlx::query_as(AssertSqlSafe(format!("select {COLUMNS} from upgrade_jobs where id = ?")))
-        .bind(id)
-        .fetch_optional(db)
-        .await?;
+pub async fn get(db: Exec<'_>, id: i64) -> sqlx::Result<Option<Job>> {
+    let row: Option<JobRow> =
+        on_store!(db, |e| sqlx::query_as(AssertSqlSafe(format!("select {COLUMNS} from upgrade_jobs where id = $1")))
+            .bind(id)
+            .fetch_optional(e)
+            .await)?;
     row.map(Job::try_from).transpose()
 }
 
 /// Up to `limit` jobs with ids below `before`, newest first, optionally of
 /// one cluster and in one state.
 pub async fn list(
-    db: impl SqliteExecutor<'_>,
+    db: Exec<'_>,
     cluster: Option<&str>,
     state: Option<JobState>,
     before: Option<i64>,
     limit: u32,
 ) -> sqlx::Result<Vec<Job>> {
-    let rows: Vec<JobRow> = sqlx::query_as(AssertSqlSafe(format!(
+    let rows: Vec<JobRow> = on_store!(db, |e| sqlx::query_as(AssertSqlSafe(format!(
         "select {COLUMNS} from upgrade_jobs
-         where id < ? and (?2 is null or cluster = ?2) and (?3 is null or state = ?3)
-         order by id desc limit ?4"
+         where id < $1 and ($2 is null or cluster = $2) and ($3 is null or state = $3)
+         order by id desc limit $4"
     )))
     .bind(before.unwrap_or(i64::MAX))
     .bind(cluster)
     .bind(state)
-    .bind(limit)
-    .fetch_all(db)
-    .await?;
+    .bind(i64::from(limit))
+    .fetch_all(e)
+    .await)?;
     rows.into_iter().map(Job::try_from).collect()
 }
 
 /// Ids of the jobs the runner has to drive, oldest first.
-pub async fn active_ids(db: impl SqliteExecutor<'_>) -> sqlx::Result<Vec<i64>> {
-    sqlx::query_scalar("select id from upgrade_jobs where state in ('pending', 'running') order by id")
-        .fetch_all(db)
-        .await
+pub async fn active_ids(db: Exec<'_>) -> sqlx::Result<Vec<i64>> {
+    on_store!(db, |e| sqlx::query_scalar(
+        "select id from upgrade_jobs where state in ('pending', 'running') order by id"
+    )
+    .fetch_all(e)
+    .await)
 }
 
-pub async fn active_for_cluster(db: impl SqliteExecutor<'_>, cluster: &str) -> sqlx::Result<Option<i64>> {
-    sqlx::query_scalar("select id from upgrade_jobs where cluster = ? and state in ('pending', 'running')")
-        .bind(cluster)
-        .fetch_optional(db)
-        .await
+pub async fn active_for_cluster(db: Exec<'_>, cluster: &str) -> sqlx::Result<Option<i64>> {
+    on_store!(db, |e| sqlx::query_scalar(
+        "select id from upgrade_jobs where cluster = $1 and state in ('pending', 'running')"
+    )
+    .bind(cluster)
+    .fetch_optional(e)
+    .await)
 }
 
 /// Claims job `id` for `owner`: moves it to running and records the owner,
@@ -186,66 +192,72 @@ pub async fn active_for_cluster(db: impl SqliteExecutor<'_>, cluster: &str) -> s
 /// is not there to take. Runs inside the caller's write transaction, so the
 /// read and the claim are one step.
 pub async fn claim(
-    tx: &mut sqlx::SqliteConnection,
+    tx: &mut WriteTx,
     id: i64,
     owner: &str,
     now: DateTime<Utc>,
     stale_before: DateTime<Utc>,
 ) -> sqlx::Result<Option<(Job, bool)>> {
-    let was_pending: Option<bool> = sqlx::query_scalar("select state = 'pending' from upgrade_jobs where id = ?")
-        .bind(id)
-        .fetch_optional(&mut *tx)
-        .await?;
-    let row: Option<JobRow> = sqlx::query_as(AssertSqlSafe(format!(
+    let was_pending: Option<bool> =
+        on_store!(tx.exec(), |e| sqlx::query_scalar("select state = 'pending' from upgrade_jobs where id = $1")
+            .bind(id)
+            .fetch_optional(e)
+            .await)?;
+    let row: Option<JobRow> = on_store!(tx.exec(), |e| sqlx::query_as(AssertSqlSafe(format!(
         "update upgrade_jobs set
-            state = 'running', owner = ?1, heartbeat_at = ?2, updated_at = ?2,
-            started_at = coalesce(started_at, ?2)
-         where id = ?3 and state in ('pending', 'running')
-           and (owner is null or owner = ?1 or heartbeat_at is null or heartbeat_at < ?4)
+            state = 'running', owner = $1, heartbeat_at = $2, updated_at = $2,
+            started_at = coalesce(started_at, $2)
+         where id = $3 and state in ('pending', 'running')
+           and (owner is null or owner = $1 or heartbeat_at is null or heartbeat_at < $4)
          returning {COLUMNS}"
     )))
     .bind(owner)
     .bind(now)
     .bind(id)
     .bind(stale_before)
-    .fetch_optional(&mut *tx)
-    .await?;
+    .fetch_optional(e)
+    .await)?;
     row.map(|r| Ok((Job::try_from(r)?, was_pending.unwrap_or(false)))).transpose()
 }
 
 /// Proves that `owner` still drives job `id`, and stamps the heartbeat.
 /// `false` once the job ended, was taken over or is gone: the caller must
 /// stop at once. Made first in every transaction that writes the job.
-pub async fn touch(tx: &mut sqlx::SqliteConnection, id: i64, owner: &str, now: DateTime<Utc>) -> sqlx::Result<bool> {
-    let n = sqlx::query("update upgrade_jobs set heartbeat_at = ? where id = ? and owner = ? and state = 'running'")
-        .bind(now)
-        .bind(id)
-        .bind(owner)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
+pub async fn touch(tx: &mut WriteTx, id: i64, owner: &str, now: DateTime<Utc>) -> sqlx::Result<bool> {
+    let n = on_store!(tx.exec(), |e| sqlx::query(
+        "update upgrade_jobs set heartbeat_at = $1 where id = $2 and owner = $3 and state = 'running'"
+    )
+    .bind(now)
+    .bind(id)
+    .bind(owner)
+    .execute(e)
+    .await
+    .affected())?;
     Ok(n == 1)
 }
 
 /// Gives up `owner`'s claim on job `id`.
-pub async fn release(tx: &mut sqlx::SqliteConnection, id: i64, owner: &str) -> sqlx::Result<()> {
-    sqlx::query("update upgrade_jobs set owner = null where id = ? and owner = ?")
+pub async fn release(tx: &mut WriteTx, id: i64, owner: &str) -> sqlx::Result<()> {
+    on_store!(tx.exec(), |e| sqlx::query("update upgrade_jobs set owner = null where id = $1 and owner = $2")
         .bind(id)
         .bind(owner)
-        .execute(tx)
-        .await?;
+        .execute(e)
+        .await
+        .affected())?;
     Ok(())
 }
 
 /// Forgets every claim not held by `owner`. Called once when the runner
 /// starts: this process holds the data directory's lock, so any other
 /// recorded owner is a process that is gone.
-pub async fn release_others(db: &mut SqliteConnection, owner: &str) -> sqlx::Result<u64> {
-    Ok(sqlx::query("update upgrade_jobs set owner = null where owner is not null and owner != ?")
-        .bind(owner)
-        .execute(db)
-        .await?
-        .rows_affected())
+pub async fn release_others(db: &mut WriteTx, owner: &str) -> sqlx::Result<u64> {
+    Ok(on_store!(db.exec(), |e| sqlx::query(
+        "update upgrade_jobs set owner = null where owner is not null and owner != $1"
+    )
+    .bind(owner)
+    .execute(e)
+    .await
+    .affected())?)
 }
 
 /// What the runner needs to know between two looks at the cluster.
@@ -257,32 +269,32 @@ pub struct Claim {
 }
 
 /// Whether `owner` still drives job `id`, and whether a cancel was asked for.
-pub async fn claim_of(db: impl SqliteExecutor<'_>, id: i64, owner: &str) -> sqlx::Result<Claim> {
-    let row: Option<(bool, bool)> =
-        sqlx::query_as("select state = 'running' and owner is ?, cancel_requested from upgrade_jobs where id = ?")
-            .bind(owner)
-            .bind(id)
-            .fetch_optional(db)
-            .await?;
+pub async fn claim_of(db: Exec<'_>, id: i64, owner: &str) -> sqlx::Result<Claim> {
+    let row: Option<(bool, bool)> = on_store!(db, |e| {
+        sqlx::query_as(
+        "select state = 'running' and owner is not distinct from $1, cancel_requested from upgrade_jobs where id = $2"
+    )
+    .bind(owner)
+    .bind(id)
+    .fetch_optional(e)
+    .await
+    })?;
     let (held, cancel_requested) = row.unwrap_or((false, false));
     Ok(Claim { held, cancel_requested })
 }
 
 /// Moves the job to component `index`, step `step`.
-pub async fn set_position(
-    db: &mut SqliteConnection,
-    id: i64,
-    index: usize,
-    step: Step,
-    now: DateTime<Utc>,
-) -> sqlx::Result<()> {
-    sqlx::query("update upgrade_jobs set component_index = ?, step = ?, updated_at = ? where id = ?")
-        .bind(index as i64)
-        .bind(step.number())
-        .bind(now)
-        .bind(id)
-        .execute(db)
-        .await?;
+pub async fn set_position(db: &mut WriteTx, id: i64, index: usize, step: Step, now: DateTime<Utc>) -> sqlx::Result<()> {
+    on_store!(db.exec(), |e| sqlx::query(
+        "update upgrade_jobs set component_index = $1, step = $2, updated_at = $3 where id = $4"
+    )
+    .bind(index as i64)
+    .bind(step.number())
+    .bind(now)
+    .bind(id)
+    .execute(e)
+    .await
+    .affected())?;
     Ok(())
 }
 
@@ -312,7 +324,7 @@ pub async fn request_cancel(
 ) -> sqlx::Result<Option<(Job, CancelOutcome)>> {
     let mut tx = db.begin_write().await?;
     let now = Utc::now();
-    let Some(before) = get(&mut *tx, id).await? else { return Ok(None) };
+    let Some(before) = get(tx.exec(), id).await? else { return Ok(None) };
     let outcome = match before.state {
         JobState::Succeeded | JobState::Failed => CancelOutcome::Ended,
         JobState::Cancelled => CancelOutcome::AlreadyRequested,
@@ -321,18 +333,19 @@ pub async fn request_cancel(
         JobState::Pending => CancelOutcome::CancelledNow,
     };
     if matches!(outcome, CancelOutcome::Requested | CancelOutcome::CancelledNow) {
-        sqlx::query(
+        on_store!(tx.exec(), |e| sqlx::query(
             "update upgrade_jobs set
-                cancel_requested = 1,
+                cancel_requested = true,
                 state = case state when 'pending' then 'cancelled' else state end,
-                finished_at = case state when 'pending' then ?1 else finished_at end,
-                updated_at = ?1
-             where id = ?2 and state in ('pending', 'running')",
+                finished_at = case state when 'pending' then $1 else finished_at end,
+                updated_at = $1
+             where id = $2 and state in ('pending', 'running')",
         )
         .bind(now)
         .bind(id)
-        .execute(&mut *tx)
-        .await?;
+        .execute(e)
+        .await
+        .affected())?;
         if outcome == CancelOutcome::CancelledNow {
             upgrade_components::skip_pending(&mut tx, id).await?;
         }
@@ -340,52 +353,54 @@ pub async fn request_cancel(
             crate::db::events::record(&mut tx, &ev, now).await?;
         }
     }
-    let job = get(&mut *tx, id).await?;
+    let job = get(tx.exec(), id).await?;
     tx.commit().await?;
     Ok(job.map(|j| (j, outcome)))
 }
 
 /// Starts winding the job down; `finish` ends it once that is done.
 pub async fn start_wind_down(
-    db: &mut SqliteConnection,
+    db: &mut WriteTx,
     id: i64,
     kind: WindDown,
     end_state: JobState,
     error: &str,
     now: DateTime<Utc>,
 ) -> sqlx::Result<()> {
-    sqlx::query(
-        "update upgrade_jobs set wind_down = ?, wind_down_state = ?, error = ?, updated_at = ?
-         where id = ? and wind_down is null",
+    on_store!(db.exec(), |e| sqlx::query(
+        "update upgrade_jobs set wind_down = $1, wind_down_state = $2, error = $3, updated_at = $4
+         where id = $5 and wind_down is null",
     )
     .bind(kind)
     .bind(end_state)
     .bind(error)
     .bind(now)
     .bind(id)
-    .execute(db)
-    .await?;
+    .execute(e)
+    .await
+    .affected())?;
     Ok(())
 }
 
 pub async fn finish(
-    db: &mut sqlx::SqliteConnection,
+    db: &mut WriteTx,
     id: i64,
     state: JobState,
     error: Option<&str>,
     now: DateTime<Utc>,
 ) -> sqlx::Result<()> {
-    sqlx::query(
-        "update upgrade_jobs set state = ?, error = ?, wind_down = null, owner = null, finished_at = ?, updated_at = ?
-         where id = ?",
+    on_store!(db.exec(), |e| {
+        sqlx::query(
+        "update upgrade_jobs set state = $1, error = $2, wind_down = null, owner = null, finished_at = $3, updated_at = $4
+         where id = $5",
     )
     .bind(state)
     .bind(error)
     .bind(now)
     .bind(now)
     .bind(id)
-    .execute(&mut *db)
-    .await?;
+    .execute(e).await.affected()
+    })?;
     if state != JobState::Succeeded {
         upgrade_components::skip_pending(db, id).await?;
     }

@@ -97,7 +97,7 @@ impl RestartPolicy {
         if failed == 0 {
             return Duration::ZERO;
         }
-        self.base.saturating_mul(1u32 << (failed - 1).min(20)).min(self.cap)
+        super::backoff::exponential(self.base, failed, self.cap)
     }
 }
 

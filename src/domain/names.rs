@@ -78,7 +78,8 @@ impl AsRef<str> for PoolName {
     }
 }
 
-/// Prefix of every machine (and container) name, as in the MachinePool seed.
+/// Prefix of every machine (and container) name, as Cluster API's Docker
+/// provider names them.
 pub const MACHINE_PREFIX: &str = "worker-";
 const MACHINE_SUFFIX_LEN: usize = 6;
 const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
@@ -124,7 +125,7 @@ mod tests {
     }
 
     #[test]
-    fn machine_names_follow_the_seed_pattern() {
+    fn machine_names_are_worker_and_six_lowercase_alphanumerics() {
         for _ in 0..200 {
             let name = new_machine_name();
             assert!(is_machine_name(&name), "{name}");

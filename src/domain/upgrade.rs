@@ -48,6 +48,10 @@ impl Component {
     }
 
     /// The real DaemonSet: `self-hosted-<component>`.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+
     pub fn daemonset(self) -> String {
         format!("self-hosted-{}", self.as_str())
     }
@@ -104,7 +108,7 @@ pub fn order_components(requested: &[Component]) -> Result<Vec<Component>, Strin
     Ok(sorted)
 }
 
-/// The steps each component goes through (the seed's 0-7), plus the two
+/// The steps each component goes through (0-7, docs/upgrades.md), plus the two
 /// ways a job winds down. The numbers are stored; never renumber.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
@@ -411,7 +415,7 @@ mod tests {
     }
 
     #[test]
-    fn components_have_the_seeds_names_and_order() {
+    fn components_have_kubeadms_names_and_order() {
         assert_eq!(Component::KubeApiserver.daemonset(), "self-hosted-kube-apiserver");
         assert_eq!(Component::KubeScheduler.temp_daemonset(), "temp-upgrade-self-hosted-kube-scheduler");
         assert_eq!(Component::KubeScheduler.pod_selector(), "k8s-app=self-hosted-kube-scheduler");

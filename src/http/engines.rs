@@ -6,21 +6,20 @@ use std::collections::BTreeMap;
 
 use axum::Json;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use crate::db;
 use crate::domain::engine::{self as rules, RawEngine, Tls};
-use crate::domain::event::SubjectKind;
-use crate::engines::{EngineError, Registry};
+use crate::domain::placement::Block;
+use crate::engines::{EngineError, EngineInfo};
 use crate::error::{ApiError, ApiResult, Problem};
 use crate::http::extract::{ApiJson, ApiQuery};
-use crate::http::pagination::{PageParams, finish_page};
-use crate::http::wire::EventList;
+use crate::http::pagination::PageParams;
+use crate::http::wire::{EventList, location};
 use crate::runtime::{Engine, Reachability};
 use crate::state::AppState;
 
@@ -77,6 +76,36 @@ pub struct EngineStatus {
     pub last_seen: Option<DateTime<Utc>>,
     /// Machines of any pool on it.
     pub machines: u32,
+    /// Whether new machines go here, and why not when they do not.
+    pub placement: PlacementView,
+}
+
+/// Whether new machines go to an engine. Placement is a preference: an
+/// engine that takes no new machine keeps the machines it has.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct PlacementView {
+    /// New machines may go here now (of any image not in `refused_images`).
+    pub eligible: bool,
+    /// Why not, while not eligible.
+    pub blocked: Option<Block>,
+    /// What is wrong, for people.
+    pub message: Option<String>,
+    /// When placement here is tried again, for a backed-off engine.
+    pub retry_at: Option<DateTime<Utc>>,
+    /// Images this engine lacks, each backed off on its own: other images
+    /// still go here.
+    pub refused_images: Vec<RefusedImage>,
+}
+
+/// An image an engine refused to create a container of. It stays listed
+/// until a machine of it is placed there.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct RefusedImage {
+    pub image: String,
+    pub error: String,
+    /// When it may be tried here again; once past, the next machine of
+    /// the image that a pool places here is the trial.
+    pub retry_at: DateTime<Utc>,
 }
 
 fn kind_schema() -> utoipa::openapi::Object {
@@ -108,14 +137,25 @@ pub struct EngineList {
     pub next_cursor: Option<String>,
 }
 
-fn registry(state: &AppState) -> Registry {
-    Registry {
-        metrics: state.metrics.clone(),
-        db: state.db.clone(),
-        engines: state.engines.clone(),
-        data_dir: state.config.data_dir.clone(),
-        simulated: state.config.runtime == crate::config::RuntimeKind::Simulated,
-        lost_after: state.config.engine_lost_after,
+fn placement(e: &Engine, now: DateTime<Utc>) -> PlacementView {
+    let blocked = e.unplaceable(None, now);
+    let refused_images = e
+        .refused_images()
+        .into_iter()
+        .map(|(image, error, retry_at)| RefusedImage { image, error, retry_at })
+        .collect();
+    PlacementView {
+        eligible: blocked.is_none(),
+        blocked: blocked.as_ref().map(|b| b.block),
+        retry_at: blocked.as_ref().and_then(|b| b.retry_at),
+        message: blocked.map(|b| b.message),
+        refused_images,
+    }
+}
+
+impl From<EngineInfo> for EngineView {
+    fn from(i: EngineInfo) -> Self {
+        view(&i.engine, i.tls)
     }
 }
 
@@ -136,6 +176,7 @@ fn view(e: &Engine, tls: bool) -> EngineView {
             last_error: h.last_error,
             last_seen: h.last_seen,
             machines: u32::try_from(e.container_count()).unwrap_or(u32::MAX),
+            placement: placement(e, Utc::now()),
         },
     }
 }
@@ -153,16 +194,9 @@ impl From<EngineError> for ApiError {
     }
 }
 
-async fn has_tls(state: &AppState, name: &str) -> ApiResult<bool> {
-    Ok(db::engines::list(state.db.read()).await?.iter().any(|e| e.name == name && e.tls.is_some()))
-}
-
-fn with_location(status: StatusCode, name: &str, body: EngineView) -> Response {
-    let mut headers = HeaderMap::new();
-    if let Ok(loc) = HeaderValue::from_str(&format!("/v1/engines/{name}")) {
-        headers.insert(header::LOCATION, loc);
-    }
-    (status, headers, Json(body)).into_response()
+fn engine_response(status: StatusCode, info: EngineInfo) -> Response {
+    let headers = [(header::LOCATION, location(&format!("/v1/engines/{}", info.engine.name)))];
+    (status, headers, Json(EngineView::from(info))).into_response()
 }
 
 /// Register an engine (admin). Its informer starts at once; the answer
@@ -177,11 +211,7 @@ fn with_location(status: StatusCode, name: &str, body: EngineView) -> Response {
 async fn register_engine(State(state): State<AppState>, ApiJson(body): ApiJson<RegisterEngine>) -> ApiResult<Response> {
     let tls = body.tls.map(|t| Tls { cert: t.cert, key: t.key, ca: t.ca });
     let raw = RawEngine { name: body.name, endpoint: body.endpoint, labels: body.labels, tls };
-    let reg = registry(&state);
-    let spec = rules::validate(raw, reg.simulated).map_err(ApiError::Validation)?;
-    let tls = spec.tls.is_some();
-    let engine = crate::engines::register(&reg, spec).await?;
-    Ok(with_location(StatusCode::CREATED, &engine.name, view(&engine, tls)))
+    Ok(engine_response(StatusCode::CREATED, state.registry.register(raw).await?))
 }
 
 /// List engines in name order, `local` among them.
@@ -194,20 +224,11 @@ async fn list_engines(
     State(state): State<AppState>,
     ApiQuery(page): ApiQuery<PageParams>,
 ) -> ApiResult<Json<EngineList>> {
-    let limit = page.limit()?;
-    let after = page.after()?.unwrap_or_default();
-    let with_tls: Vec<String> =
-        db::engines::list(state.db.read()).await?.into_iter().filter(|e| e.tls.is_some()).map(|e| e.name).collect();
-    let mut rows: Vec<EngineView> = state
-        .engines
-        .all()
-        .iter()
-        .filter(|e| e.name > after)
-        .take(limit as usize + 1)
-        .map(|e| view(e, with_tls.contains(&e.name)))
-        .collect();
-    let next_cursor = finish_page(&mut rows, limit, |e| e.name.clone());
-    Ok(Json(EngineList { items: rows, next_cursor }))
+    let page = state.registry.list(&page.request()?).await?;
+    Ok(Json(EngineList {
+        items: page.items.into_iter().map(EngineView::from).collect(),
+        next_cursor: page.next_cursor,
+    }))
 }
 
 /// Get an engine: reachability, version, machines, last error.
@@ -217,8 +238,7 @@ async fn list_engines(
         (status = 404, description = "No such engine", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn get_engine(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Json<EngineView>> {
-    let engine = state.engines.get(&name).ok_or_else(|| ApiError::not_found("engine", &name))?;
-    Ok(Json(view(&engine, has_tls(&state, &name).await?)))
+    Ok(Json(state.registry.get(&name).await?.into()))
 }
 
 /// Forget an engine (admin). Refused while machines live there: drain it
@@ -233,7 +253,7 @@ async fn get_engine(State(state): State<AppState>, Path(name): Path<String>) -> 
     ))]
 #[tracing::instrument(skip(state))]
 async fn delete_engine(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<StatusCode> {
-    crate::engines::remove(&registry(&state), &name).await?;
+    state.registry.remove(&name).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -247,8 +267,7 @@ async fn delete_engine(State(state): State<AppState>, Path(name): Path<String>) 
     ))]
 #[tracing::instrument(skip(state))]
 async fn drain_engine(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
-    let engine = crate::engines::drain(&registry(&state), &name, true).await?;
-    Ok(with_location(StatusCode::ACCEPTED, &name, view(&engine, has_tls(&state, &name).await?)))
+    Ok(engine_response(StatusCode::ACCEPTED, state.registry.drain(&name, true).await?))
 }
 
 /// Stop draining an engine (admin): pools may place machines there again.
@@ -259,8 +278,7 @@ async fn drain_engine(State(state): State<AppState>, Path(name): Path<String>) -
     ))]
 #[tracing::instrument(skip(state))]
 async fn undrain_engine(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Json<EngineView>> {
-    let engine = crate::engines::drain(&registry(&state), &name, false).await?;
-    Ok(Json(view(&engine, has_tls(&state, &name).await?)))
+    Ok(Json(state.registry.drain(&name, false).await?.into()))
 }
 
 /// The engine's events, newest first: registered, unreachable, lost, back, drained.
@@ -276,10 +294,5 @@ async fn list_engine_events(
     Path(name): Path<String>,
     ApiQuery(page): ApiQuery<PageParams>,
 ) -> ApiResult<Json<EventList>> {
-    let limit = page.limit()?;
-    let before = page.after_id()?;
-    state.engines.get(&name).ok_or_else(|| ApiError::not_found("engine", &name))?;
-    let mut rows = db::events::list(state.db.read(), SubjectKind::Engine, &name, before, limit + 1).await?;
-    let next_cursor = finish_page(&mut rows, limit, |e| e.id.to_string());
-    Ok(Json(EventList { items: rows, next_cursor }))
+    Ok(Json(state.registry.events(&name, &page.request_by_id()?).await?.into()))
 }

@@ -2,7 +2,7 @@
 //! the field at fault, instead of axum's plain-text rejections. Every body
 //! is read by one policy: `application/json` only (merge patches may also
 //! say `application/merge-patch+json`), no duplicate keys, no arrays where
-//! an object belongs (see [`crate::http::json`]).
+//! an object belongs (see [`crate::domain::json`]).
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Query, Request};
@@ -10,9 +10,8 @@ use axum::http::{StatusCode, header, request::Parts};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::domain::ValidationErrors;
+use crate::domain::json::{self, JsonError};
 use crate::error::ApiError;
-use crate::http::json;
 
 /// Largest request body drover reads.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -181,68 +180,19 @@ fn check_content_type(value: Option<&header::HeaderValue>, accepted: &[&str]) ->
 /// repeat a key, and arrays sent where an object belongs, are of the wrong
 /// shape.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    let value = json::parse_value(bytes).map_err(|e| shape_error(&e.path, e.error))?;
+    let value = json::parse_value(bytes).map_err(shape_error)?;
     from_json_value(value)
 }
 
 /// Reads `T` from an already parsed document, by the same rules as
 /// [`parse_json`].
 pub fn from_json_value<T: DeserializeOwned>(value: Value) -> Result<T, ApiError> {
-    json::from_value(value).map_err(|e| shape_error(&e.path, e.error))
+    json::from_value(value).map_err(shape_error)
 }
 
-/// Turns a serde error at `path` into the matching API error.
-pub fn shape_error(path: &str, err: serde_json::Error) -> ApiError {
-    use serde_json::error::Category;
-    match err.classify() {
-        Category::Syntax | Category::Eof | Category::Io => ApiError::Malformed(err.to_string()),
-        Category::Data => {
-            let message = strip_position(&err.to_string());
-            let field = named_field(&message).map_or_else(
-                || if path == "." || path.is_empty() { "body".to_owned() } else { path.to_owned() },
-                |name| join_path(path, name),
-            );
-            let rule = if message.starts_with("unknown field") {
-                "unknown_field"
-            } else if message.starts_with("duplicate") {
-                "duplicate_key"
-            } else if message.starts_with("missing field") {
-                "required"
-            } else {
-                "type"
-            };
-            ApiError::Validation(ValidationErrors::single(field, rule, message))
-        }
-    }
-}
-
-/// serde_json appends " at line L column C" to data errors; a field path
-/// says more to the reader than a position does.
-fn strip_position(message: &str) -> String {
-    match message.rfind(" at line ") {
-        Some(i) => message[..i].to_owned(),
-        None => message.to_owned(),
-    }
-}
-
-/// The field an "unknown field `x`" or "missing field `x`" error is about.
-fn named_field(message: &str) -> Option<&str> {
-    let rest = ["unknown field `", "missing field `", "duplicate key `", "duplicate field `"]
-        .iter()
-        .find_map(|prefix| message.strip_prefix(prefix))?;
-    rest.split('`').next()
-}
-
-/// serde_path_to_error already ends the path with an unknown field's name,
-/// but not with a missing one's.
-fn join_path(parent: &str, field: &str) -> String {
-    if parent == "." || parent.is_empty() {
-        field.to_owned()
-    } else if parent == field || parent.ends_with(&format!(".{field}")) {
-        parent.to_owned()
-    } else {
-        format!("{parent}.{field}")
-    }
+/// Broken JSON is a 400; JSON of the wrong shape a 422 naming the field.
+fn shape_error(e: JsonError) -> ApiError {
+    if e.is_syntax() { ApiError::Malformed(e.error.to_string()) } else { ApiError::Validation(e.into_validation()) }
 }
 
 /// Query parameters, with rejections as 422 problems.

@@ -54,7 +54,7 @@ async fn healthz() -> Json<Health> {
     ))]
 #[tracing::instrument(skip_all)]
 async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Readiness>) {
-    let db = match sqlx::query_scalar::<_, i64>("select 1").fetch_one(state.db.read()).await {
+    let db = match state.db.ping().await {
         Ok(_) => Check { name: "database", ok: true, detail: None },
         Err(e) => Check { name: "database", ok: false, detail: Some(e.to_string()) },
     };

@@ -16,20 +16,17 @@
 //!   ([`crate::retention`]); a key older than 24 hours is free again even
 //!   before the pruner comes by.
 
-use std::time::Duration;
-
 use axum::body::{Body, to_bytes};
 use axum::extract::Request;
 use axum::http::{HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use chrono::Utc;
 use sha2::{Digest, Sha256};
 
 use crate::auth::Caller;
-use crate::db::{self, Db};
 use crate::error::ApiError;
 use crate::http::extract::MAX_BODY_BYTES;
+use crate::idempotency::{Claimed, Entry, Request as KeyedRequest, Stored};
 use crate::state::AppState;
 
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
@@ -70,13 +67,6 @@ pub async fn guard(state: &AppState, route: Option<&str>, req: Request, next: Ne
     }
 }
 
-/// How long a claim whose request never finished blocks its key: no
-/// request runs longer than the request timeout, so an older claim was
-/// left by a process that stopped.
-fn claim_deadline(state: &AppState) -> Duration {
-    state.config.request_timeout + Duration::from_secs(5)
-}
-
 async fn run(
     state: &AppState,
     caller: &Caller,
@@ -105,31 +95,13 @@ async fn run(
     let path = parts.uri.path().to_owned();
     let method = parts.method.as_str().to_owned();
 
-    let request = db::idempotency::Request {
-        token: &caller.name,
-        key: &key,
-        method: &method,
-        path: &path,
-        body_hash: &body_hash,
+    let request = KeyedRequest { token: &caller.name, key: &key, method: &method, path: &path, body_hash: &body_hash };
+    // From a first claim on, the key is ours until the answer is stored. If
+    // this future is dropped first (client gone, timeout), the claim frees it.
+    let claim = match state.keys.claim(&request).await.map_err(|e| ApiError::Database(e).into_response())? {
+        Claimed::Seen(first) => return Err(replay(first, &method, &path, &body_hash)),
+        Claimed::First(claim) => claim,
     };
-    let claimed = async {
-        let mut tx = state.db.begin_write().await?;
-        let now = Utc::now();
-        let stale = now - chrono::TimeDelta::from_std(claim_deadline(state)).unwrap_or(chrono::TimeDelta::MAX);
-        let found = db::idempotency::claim(&mut tx, &request, now, stale).await?;
-        tx.commit().await?;
-        Ok::<_, sqlx::Error>(found)
-    }
-    .await
-    .map_err(|e| ApiError::Database(e).into_response())?;
-
-    if let Some(first) = claimed {
-        return Err(replay(first, &method, &path, &body_hash));
-    }
-
-    // From here the key is ours until the answer is stored. If this future
-    // is dropped first (client gone, timeout), the guard frees the key.
-    let mut claim = Claim { db: state.db.clone(), token: caller.name.clone(), key: key.clone(), held: true };
     let res = next.run(Request::from_parts(parts, Body::from(bytes))).await;
     let (parts, body) = res.into_parts();
     // Responses of keyed POSTs are small JSON documents; a body too large to
@@ -141,30 +113,23 @@ async fn run(
     // A server-side failure is not an answer to remember: let a retry run.
     if !parts.status.is_server_error() {
         let (ct, loc, etag) = (text(header::CONTENT_TYPE), text(header::LOCATION), text(header::ETAG));
-        let record = db::idempotency::Stored {
+        let record = Stored {
             status: parts.status.as_u16(),
             content_type: ct.as_deref(),
             location: loc.as_deref(),
             etag: etag.as_deref(),
             body: &bytes,
         };
-        let completed = async {
-            let mut tx = state.db.begin_write().await?;
-            db::idempotency::complete(&mut tx, &caller.name, &key, &record).await?;
-            tx.commit().await
-        };
-        match completed.await {
-            Ok(()) => claim.held = false,
-            Err(e) => tracing::error!(error = %e, "could not record the idempotent response"),
+        if let Err(e) = claim.complete(&record).await {
+            tracing::error!(error = %e, "could not record the idempotent response");
         }
     }
-    drop(claim);
     Ok(Response::from_parts(parts, Body::from(bytes)))
 }
 
 /// The answer to a key seen before: the first response, a refusal of
 /// another request under the same key, or "still running".
-fn replay(first: db::idempotency::Entry, method: &str, path: &str, body_hash: &str) -> Response {
+fn replay(first: Entry, method: &str, path: &str, body_hash: &str) -> Response {
     if first.method != method || first.path != path || first.body_hash != body_hash {
         return ApiError::invalid(
             "Idempotency-Key",
@@ -189,35 +154,4 @@ fn replay(first: db::idempotency::Entry, method: &str, path: &str, body_hash: &s
     }
     h.insert(HeaderName::from_static(REPLAYED), HeaderValue::from_static("true"));
     res
-}
-
-/// A claimed key whose answer is not stored yet; released when dropped.
-struct Claim {
-    db: Db,
-    token: String,
-    key: String,
-    held: bool,
-}
-
-impl Drop for Claim {
-    fn drop(&mut self) {
-        if !self.held {
-            return;
-        }
-        let (db, token, key) = (self.db.clone(), std::mem::take(&mut self.token), std::mem::take(&mut self.key));
-        // Drop cannot wait; the release is one short write of its own.
-        // Without a runtime (never, in practice) the claim simply expires.
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                let released = async {
-                    let mut tx = db.begin_write().await?;
-                    db::idempotency::release(&mut tx, &token, &key).await?;
-                    tx.commit().await
-                };
-                if let Err(e) = released.await {
-                    tracing::warn!(error = %e, "could not release an idempotency key; it expires with the request timeout");
-                }
-            });
-        }
-    }
 }

@@ -3,19 +3,20 @@
 
 use axum::Json;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use crate::db::{self, machines::Machine};
-use crate::domain::event::{EventType, NewEvent};
+use crate::db::machines::Machine;
 use crate::domain::machine::MachinePhase;
-use crate::error::{ApiError, ApiResult, Problem};
+use crate::error::{ApiResult, Problem};
 use crate::http::extract::ApiQuery;
-use crate::http::pagination::{PageParams, finish_page};
+use crate::http::pagination::PageParams;
+use crate::http::wire::location;
+use crate::pools::PoolMachine;
 use crate::runtime::{ContainerState, HealthState};
 use crate::state::AppState;
 
@@ -69,6 +70,12 @@ pub struct MachineView {
     pub updated_at: DateTime<Utc>,
 }
 
+impl From<PoolMachine> for MachineView {
+    fn from(m: PoolMachine) -> Self {
+        view(m.machine, &m.desired_image)
+    }
+}
+
 fn view(m: Machine, desired_image: &str) -> MachineView {
     MachineView {
         up_to_date: m.image == desired_image,
@@ -105,11 +112,6 @@ pub struct MachineList {
     pub next_cursor: Option<String>,
 }
 
-async fn desired_image(state: &AppState, pool: &str) -> ApiResult<String> {
-    let p = state.db.pool(pool).await?.ok_or_else(|| ApiError::not_found("pool", pool))?;
-    Ok(p.spec.desired_image())
-}
-
 /// List a pool's machines in name order.
 #[utoipa::path(get, path = "/v1/pools/{name}/machines", tag = "machines",
     params(("name" = String, Path, description = "Pool name"), PageParams),
@@ -123,12 +125,10 @@ async fn list_machines(
     Path(name): Path<String>,
     ApiQuery(page): ApiQuery<PageParams>,
 ) -> ApiResult<Json<MachineList>> {
-    let limit = page.limit()?;
-    let after = page.after()?;
-    let image = desired_image(&state, &name).await?;
-    let mut rows = db::machines::page(state.db.read(), &name, after.as_deref(), limit + 1).await?;
-    let next_cursor = finish_page(&mut rows, limit, |m| m.name.clone());
-    Ok(Json(MachineList { items: rows.into_iter().map(|m| view(m, &image)).collect(), next_cursor }))
+    let listed = state.machines.list(&name, &page.request()?).await?;
+    let image = listed.desired_image;
+    let items = listed.page.items.into_iter().map(|m| view(m, &image)).collect();
+    Ok(Json(MachineList { items, next_cursor: listed.page.next_cursor }))
 }
 
 /// Get one machine.
@@ -142,14 +142,10 @@ async fn get_machine(
     State(state): State<AppState>,
     Path((name, machine)): Path<(String, String)>,
 ) -> ApiResult<Json<MachineView>> {
-    let image = desired_image(&state, &name).await?;
-    let m = db::machines::get(state.db.read(), &name, &machine)
-        .await?
-        .ok_or_else(|| ApiError::not_found("machine", &machine))?;
-    Ok(Json(view(m, &image)))
+    Ok(Json(state.machines.get(&name, &machine).await?.into()))
 }
 
-/// Mark a machine to go first on the next scale-down (the seed's
+/// Mark a machine to go first on the next scale-down (Cluster API's
 /// delete-machine annotation). `replicas` is unchanged; repeating is harmless.
 #[utoipa::path(post, path = "/v1/pools/{name}/machines/{machine}/delete-request", tag = "machines",
     params(("name" = String, Path, description = "Pool name"), ("machine" = String, Path, description = "Machine name")),
@@ -162,23 +158,7 @@ async fn request_machine_deletion(
     State(state): State<AppState>,
     Path((name, machine)): Path<(String, String)>,
 ) -> ApiResult<Json<MachineView>> {
-    let image = desired_image(&state, &name).await?;
-    let now = Utc::now();
-    let mut tx = state.db.begin_write().await?;
-    let m = db::machines::request_delete(&mut tx, &name, &machine, now)
-        .await?
-        .ok_or_else(|| ApiError::not_found("machine", &machine))?;
-    let ev = NewEvent::pool(
-        &name,
-        EventType::Normal,
-        "MachineDeleteRequested",
-        format!("{machine} goes first on the next scale-down"),
-    );
-    db::events::record(&mut tx, &ev, now).await?;
-    tx.commit().await?;
-    state.queue.enqueue(&name);
-    state.changes.pool(&name);
-    Ok(Json(view(m, &image)))
+    Ok(Json(state.machines.request_deletion(&name, &machine).await?.into()))
 }
 
 /// Remove a chosen machine: marks it and lowers `replicas` by one, in one
@@ -197,10 +177,7 @@ async fn delete_machine(
     State(state): State<AppState>,
     Path((name, machine)): Path<(String, String)>,
 ) -> ApiResult<Response> {
-    let (m, pool) = crate::pools::service::remove_machine(&state, &name, &machine).await?;
-    let mut headers = HeaderMap::new();
-    if let Ok(loc) = HeaderValue::from_str(&format!("/v1/pools/{name}/machines/{machine}")) {
-        headers.insert(header::LOCATION, loc);
-    }
-    Ok((StatusCode::ACCEPTED, headers, Json(view(m, &pool.spec.desired_image()))).into_response())
+    let removed = state.machines.remove(&name, &machine).await?;
+    let headers = [(header::LOCATION, location(&format!("/v1/pools/{name}/machines/{machine}")))];
+    Ok((StatusCode::ACCEPTED, headers, Json(MachineView::from(removed))).into_response())
 }

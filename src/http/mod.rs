@@ -5,7 +5,6 @@ pub mod engines;
 pub mod extract;
 pub mod health;
 pub mod idempotency;
-pub mod json;
 pub mod machines;
 pub mod metrics;
 mod openapi;
@@ -157,11 +156,49 @@ impl MakeRequestId for RandomRequestId {
     }
 }
 
+/// Headers a browser page may send: those drover reads.
+const CORS_REQUEST_HEADERS: [&str; 6] =
+    ["authorization", "content-type", "if-match", "idempotency-key", "last-event-id", REQUEST_ID];
+/// Headers a browser page may read: those drover's answers carry.
+const CORS_EXPOSED_HEADERS: [&str; 5] = ["etag", "location", "retry-after", REQUEST_ID, "idempotent-replayed"];
+/// How long a browser may reuse a preflight answer.
+const CORS_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Cross-origin access for the pages of `origins` (exact origins), per the
+/// Fetch standard: preflights are answered here, before authentication
+/// (they carry no token), with the methods and headers drover uses. No
+/// credentials mode: drover's tokens travel in the `Authorization` header,
+/// never in cookies. `None` when no origin is allowed: then no CORS header
+/// is ever sent, and browsers keep other origins out.
+fn cors(origins: &[String]) -> anyhow::Result<Option<tower_http::cors::CorsLayer>> {
+    use axum::http::Method;
+    use tower_http::cors::{AllowOrigin, CorsLayer};
+    if origins.is_empty() {
+        return Ok(None);
+    }
+    let origins = origins
+        .iter()
+        .map(|o| {
+            HeaderValue::from_str(o).map_err(|_| anyhow::anyhow!("--cors-allowed-origins: {o:?} is not a header value"))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let names = |list: &[&'static str]| list.iter().map(|h| HeaderName::from_static(h)).collect::<Vec<_>>();
+    Ok(Some(
+        CorsLayer::new()
+            .allow_origin(AllowOrigin::list(origins))
+            .allow_methods([Method::GET, Method::HEAD, Method::POST, Method::PUT, Method::PATCH, Method::DELETE])
+            .allow_headers(names(&CORS_REQUEST_HEADERS))
+            .expose_headers(names(&CORS_EXPOSED_HEADERS))
+            .max_age(CORS_MAX_AGE),
+    ))
+}
+
 /// The whole application router with its middleware.
 pub fn router(state: AppState) -> anyhow::Result<Router> {
     let (routes, doc) = api().split_for_parts();
     let doc = openapi::finish(doc)?;
     let config = state.config.clone();
+    let cors = cors(&config.cors_allowed_origins)?;
     let request_id = HeaderName::from_static(REQUEST_ID);
     let middleware = ServiceBuilder::new()
         .map_request(keep_sane_request_id)
@@ -184,7 +221,7 @@ pub fn router(state: AppState) -> anyhow::Result<Router> {
             }
         }))
         .timeout(config.request_timeout);
-    Ok(routes
+    let router = routes
         // The dashboard's files go through the same middleware as the API
         // (metrics, and `auth`, which lets them pass as public).
         .merge(ui::router())
@@ -194,5 +231,11 @@ pub fn router(state: AppState) -> anyhow::Result<Router> {
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed.into_response() })
         .layer(DefaultBodyLimit::max(extract::MAX_BODY_BYTES))
         .with_state(state)
-        .layer(middleware))
+        .layer(middleware);
+    // Outermost, so that a preflight is answered before anything else
+    // looks at it, and every answer (errors included) carries the headers.
+    Ok(match cors {
+        Some(cors) => router.layer(cors),
+        None => router,
+    })
 }

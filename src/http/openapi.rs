@@ -66,7 +66,12 @@ fn with_security(mut doc: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi 
         SecurityScheme::Http(
             Http::builder()
                 .scheme(HttpAuthScheme::Bearer)
-                .description(Some("A token from POST /v1/tokens, or the admin.token file written on first start"))
+                .description(Some(
+                    "A drover token (from POST /v1/tokens, or the admin.token file written on first start), or \
+                     a JWT of an OIDC issuer named in the access config (RS256 or ES256; docs/access.md). A \
+                     client certificate signed by --tls-client-ca, whose subject the access config maps to a \
+                     role, authenticates requests without a token (mutual TLS).",
+                ))
                 .build(),
         ),
     );
@@ -94,8 +99,20 @@ fn with_security(mut doc: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi 
                 responses.entry("413".into()).or_insert_with(|| problem("The body is over 1 MiB").into());
                 responses.entry("415".into()).or_insert_with(|| problem("The body is not declared as JSON").into());
             }
-            responses.entry("401".into()).or_insert_with(|| problem("No valid bearer token").into());
-            responses.entry("403".into()).or_insert_with(|| problem("The token's role may not do this").into());
+            responses.entry("401".into()).or_insert_with(|| {
+                problem(
+                    "No valid credentials: no token, an unknown or revoked token, or a JWT that failed a check \
+                     (algorithm, signature, issuer, audience, expiry, not-before); type `unauthenticated`",
+                )
+                .into()
+            });
+            responses.entry("403".into()).or_insert_with(|| {
+                problem(
+                    "The caller's role may not do this (type `forbidden`), or the JWT is valid but no rule of \
+                     its issuer gives it a role (type `no-access-rule`); neither names a secret",
+                )
+                .into()
+            });
             responses
                 .entry("503".into())
                 .or_insert_with(|| problem("Overloaded or timed out; retry after `Retry-After` seconds").into());

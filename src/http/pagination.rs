@@ -1,9 +1,10 @@
-//! Page parameters shared by every list endpoint.
+//! Page parameters shared by every list endpoint, read into the store's
+//! [`PageRequest`], and a page answered as JSON.
 
 use serde::Deserialize;
 use utoipa::IntoParams;
 
-use crate::db::cursor;
+use crate::db::page::{PageRequest, decode_cursor};
 use crate::error::ApiError;
 
 pub const DEFAULT_LIMIT: u32 = 50;
@@ -22,7 +23,7 @@ pub struct PageParams {
 }
 
 impl PageParams {
-    pub fn limit(&self) -> Result<u32, ApiError> {
+    fn limit(&self) -> Result<u32, ApiError> {
         match self.limit {
             None => Ok(DEFAULT_LIMIT),
             Some(n) if (1..=MAX_LIMIT).contains(&n) => Ok(n),
@@ -30,14 +31,17 @@ impl PageParams {
         }
     }
 
-    /// The key the cursor carries, if any.
-    pub fn after(&self) -> Result<Option<String>, ApiError> {
-        self.cursor.as_deref().map(|c| cursor::decode(c).ok_or_else(bad_cursor)).transpose()
+    /// A page of a list in key order (names).
+    pub fn request(&self) -> Result<PageRequest, ApiError> {
+        let after = self.cursor.as_deref().map(|c| decode_cursor(c).ok_or_else(bad_cursor)).transpose()?;
+        Ok(PageRequest { limit: self.limit()?, after })
     }
 
-    /// The numeric key the cursor carries, for id-ordered lists.
-    pub fn after_id(&self) -> Result<Option<i64>, ApiError> {
-        self.after()?.map(|k| k.parse().map_err(|_| bad_cursor())).transpose()
+    /// A page of a list in id order (events, jobs, tokens).
+    pub fn request_by_id(&self) -> Result<PageRequest<i64>, ApiError> {
+        let PageRequest { limit, after } = self.request()?;
+        let after = after.map(|k| k.parse().map_err(|_| bad_cursor())).transpose()?;
+        Ok(PageRequest { limit, after })
     }
 }
 
@@ -47,16 +51,4 @@ fn bad_cursor() -> ApiError {
         "cursor",
         "is not a cursor this server issued; pass next_cursor from the previous page unchanged",
     )
-}
-
-/// `next_cursor` for a page fetched with `limit + 1` rows: `Some` exactly
-/// when a row beyond the page exists. Trims `rows` to the page.
-pub fn finish_page<T>(rows: &mut Vec<T>, limit: u32, key: impl Fn(&T) -> String) -> Option<String> {
-    let limit = limit as usize;
-    if rows.len() > limit {
-        rows.truncate(limit);
-        rows.last().map(|last| cursor::encode(&key(last)))
-    } else {
-        None
-    }
 }

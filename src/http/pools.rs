@@ -1,6 +1,6 @@
 //! `/v1/pools`: create, read, change, scale and delete pools, and read their
 //! events. A pool here is stored desired state; the reconciler acts on it.
-//! Handlers parse, call `pools::service`, and answer with `http::wire` types.
+//! Handlers parse, call `pools::Pools`, and answer with `http::wire` types.
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -9,19 +9,13 @@ use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use crate::auth::{Caller, OPERATOR_PATCHABLE, Role};
-use crate::db;
-use crate::domain::ValidationErrors;
-use crate::domain::event::SubjectKind;
-use crate::domain::names::PoolName;
-use crate::domain::pool::{PoolSpec, validate};
+use crate::auth::{Caller, Role};
 use crate::error::{ApiError, ApiResult, Problem};
-use crate::http::extract::{ApiJson, ApiQuery, IfMatch, MergePatch, from_json_value};
-use crate::http::pagination::{PageParams, finish_page};
-use crate::http::wire::pools::{
-    CreatePool, EventList, PoolList, PoolPatch, PoolSpecInput, PoolView, Scale, etag, pool_response,
-};
-use crate::pools::service;
+use crate::http::extract::{ApiJson, ApiQuery, IfMatch, MergePatch};
+use crate::http::pagination::PageParams;
+use crate::http::wire::EventList;
+use crate::http::wire::pools::{CreatePool, PoolList, PoolPatch, PoolView, Scale, etag, pool_response};
+use crate::pools::PoolError;
 use crate::state::AppState;
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -32,28 +26,27 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(list_pool_events))
 }
 
-/// Splits a create body into its name and spec, reporting the rules both
-/// break in one answer.
-fn parse_create(state: &AppState, body: Value) -> ApiResult<(PoolName, PoolSpec)> {
-    let Value::Object(mut fields) = body else {
-        return Err(ApiError::invalid("body", "type", "must be a JSON object"));
-    };
-    let name = match fields.remove("name") {
-        Some(Value::String(s)) => PoolName::parse(&s).map_err(|e| ValidationErrors::single("name", "dns_label", e)),
-        Some(_) => Err(ValidationErrors::single("name", "type", "must be a string")),
-        None => Err(ValidationErrors::single("name", "required", "missing field `name`")),
-    };
-    let spec = from_json_value::<PoolSpecInput>(Value::Object(fields))
-        .and_then(|input| validate(input.into(), state.limits()).map_err(ApiError::Validation));
-    match (name, spec) {
-        (Ok(name), Ok(spec)) => Ok((name, spec)),
-        (Err(mut errs), Err(ApiError::Validation(more))) => {
-            errs.0.extend(more.0);
-            Err(ApiError::Validation(errs))
+impl From<PoolError> for ApiError {
+    fn from(e: PoolError) -> Self {
+        match e {
+            PoolError::NotFound(name) => ApiError::not_found("pool", name),
+            PoolError::MachineNotFound { machine, .. } => ApiError::not_found("machine", machine),
+            PoolError::Exists(name) => ApiError::Conflict(format!("a pool named {name:?} already exists")),
+            PoolError::Invalid(errs) => ApiError::Validation(errs),
+            PoolError::Precondition(why) => ApiError::PreconditionFailed(why),
+            PoolError::Conflict(why) => ApiError::Conflict(why),
+            PoolError::AdminOnly(_) => ApiError::Forbidden { need: "admin" },
+            PoolError::Unavailable(why) => ApiError::Unavailable(why),
+            PoolError::Store(e) => ApiError::Database(e),
+            PoolError::Internal(e) => ApiError::Internal(e),
         }
-        (Err(errs), _) => Err(ApiError::Validation(errs)),
-        (Ok(_), Err(e)) => Err(e),
     }
+}
+
+/// The role a request's caller has: without a token (auth disabled in a
+/// test setup) the caller is the admin.
+pub fn role_of(caller: Option<&Caller>) -> Role {
+    caller.map_or(Role::Admin, |c| c.role)
 }
 
 // ---- handlers --------------------------------------------------------------
@@ -72,8 +65,7 @@ fn parse_create(state: &AppState, body: Value) -> ApiResult<(PoolName, PoolSpec)
     ))]
 #[tracing::instrument(skip_all)]
 async fn create_pool(State(state): State<AppState>, ApiJson(body): ApiJson<Value>) -> ApiResult<Response> {
-    let (name, spec) = parse_create(&state, body)?;
-    let pool = service::create(&state, &name, &spec).await?;
+    let pool = state.pools.create(body).await?;
     Ok(pool_response(StatusCode::CREATED, pool, true))
 }
 
@@ -84,11 +76,8 @@ async fn create_pool(State(state): State<AppState>, ApiJson(body): ApiJson<Value
         (status = 422, description = "Bad `limit` or `cursor`", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn list_pools(State(state): State<AppState>, ApiQuery(page): ApiQuery<PageParams>) -> ApiResult<Json<PoolList>> {
-    let limit = page.limit()?;
-    let after = page.after()?;
-    let mut rows = db::pools::list(state.db.read(), after.as_deref(), limit + 1).await?;
-    let next_cursor = finish_page(&mut rows, limit, |p| p.name.clone());
-    Ok(Json(PoolList { items: rows.into_iter().map(PoolView::from).collect(), next_cursor }))
+    let page = state.pools.list(&page.request()?).await?;
+    Ok(Json(PoolList { items: page.items.into_iter().map(PoolView::from).collect(), next_cursor: page.next_cursor }))
 }
 
 /// Get a pool.
@@ -99,7 +88,7 @@ async fn list_pools(State(state): State<AppState>, ApiQuery(page): ApiQuery<Page
     ))]
 async fn get_pool(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
     // The most read answer of all: rendered once per change of the pool.
-    let cached = state.db.pool_shared(&name).await?.ok_or_else(|| ApiError::not_found("pool", &name))?;
+    let cached = state.pools.shared(&name).await?;
     let body = match cached.rendered.get() {
         Some(body) => body.clone(),
         None => {
@@ -140,25 +129,10 @@ async fn patch_pool(
     Path(name): Path<String>,
     caller: Option<axum::Extension<Caller>>,
     IfMatch(pinned): IfMatch,
-    MergePatch(patch): MergePatch<PoolPatch>,
+    MergePatch(patch): MergePatch<Value>,
 ) -> ApiResult<Response> {
-    // Operators change size, image, version and pause; the rest is admin's.
-    let operator = caller.is_some_and(|c| c.role < Role::Admin);
-    if operator && let Some(field) = patch.fields().into_iter().find(|f| !OPERATOR_PATCHABLE.contains(f)) {
-        tracing::info!(field, "operator tried to patch an admin-only field");
-        return Err(ApiError::Forbidden { need: "admin" });
-    }
-    let pool = service::update_spec(&state, &name, pinned.as_deref(), "SpecChanged", |current| {
-        let spec = patch.to_spec(current, state.limits())?;
-        // A pool with host mounts gives its image what they expose: choosing
-        // that image is an admin's decision (SECURITY.md, "Roles").
-        if operator && spec.image != current.image && !current.extra_mounts.is_empty() {
-            tracing::info!("operator tried to change the image of a pool with host mounts");
-            return Err(ApiError::Forbidden { need: "admin" });
-        }
-        Ok(spec)
-    })
-    .await?;
+    let role = role_of(caller.as_deref());
+    let pool = state.pools.patch(&name, &patch, pinned.as_deref(), role).await?;
     Ok(pool_response(StatusCode::OK, pool, false))
 }
 
@@ -183,14 +157,7 @@ async fn scale_pool(
     IfMatch(pinned): IfMatch,
     ApiJson(scale): ApiJson<Scale>,
 ) -> ApiResult<Response> {
-    let max = state.limits().max_replicas;
-    let replicas = u32::try_from(scale.replicas).ok().filter(|r| *r <= max).ok_or_else(|| {
-        ApiError::invalid("replicas", "range", format!("must be between 0 and {max} (got {})", scale.replicas))
-    })?;
-    let pool = service::update_spec(&state, &name, pinned.as_deref(), "Scaled", |current| {
-        Ok(PoolSpec { replicas, ..current.clone() })
-    })
-    .await?;
+    let pool = state.pools.scale(&name, scale.replicas, pinned.as_deref()).await?;
     Ok(pool_response(StatusCode::OK, pool, false))
 }
 
@@ -204,7 +171,7 @@ async fn scale_pool(
     ))]
 #[tracing::instrument(skip_all, fields(pool = %name))]
 async fn delete_pool(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
-    let pool = service::delete(&state, &name).await?;
+    let pool = state.pools.delete(&name).await?;
     Ok(pool_response(StatusCode::ACCEPTED, pool, true))
 }
 
@@ -221,10 +188,5 @@ async fn list_pool_events(
     Path(name): Path<String>,
     ApiQuery(page): ApiQuery<PageParams>,
 ) -> ApiResult<Json<EventList>> {
-    let limit = page.limit()?;
-    let before = page.after_id()?;
-    service::load(&state, &name).await?;
-    let mut rows = db::events::list(state.db.read(), SubjectKind::Pool, &name, before, limit + 1).await?;
-    let next_cursor = finish_page(&mut rows, limit, |e| e.id.to_string());
-    Ok(Json(EventList { items: rows, next_cursor }))
+    Ok(Json(state.pools.events(&name, &page.request_by_id()?).await?.into()))
 }

@@ -10,13 +10,14 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use crate::auth::{Caller, Role};
-use crate::db::{self, pools::Pool, revisions::Revision};
+use crate::auth::Caller;
+use crate::db::{pools::Pool, revisions::Revision};
 use crate::domain::rollout::{self, Counts, RolloutState};
 use crate::error::{ApiResult, Problem};
 use crate::http::extract::{OptionalJson, OptionalMergePatch};
+use crate::http::pools::role_of;
 use crate::http::wire::pools::{PoolPatch, PoolView, pool_response};
-use crate::pools::service::{self, load};
+use crate::pools::Rollout;
 use crate::reconcile::plan::Plan;
 use crate::state::AppState;
 
@@ -70,42 +71,48 @@ pub struct RolloutView {
     pub estimated_seconds_remaining: Option<f64>,
 }
 
+impl From<Rollout> for RolloutView {
+    fn from(r: Rollout) -> Self {
+        rollout_view(&r.pool, r.counts)
+    }
+}
+
 /// The rollout as it stands: counts observed now (so that they agree with
 /// each other and with the spec just changed), progress from the last pass.
 fn rollout_view(pool: &Pool, counts: Counts) -> RolloutView {
     let spec = &pool.spec;
     let s = &pool.status;
-    let bounds = spec.strategy.resolve(spec.replicas);
+    let bounds = spec.strategy().resolve(spec.replicas());
     let progress = s.rollout.clone().filter(|p| p.revision == pool.revision);
     // Derived from the approvals (fresh) rather than the last pass's
     // condition, so that a continue shows at once.
     let allowed = u32::try_from(pool.batches_approved.max(1)).unwrap_or(u32::MAX).saturating_mul(bounds.batch_size());
-    let awaiting = spec.strategy.batch_approval
+    let awaiting = spec.strategy().batch_approval
         && counts.outdated > 0
-        && counts.updated >= allowed.min(spec.replicas)
-        && counts.total == spec.replicas;
+        && counts.updated >= allowed.min(spec.replicas())
+        && counts.total == spec.replicas();
     let fresh = s.observed_generation == pool.generation;
     let state = match &progress {
-        Some(p) if fresh => rollout::state(p, &counts, spec.replicas, spec.paused, awaiting),
-        _ if spec.paused => RolloutState::Paused,
+        Some(p) if fresh => rollout::state(p, &counts, spec.replicas(), spec.paused(), awaiting),
+        _ if spec.paused() => RolloutState::Paused,
         _ => RolloutState::Progressing,
     };
     let reason = match state {
-        RolloutState::Paused if spec.paused => Some("the pool is paused (spec.paused)".to_owned()),
+        RolloutState::Paused if spec.paused() => Some("the pool is paused (spec.paused)".to_owned()),
         RolloutState::Paused => {
             Some("batch done; waiting for POST /v1/pools/{name}/rollout/continue".replace("{name}", &pool.name))
         }
         RolloutState::Stalled => {
             let why = s
-                .condition("MachinesHealthy")
+                .condition(crate::domain::status::ConditionType::MachinesHealthy)
                 .filter(|c| c.status == crate::domain::status::ConditionStatus::False)
                 .map(|c| format!("; {}: {}", c.reason, c.message))
                 .unwrap_or_default();
-            Some(format!("no progress for {} s (ProgressDeadlineExceeded){why}", spec.progress_deadline_seconds))
+            Some(format!("no progress for {} s (ProgressDeadlineExceeded){why}", spec.progress_deadline_seconds()))
         }
         _ => None,
     };
-    let remaining = counts.outdated.max(spec.replicas.saturating_sub(counts.updated_available));
+    let remaining = counts.outdated.max(spec.replicas().saturating_sub(counts.updated_available));
     let estimated_seconds_remaining = progress.as_ref().and_then(|p| {
         let elapsed = (Utc::now() - p.started_at).num_milliseconds() as f64 / 1000.0;
         let done = f64::from(p.updated_available);
@@ -118,13 +125,13 @@ fn rollout_view(pool: &Pool, counts: Counts) -> RolloutView {
         state,
         reason,
         counts,
-        replicas: spec.replicas,
+        replicas: spec.replicas(),
         bounds: Bounds {
             max_surge: bounds.max_surge,
             max_unavailable: bounds.max_unavailable,
             unavailable_raised_to_one: bounds.unavailable_raised,
         },
-        batch: spec.strategy.batch_approval.then(|| BatchStatus {
+        batch: spec.strategy().batch_approval.then(|| BatchStatus {
             approved_batches: pool.batches_approved,
             batch_size: bounds.batch_size(),
             awaiting_approval: awaiting,
@@ -145,12 +152,7 @@ fn rollout_view(pool: &Pool, counts: Counts) -> RolloutView {
         (status = 404, description = "No such pool", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn get_rollout(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Json<RolloutView>> {
-    let pool = load(&state, &name).await?;
-    Ok(Json(view_now(&state, &pool).await?))
-}
-
-async fn view_now(state: &AppState, pool: &Pool) -> ApiResult<RolloutView> {
-    Ok(rollout_view(pool, service::live_counts(state, pool).await?))
+    Ok(Json(state.pools.rollout(&name).await?.into()))
 }
 
 /// Approve the next batch of a rollout with `strategy.batch_approval`.
@@ -163,8 +165,7 @@ async fn view_now(state: &AppState, pool: &Pool) -> ApiResult<RolloutView> {
     ))]
 #[tracing::instrument(skip(state))]
 async fn continue_rollout(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Json<RolloutView>> {
-    let pool = service::approve_batch(&state, &name).await?;
-    Ok(Json(view_now(&state, &pool).await?))
+    Ok(Json(state.pools.approve_batch(&name).await?.into()))
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -183,9 +184,8 @@ pub struct RevisionList {
         (status = 404, description = "No such pool", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn list_revisions(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Json<RevisionList>> {
-    let pool = load(&state, &name).await?;
-    let items = db::revisions::list(state.db.read(), &name).await?;
-    Ok(Json(RevisionList { current: pool.revision, items }))
+    let (current, items) = state.pools.revisions(&name).await?;
+    Ok(Json(RevisionList { current, items }))
 }
 
 #[derive(Debug, Default, Deserialize, ToSchema)]
@@ -214,8 +214,7 @@ async fn rollback_pool(
     OptionalJson(body): OptionalJson<RollbackRequest>,
 ) -> ApiResult<Response> {
     let req = body.unwrap_or_default();
-    let admin = caller.is_none_or(|c| c.role >= Role::Admin);
-    let pool = service::rollback(&state, &name, req.revision, admin).await?;
+    let pool = state.pools.rollback(&name, req.revision, role_of(caller.as_deref())).await?;
     Ok(pool_response(StatusCode::ACCEPTED, pool, true))
 }
 
@@ -246,10 +245,9 @@ pub struct PlanView {
 async fn plan_pool(
     State(state): State<AppState>,
     Path(name): Path<String>,
-    OptionalMergePatch(patch): OptionalMergePatch<PoolPatch>,
+    OptionalMergePatch(patch): OptionalMergePatch<serde_json::Value>,
 ) -> ApiResult<Json<PlanView>> {
-    let limits = state.limits();
-    let propose = patch.map(|patch| move |current: &_| patch.to_spec(current, limits));
-    let (pool, plan, observed) = service::plan(&state, &name, propose).await?;
-    Ok(Json(PlanView { pool: name, desired_image: pool.spec.desired_image(), plan, observed }))
+    let planned = state.pools.plan(&name, patch.as_ref()).await?;
+    let desired_image = planned.pool.spec.desired_image();
+    Ok(Json(PlanView { pool: name, desired_image, plan: planned.plan, observed: planned.observed }))
 }

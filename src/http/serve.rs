@@ -18,6 +18,11 @@
 //! the connection when the clock's deadline passes. Event streams write a
 //! keep-alive comment every 15 s, so an open stream whose client reads is
 //! never stalled; they have a lifetime of their own.
+//!
+//! With TLS ([`crate::tls`]), each connection's handshake runs in its own
+//! task under the header read timeout, with the configuration current at
+//! that moment, and the subject of a client certificate is put in each of
+//! the connection's requests ([`crate::auth::caller::ClientCertificate`]).
 
 use std::io;
 use std::pin::Pin;
@@ -40,9 +45,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt as _;
 
+use crate::auth::caller::ClientCertificate;
 use crate::config::ServeConfig;
 use crate::error::ApiError;
 use crate::metrics::{CloseReason, Metrics};
+use crate::tls::Tls;
 
 /// The connection limits, from the settings.
 #[derive(Debug, Clone, Copy)]
@@ -78,6 +85,7 @@ pub async fn serve(
     router: Router,
     limits: Limits,
     metrics: Arc<Metrics>,
+    tls: Option<Arc<Tls>>,
     shutdown: CancellationToken,
 ) {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
@@ -101,14 +109,25 @@ pub async fn serve(
         };
         let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
             metrics.connection_refused();
-            refuse(&stream);
+            // A TLS client would read a plain answer as garbage: just close.
+            if tls.is_none() {
+                refuse(&stream);
+            }
             continue;
         };
         // Small JSON answers: send them as soon as they are written.
         let _ = stream.set_nodelay(true);
         let (router, metrics, shutdown) = (router.clone(), Arc::clone(&metrics), shutdown.clone());
+        let acceptor = tls.as_ref().map(|t| t.acceptor());
         connections.spawn(async move {
-            serve_connection(stream, router, limits, metrics, shutdown).await;
+            match acceptor {
+                None => serve_connection(stream, None, router, limits, metrics, shutdown).await,
+                Some(acceptor) => {
+                    if let Some((stream, peer)) = handshake(acceptor, stream, &limits).await {
+                        serve_connection(stream, peer, router, limits, metrics, shutdown).await;
+                    }
+                }
+            }
             drop(slot);
         });
     }
@@ -128,20 +147,56 @@ fn refuse(stream: &TcpStream) {
     let _ = stream.try_write(answer.as_bytes());
 }
 
-async fn serve_connection(
+/// The TLS handshake, within the header read timeout; `None` when it
+/// fails (logged at debug level: scanners and clients that distrust the
+/// certificate are common and not the server's fault). Also returns the
+/// subject of the client's certificate, when it sent one.
+async fn handshake(
+    acceptor: tokio_rustls::TlsAcceptor,
     stream: TcpStream,
+    limits: &Limits,
+) -> Option<(tokio_rustls::server::TlsStream<TcpStream>, Option<ClientCertificate>)> {
+    match tokio::time::timeout(limits.header_read_timeout, acceptor.accept(stream)).await {
+        Ok(Ok(stream)) => {
+            let peer = stream
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|c| c.first())
+                .map(|cert| ClientCertificate(crate::tls::subject_of(cert).unwrap_or_default().into()));
+            Some((stream, peer))
+        }
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "TLS handshake failed");
+            None
+        }
+        Err(_) => {
+            tracing::debug!("TLS handshake timed out");
+            None
+        }
+    }
+}
+
+async fn serve_connection<S>(
+    stream: S,
+    peer: Option<ClientCertificate>,
     router: Router,
     limits: Limits,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
-) {
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let _open = metrics.connection_opened();
     let clock = Arc::new(Clock::new());
     let io = TokioIo::new(Watched { inner: stream, clock: Arc::clone(&clock) });
     let service = {
         let clock = Arc::clone(&clock);
-        hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
+        hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
             let (router, clock) = (router.clone(), Arc::clone(&clock));
+            if let Some(peer) = &peer {
+                req.extensions_mut().insert(peer.clone());
+            }
             async move {
                 clock.request_started();
                 let res = router.oneshot(req.map(Body::new)).await.unwrap_or_else(|never| match never {});
@@ -308,12 +363,12 @@ impl Clock {
 }
 
 /// A socket that reports its reads and writes to the connection's clock.
-struct Watched {
-    inner: TcpStream,
+struct Watched<S> {
+    inner: S,
     clock: Arc<Clock>,
 }
 
-impl AsyncRead for Watched {
+impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
         let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
@@ -324,7 +379,7 @@ impl AsyncRead for Watched {
     }
 }
 
-impl AsyncWrite for Watched {
+impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
         let polled = Pin::new(&mut self.inner).poll_write(cx, data);
         if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {

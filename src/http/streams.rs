@@ -31,7 +31,6 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::auth::{Caller, Role};
 use crate::changes::Watcher;
-use crate::db;
 use crate::domain::event::{Event, SubjectKind};
 use crate::error::{ApiError, ApiResult, Problem, error_chain};
 use crate::http::wire::PoolView;
@@ -103,7 +102,7 @@ impl Watch {
                 }
                 if Instant::now() >= self.next_check {
                     self.next_check = Instant::now() + self.state.config.stream_recheck;
-                    if !self.state.tokens.allows(&self.caller.name, Role::Viewer) {
+                    if !self.state.tokens.still_allows(&self.caller, Role::Viewer, chrono::Utc::now()) {
                         return self.close(CloseReason::Revoked);
                     }
                 }
@@ -138,16 +137,16 @@ impl Watch {
     async fn poll(&mut self) -> ApiResult<Vec<SseEvent>> {
         let (kind, subject, status, finished) = match &self.subject {
             Subject::Pool(name) => {
-                let view = match self.state.db.pool(name).await? {
+                let view = match self.state.pools.find(name).await? {
                     Some(pool) => Some(to_value(PoolView::from(pool))?),
                     None => None,
                 };
                 (SubjectKind::Pool, name.clone(), view, false)
             }
-            Subject::Job(id) => match db::upgrades::get(self.state.db.read(), *id).await? {
+            Subject::Job(id) => match self.state.upgrades.find(*id).await? {
                 Some(job) => {
-                    let finished = !job.state.is_active();
-                    let view = to_value(crate::http::wire::upgrades::view(&self.state, job).await?)?;
+                    let finished = !job.job.state.is_active();
+                    let view = to_value(crate::http::wire::upgrades::UpgradeView::from(job))?;
                     (SubjectKind::Job, id.to_string(), Some(view), finished)
                 }
                 None => (SubjectKind::Job, id.to_string(), None, false),
@@ -173,7 +172,7 @@ impl Watch {
     }
 
     async fn new_events(&mut self, kind: SubjectKind, subject: &str) -> ApiResult<Vec<SseEvent>> {
-        let events = db::events::after(self.state.db.read(), kind, subject, self.last_event, EVENT_BATCH).await?;
+        let events = self.state.events.after(kind, subject, self.last_event, EVENT_BATCH).await?;
         let mut out = Vec::with_capacity(events.len());
         for ev in events {
             self.last_event = ev.id;
@@ -221,7 +220,7 @@ fn last_event_id(headers: &HeaderMap) -> ApiResult<Option<i64>> {
 async fn start_after(state: &AppState, headers: &HeaderMap, kind: SubjectKind, subject: &str) -> ApiResult<i64> {
     match last_event_id(headers)? {
         Some(id) => Ok(id),
-        None => Ok(db::events::last_id(state.db.read(), kind, subject).await?),
+        None => Ok(state.events.last_id(kind, subject).await?),
     }
 }
 
@@ -329,7 +328,7 @@ async fn pool_stream(
     headers: HeaderMap,
 ) -> ApiResult<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>> {
     let slot = take_slot(&state)?;
-    crate::pools::service::load(&state, &name).await?;
+    state.pools.get(&name).await?;
     let after = start_after(&state, &headers, SubjectKind::Pool, &name).await?;
     Ok(sse(watch(state, Subject::Pool(name), caller, after, slot)))
 }
@@ -360,7 +359,7 @@ async fn upgrade_stream(
     headers: HeaderMap,
 ) -> ApiResult<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>> {
     let slot = take_slot(&state)?;
-    let job = crate::http::wire::upgrades::load(&state, &id).await?;
+    let job = state.upgrades.get(&id).await?.job;
     let after = start_after(&state, &headers, SubjectKind::Job, &job.id.to_string()).await?;
     Ok(sse(watch(state, Subject::Job(job.id), caller, after, slot)))
 }

@@ -10,16 +10,12 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use crate::auth::{Role, hash_token, new_token};
-use crate::db::{
-    self,
-    audit::AuditRecord,
-    tokens::{DeleteOutcome, TokenInfo},
-};
-use crate::domain::names::check_dns_label;
+use crate::auth::Role;
+use crate::auth::tokens::TokenError;
+use crate::db::{audit::AuditRecord, tokens::TokenInfo};
 use crate::error::{ApiError, ApiResult, Problem};
 use crate::http::extract::{ApiJson, ApiQuery};
-use crate::http::pagination::{PageParams, finish_page};
+use crate::http::pagination::PageParams;
 use crate::state::AppState;
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -61,6 +57,17 @@ pub struct AuditList {
     pub next_cursor: Option<String>,
 }
 
+impl From<TokenError> for ApiError {
+    fn from(e: TokenError) -> Self {
+        match e {
+            TokenError::Invalid(errs) => ApiError::Validation(errs),
+            TokenError::Exists(_) | TokenError::LastAdmin(_) => ApiError::Conflict(e.to_string()),
+            TokenError::NotFound(name) => ApiError::not_found("token", name),
+            TokenError::Store(e) => ApiError::Database(e),
+        }
+    }
+}
+
 /// Create a token; the response is the only time the secret is shown.
 ///
 /// `Idempotency-Key` is refused here (422): replaying this answer would
@@ -77,25 +84,13 @@ pub struct AuditList {
     ))]
 #[tracing::instrument(skip_all, fields(token = %req.name))]
 async fn create_token(State(state): State<AppState>, ApiJson(req): ApiJson<CreateToken>) -> ApiResult<Response> {
-    check_dns_label(&req.name).map_err(|e| ApiError::invalid("name", "dns_label", e))?;
-    let token = new_token();
-    let hash = hash_token(&token);
-    let mut tx = state.db.begin_write().await?;
-    let inserted = db::tokens::insert(&mut tx, &req.name, req.role.as_str(), &hash, Utc::now()).await;
-    let inserted = match inserted {
-        Ok(r) => tx.commit().await.map(|()| r),
-        Err(e) => Err(e),
+    let created = state.token_service.create(&req.name, req.role).await?;
+    let body = NewToken {
+        name: created.info.name,
+        role: req.role,
+        token: created.secret,
+        created_at: created.info.created_at,
     };
-    let info = match inserted {
-        Ok(info) => info,
-        Err(e) if e.as_database_error().is_some_and(|d| d.is_unique_violation()) => {
-            return Err(ApiError::Conflict(format!("a token named {:?} already exists", req.name)));
-        }
-        Err(e) => return Err(e.into()),
-    };
-    state.tokens.insert(&info.name, req.role, &hash);
-    tracing::info!(role = req.role.as_str(), "token created");
-    let body = NewToken { name: info.name, role: req.role, token, created_at: info.created_at };
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }
 
@@ -103,12 +98,7 @@ async fn create_token(State(state): State<AppState>, ApiJson(req): ApiJson<Creat
 #[utoipa::path(get, path = "/v1/tokens", tag = "access",
     responses((status = 200, description = "Every token", body = TokenList)))]
 async fn list_tokens(State(state): State<AppState>) -> ApiResult<Json<TokenList>> {
-    let mut items = db::tokens::list(state.db.read()).await?;
-    // Uses are stamped in memory and stored about once a minute.
-    for t in &mut items {
-        t.last_used_at = t.last_used_at.max(state.tokens.last_used(&t.name));
-    }
-    Ok(Json(TokenList { items }))
+    Ok(Json(TokenList { items: state.token_service.list().await? }))
 }
 
 /// Revoke a token. The last admin token cannot be revoked.
@@ -121,19 +111,8 @@ async fn list_tokens(State(state): State<AppState>) -> ApiResult<Json<TokenList>
     ))]
 #[tracing::instrument(skip(state))]
 async fn delete_token(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<StatusCode> {
-    let mut tx = state.db.begin_write().await?;
-    match db::tokens::delete(&mut tx, &name).await? {
-        None => Err(ApiError::not_found("token", &name)),
-        Some(DeleteOutcome::LastAdmin) => {
-            Err(ApiError::Conflict(format!("{name:?} is the last admin token; create another admin token first")))
-        }
-        Some(DeleteOutcome::Deleted) => {
-            tx.commit().await?;
-            // The token stops working with the next request, on this server.
-            state.tokens.remove(&name);
-            Ok(StatusCode::NO_CONTENT)
-        }
-    }
+    state.token_service.delete(&name).await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// The audit trail of mutating requests, newest first.
@@ -143,8 +122,6 @@ async fn delete_token(State(state): State<AppState>, Path(name): Path<String>) -
         (status = 422, description = "Bad `limit` or `cursor`", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn list_audit(State(state): State<AppState>, ApiQuery(page): ApiQuery<PageParams>) -> ApiResult<Json<AuditList>> {
-    let limit = page.limit()?;
-    let mut rows = db::audit::page(state.db.read(), page.after_id()?, limit + 1).await?;
-    let next_cursor = finish_page(&mut rows, limit, |a| a.id.to_string());
-    Ok(Json(AuditList { items: rows, next_cursor }))
+    let page = state.token_service.audit(&page.request_by_id()?).await?;
+    Ok(Json(AuditList { items: page.items, next_cursor: page.next_cursor }))
 }

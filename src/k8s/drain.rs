@@ -1,5 +1,5 @@
 //! Taking a machine's node out of its cluster before the machine goes
-//! (DESIGN, pool reconcile rule 5), as `kubectl drain --ignore-daemonsets`
+//! (docs/drain.md), as `kubectl drain --ignore-daemonsets`
 //! does: mark the node unschedulable, evict every pod on it through the
 //! Eviction API except those a DaemonSet or the kubelet keeps there, wait
 //! until they are gone, and, once the container is gone, delete the Node.

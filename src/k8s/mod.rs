@@ -7,8 +7,10 @@
 
 pub mod credentials;
 pub mod drain;
+pub mod images;
 pub mod ops;
 
 pub use credentials::{CredentialError, Credentials};
 pub use drain::{DrainError, DrainSettings, Drained, NodeSettings};
+pub use images::{daemonset_image, pod_image};
 pub use ops::{CallError, ClusterApi, Deletion, RetryPolicy};

@@ -13,7 +13,6 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::version::Info;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
-use rand::RngExt;
 
 use crate::domain::upgrade::NAMESPACE;
 
@@ -35,7 +34,7 @@ pub enum Deletion {
 /// How hard each operation tries.
 #[derive(Debug, Clone, Copy)]
 pub struct RetryPolicy {
-    /// Tries per operation, the first included (the seed: 10).
+    /// Tries per operation, the first included (kubeadm's: 10).
     pub tries: u32,
     /// Wait before the first retry; doubles up to 16 times this.
     pub backoff: Duration,
@@ -50,10 +49,10 @@ impl RetryPolicy {
         Self { tries: c.upgrade_api_tries, backoff: c.upgrade_retry_backoff, call_timeout: c.kube_request_timeout }
     }
 
+    /// The wait before the `retry`-th retry: doubling up to 16 times the
+    /// backoff, jittered so that retries against a struggling server spread out.
     fn delay(&self, retry: u32) -> Duration {
-        let d = self.backoff.saturating_mul(1 << retry.saturating_sub(1).min(4));
-        // Jitter in [d/2, d], so that retries against a struggling server spread out.
-        d / 2 + (d / 2).mul_f64(rand::rng().random::<f64>())
+        crate::domain::backoff::jittered(self.backoff, retry, self.backoff.saturating_mul(16))
     }
 }
 

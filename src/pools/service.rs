@@ -1,267 +1,366 @@
-//! The application logic of pools: create, change (with optimistic
-//! concurrency), delete, roll back, approve a batch, plan. Handlers parse a
-//! request, call one function here and shape its answer; every spec change
-//! goes through [`update_spec`] or [`crate::reconcile::rollback`], both of
-//! which write it with `db::pools::change_spec`.
+//! The pools service: every spec change goes through [`Pools::change`] (or
+//! the rollback, `reconcile::rollback`), both of which write it with
+//! `db::pools::change_spec`: the generation's compare-and-swap, the
+//! revision and the event in one transaction.
+
+use std::sync::Arc;
 
 use chrono::Utc;
+use serde_json::Value;
 
-use crate::db::{self, machines::Machine, pools::Pool};
-use crate::domain::event::{EventType, NewEvent};
+use super::error::PoolError;
+use super::wake::Wake;
+use crate::db::page::{Page, PageRequest};
+use crate::db::pool_cache::Cached;
+use crate::db::revisions::Revision;
+use crate::db::{self, Db, pools::Pool};
+use crate::domain::ValidationErrors;
+use crate::domain::event::{Event, EventType, NewEvent, SubjectKind};
 use crate::domain::names::PoolName;
-use crate::domain::pool::{PoolSpec, describe_change};
+use crate::domain::pool::{PoolSpec, SpecLimits, describe_change, patch};
+use crate::domain::role::Role;
 use crate::domain::rollout::Counts;
-use crate::error::{ApiError, ApiResult};
 use crate::reconcile::{self, plan::Plan, rollback::RollbackError};
-use crate::state::AppState;
 
-pub async fn load(state: &AppState, name: &str) -> ApiResult<Pool> {
-    state.db.pool(name).await?.ok_or_else(|| ApiError::not_found("pool", name))
+/// Spec fields an operator may change with PATCH; the rest need admin.
+pub const OPERATOR_PATCHABLE: &[&str] = &["replicas", "version", "image", "paused"];
+
+/// Pools as the API sees them.
+#[derive(Clone)]
+pub struct Pools {
+    db: Db,
+    /// The settings' rules of specs, shared with the reconciler.
+    limits: Arc<SpecLimits>,
+    wake: Wake,
+    /// For dry runs and live counts: what a pass would see.
+    reconcile: reconcile::Context,
 }
 
-/// Wakes the reconciler and the event streams after a committed change.
-fn changed(state: &AppState, name: &str) {
-    state.queue.enqueue(name);
-    state.changes.pool(name);
+/// A rollout as it stands: the pool, and its machines counted now (so that
+/// the counts agree with each other and with a spec just changed).
+pub struct Rollout {
+    pub pool: Pool,
+    pub counts: Counts,
+}
+
+/// What the reconciler would do now.
+pub struct Planned {
+    pub pool: Pool,
+    pub plan: Plan,
+    pub observed: Counts,
+}
+
+impl Pools {
+    pub fn new(db: Db, limits: Arc<SpecLimits>, wake: Wake, reconcile: reconcile::Context) -> Self {
+        Self { db, limits, wake, reconcile }
+    }
+
+    /// The settings' rules of specs.
+    pub fn limits(&self) -> &SpecLimits {
+        &self.limits
+    }
+
+    pub async fn get(&self, name: &str) -> Result<Pool, PoolError> {
+        self.find(name).await?.ok_or_else(|| PoolError::NotFound(name.to_owned()))
+    }
+
+    /// The pool, or `None` once it is gone (an event stream's end).
+    pub async fn find(&self, name: &str) -> Result<Option<Pool>, PoolError> {
+        Ok(self.db.pool(name).await?)
+    }
+
+    /// A pool as last committed, shared, with room for its rendered answer.
+    pub async fn shared(&self, name: &str) -> Result<Arc<Cached>, PoolError> {
+        self.db.pool_shared(name).await?.ok_or_else(|| PoolError::NotFound(name.to_owned()))
+    }
+
+    /// A page of pools in name order.
+    pub async fn list(&self, req: &PageRequest) -> Result<Page<Pool>, PoolError> {
+        let rows = db::pools::list(self.db.read(), req.after.as_deref(), req.fetch()).await?;
+        Ok(Page::from_rows(rows, req.limit, |p| p.name.clone()))
+    }
+
+    /// A page of the pool's events, newest first.
+    pub async fn events(&self, name: &str, req: &PageRequest<i64>) -> Result<Page<Event>, PoolError> {
+        self.get(name).await?;
+        Ok(db::events::page(self.db.read(), SubjectKind::Pool, name, req).await?)
+    }
+
+    /// Every desired image the pool has had, newest first, and its current revision.
+    pub async fn revisions(&self, name: &str) -> Result<(i64, Vec<Revision>), PoolError> {
+        let pool = self.get(name).await?;
+        Ok((pool.revision, db::revisions::list(self.db.read(), name).await?))
+    }
+
+    /// A new pool from a create body: a `name` beside the spec's fields.
+    /// Every rule both break is reported in one answer.
+    pub async fn create(&self, body: Value) -> Result<Pool, PoolError> {
+        let (name, spec) = parse_new(body, &self.limits)?;
+        let now = Utc::now();
+        let mut tx = self.db.begin_write().await?;
+        check_cluster(&mut tx, &spec).await?;
+        let pool = match db::pools::insert(&mut tx, name.as_str(), &spec, now).await {
+            Ok(pool) => pool,
+            Err(e) if e.as_database_error().is_some_and(|d| d.is_unique_violation()) => {
+                return Err(PoolError::Exists(name.as_str().to_owned()));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        db::revisions::record_first(&mut tx, name.as_str(), &spec, now).await?;
+        let message = format!("created with {} replicas of {}", spec.replicas(), spec.desired_image());
+        db::events::record(&mut tx, &NewEvent::pool(name.as_str(), EventType::Normal, "Created", message), now).await?;
+        tx.commit().await?;
+        self.wake.pool(name.as_str());
+        tracing::info!(pool = %name, "pool created");
+        Ok(pool)
+    }
+
+    /// A JSON merge patch of the spec by a caller of `role`. Operators
+    /// change size, image, version and pause; and on a pool with host
+    /// mounts, choosing its image is an admin's decision, since the image
+    /// gets what the mounts expose (SECURITY.md, "Roles").
+    pub async fn patch(
+        &self,
+        name: &str,
+        patch: &Value,
+        pinned: Option<&[i64]>,
+        role: Role,
+    ) -> Result<Pool, PoolError> {
+        let fields = patch::check(patch)?;
+        let operator = role < Role::Admin;
+        if operator && let Some(field) = fields.iter().find(|f| !OPERATOR_PATCHABLE.contains(&f.as_str())) {
+            tracing::info!(field, "operator tried to patch an admin-only field");
+            return Err(PoolError::AdminOnly("change fields other than replicas, version, image and paused"));
+        }
+        self.change(name, pinned, "SpecChanged", |current| {
+            let spec = current.patched(patch, &self.limits)?;
+            if operator && spec.image() != current.image() && !current.extra_mounts().is_empty() {
+                tracing::info!("operator tried to change the image of a pool with host mounts");
+                return Err(PoolError::AdminOnly("choose the image of a pool with host mounts"));
+            }
+            Ok(spec)
+        })
+        .await
+    }
+
+    /// Sets only `replicas`.
+    pub async fn scale(&self, name: &str, replicas: i64, pinned: Option<&[i64]>) -> Result<Pool, PoolError> {
+        self.change(name, pinned, "Scaled", |current| Ok(current.with_replicas(replicas, &self.limits)?)).await
+    }
+
+    /// Applies `change` to the pool's spec with optimistic concurrency: bumps
+    /// the generation only if nobody else did since we read it. With `pinned`
+    /// generations (the request's `If-Match`) a lost race is the client's 412;
+    /// without, we re-read and try again. `reason` names the event.
+    async fn change(
+        &self,
+        name: &str,
+        pinned: Option<&[i64]>,
+        reason: &'static str,
+        change: impl Fn(&PoolSpec) -> Result<PoolSpec, PoolError>,
+    ) -> Result<Pool, PoolError> {
+        const ATTEMPTS: usize = 5;
+        for _ in 0..ATTEMPTS {
+            let pool = self.get(name).await?;
+            if let Some(tags) = pinned
+                && !tags.contains(&pool.generation)
+            {
+                let asked: Vec<String> = tags.iter().map(i64::to_string).collect();
+                return Err(PoolError::Precondition(format!(
+                    "pool {name:?} is at generation {}, not {}",
+                    pool.generation,
+                    asked.join(" or ")
+                )));
+            }
+            if pool.deleting {
+                return Err(PoolError::Conflict(format!(
+                    "pool {name:?} is being deleted; its spec can no longer change"
+                )));
+            }
+            let spec = change(&pool.spec)?;
+            if spec == pool.spec {
+                return Ok(pool);
+            }
+            let now = Utc::now();
+            let mut tx = self.db.begin_write().await?;
+            // A pool that named a cluster before checks existed can still be scaled.
+            if spec.cluster() != pool.spec.cluster() {
+                check_cluster(&mut tx, &spec).await?;
+            }
+            let event = |_| NewEvent::pool(name, EventType::Normal, reason, describe_change(&pool.spec, &spec));
+            let Some(written) = db::pools::change_spec(&mut tx, &pool, &spec, now, event).await? else {
+                drop(tx);
+                if pinned.is_some() {
+                    return Err(PoolError::Precondition(format!(
+                        "pool {name:?} changed while this request ran; re-read it and retry"
+                    )));
+                }
+                continue;
+            };
+            tx.commit().await?;
+            // The revision and approvals may have moved in this transaction.
+            let updated = self.db.pool(name).await?.unwrap_or(written.pool);
+            self.wake.pool(name);
+            tracing::info!(pool = name, generation = updated.generation, "spec updated");
+            return Ok(updated);
+        }
+        Err(PoolError::Conflict(format!("pool {name:?} kept changing under this request; retry")))
+    }
+
+    /// Flags the pool for deletion (the reconciler removes its machines,
+    /// then the pool). Repeating it is harmless.
+    pub async fn delete(&self, name: &str) -> Result<Pool, PoolError> {
+        let now = Utc::now();
+        let mut tx = self.db.begin_write().await?;
+        let pool = match db::pools::mark_deleting(&mut tx, name, now).await? {
+            Some(pool) => {
+                let message = "pool marked for deletion; removing its machines";
+                let ev = NewEvent::pool(name, EventType::Normal, "DeletionRequested", message);
+                db::events::record(&mut tx, &ev, now).await?;
+                pool
+            }
+            // Already deleting (a repeated call), or missing.
+            None => self.get(name).await?,
+        };
+        tx.commit().await?;
+        self.wake.pool(name);
+        Ok(pool)
+    }
+
+    /// The pool's rollout, counted now.
+    pub async fn rollout(&self, name: &str) -> Result<Rollout, PoolError> {
+        let pool = self.get(name).await?;
+        self.counted(pool).await
+    }
+
+    async fn counted(&self, pool: Pool) -> Result<Rollout, PoolError> {
+        let counts = reconcile::live_counts(&self.reconcile, &pool)
+            .await
+            .map_err(|e| PoolError::Internal(anyhow::Error::new(e).context("observing the pool")))?;
+        Ok(Rollout { pool, counts })
+    }
+
+    /// Approves the next batch of a rollout with `strategy.batch_approval`.
+    pub async fn approve_batch(&self, name: &str) -> Result<Rollout, PoolError> {
+        let pool = self.get(name).await?;
+        if !pool.spec.strategy().batch_approval {
+            return Err(PoolError::Conflict(format!("pool {name:?} does not use strategy.batch_approval")));
+        }
+        if pool.status.replicas == pool.status.updated_replicas && pool.status.observed_generation == pool.generation {
+            return Err(PoolError::Conflict(format!("pool {name:?} has no rollout in progress")));
+        }
+        let now = Utc::now();
+        let mut tx = self.db.begin_write().await?;
+        let pool = db::pools::approve_batch(&mut tx, name).await?.ok_or_else(|| PoolError::NotFound(name.into()))?;
+        let message = format!("batch {} of revision {} approved", pool.batches_approved, pool.revision);
+        db::events::record(&mut tx, &NewEvent::pool(name, EventType::Normal, "BatchApproved", message), now).await?;
+        tx.commit().await?;
+        self.wake.pool(name);
+        self.counted(pool).await
+    }
+
+    /// Returns the pool to an earlier revision's version and image (default:
+    /// the newest earlier one with another image), by a caller of `role`.
+    /// The image must still be allowed, and on a pool with host mounts only
+    /// an admin picks another custom image (as for a PATCH of `image`).
+    pub async fn rollback(&self, name: &str, revision: Option<i64>, role: Role) -> Result<Pool, PoolError> {
+        let pool = self.get(name).await?;
+        if pool.deleting {
+            return Err(PoolError::Conflict(format!("pool {name:?} is being deleted")));
+        }
+        let target = match revision {
+            Some(r) => db::revisions::get(self.db.read(), name, r).await?,
+            None => db::revisions::previous(self.db.read(), name, pool.revision).await?,
+        };
+        if let Some(target) = &target {
+            if !self.limits.host.image_allowed(&target.desired_image) {
+                let why = format!(
+                    "revision {} runs {:?}, which this server no longer allows",
+                    target.revision, target.desired_image
+                );
+                return Err(ValidationErrors::single("revision", "image_allowed", why).into());
+            }
+            let another_image = target.image.is_some() && target.image.as_deref() != pool.spec.image();
+            if role < Role::Admin && another_image && !pool.spec.extra_mounts().is_empty() {
+                tracing::info!("operator tried to roll a pool with host mounts back to another custom image");
+                return Err(PoolError::AdminOnly("choose the image of a pool with host mounts"));
+            }
+        }
+        let rolled = reconcile::rollback::rollback(
+            &self.db,
+            &crate::replicas::Fence::Sole,
+            &pool,
+            revision,
+            "rollback requested",
+            Utc::now(),
+        )
+        .await
+        .map_err(|e| match e {
+            RollbackError::UnknownRevision { .. } => ValidationErrors::single("revision", "exists", e).into(),
+            RollbackError::Store(s) => PoolError::Store(s),
+            RollbackError::BadRevision { .. } => PoolError::Internal(e.into()),
+            other => PoolError::Conflict(other.to_string()),
+        })?;
+        self.wake.pool(name);
+        Ok(rolled.pool)
+    }
+
+    /// What the reconciler would do now, for the pool as it is or with a
+    /// merge patch of its spec. Nothing is changed.
+    pub async fn plan(&self, name: &str, patch: Option<&Value>) -> Result<Planned, PoolError> {
+        let mut pool = self.get(name).await?;
+        if let Some(patch) = patch {
+            patch::check(patch)?;
+            let proposed = pool.spec.patched(patch, &self.limits)?;
+            if proposed.desired_image() != pool.spec.desired_image() {
+                // A new image starts a new rollout with its first batch approved.
+                pool.batches_approved = 1;
+            }
+            pool.spec = proposed;
+        }
+        let (plan, observed) = reconcile::dry_run(&self.reconcile, &pool).await.map_err(|e| match e {
+            reconcile::ReconcileError::Runtime(r) => PoolError::Unavailable(r.to_string()),
+            reconcile::ReconcileError::Store(s) => PoolError::Store(s),
+            other => PoolError::Internal(anyhow::anyhow!(other.to_string())),
+        })?;
+        Ok(Planned { pool, plan, observed })
+    }
 }
 
 /// A pool may name only a registered cluster: its machines' nodes are
 /// drained through it. Checked in the writing transaction, against the
 /// cluster delete that checks the other way.
-async fn check_cluster(db: impl sqlx::SqliteExecutor<'_>, spec: &PoolSpec) -> ApiResult<()> {
-    let Some(cluster) = spec.cluster.as_deref() else { return Ok(()) };
-    if db::clusters::exists(db, cluster).await? {
+async fn check_cluster(tx: &mut db::WriteTx, spec: &PoolSpec) -> Result<(), PoolError> {
+    let Some(cluster) = spec.cluster() else { return Ok(()) };
+    if db::clusters::exists(tx.exec(), cluster).await? {
         return Ok(());
     }
-    Err(ApiError::invalid(
+    Err(ValidationErrors::single(
         "cluster",
         "cluster_exists",
         format!("names no registered cluster ({cluster:?}); register it with POST /v1/clusters first"),
-    ))
+    )
+    .into())
 }
 
-/// Creates a pool at generation 1 and revision 1.
-pub async fn create(state: &AppState, name: &PoolName, spec: &PoolSpec) -> ApiResult<Pool> {
-    let now = Utc::now();
-    let mut tx = state.db.begin_write().await?;
-    check_cluster(&mut *tx, spec).await?;
-    let pool = match db::pools::insert(&mut tx, name.as_str(), spec, now).await {
-        Ok(pool) => pool,
-        Err(e) if e.as_database_error().is_some_and(|d| d.is_unique_violation()) => {
-            return Err(ApiError::Conflict(format!("a pool named {name:?} already exists")));
-        }
-        Err(e) => return Err(e.into()),
+/// Splits a create body into its name and spec, reporting the rules both
+/// break at once.
+fn parse_new(body: Value, limits: &SpecLimits) -> Result<(PoolName, PoolSpec), ValidationErrors> {
+    let Value::Object(mut fields) = body else {
+        return Err(ValidationErrors::single("body", "type", "must be a JSON object"));
     };
-    db::revisions::record_first(&mut tx, name.as_str(), spec, now).await?;
-    let message = format!("created with {} replicas of {}", spec.replicas, spec.desired_image());
-    db::events::record(&mut tx, &NewEvent::pool(name.as_str(), EventType::Normal, "Created", message), now).await?;
-    tx.commit().await?;
-    changed(state, name.as_str());
-    tracing::info!(pool = %name, "pool created");
-    Ok(pool)
-}
-
-/// Applies `change` to the pool's spec with optimistic concurrency: bumps
-/// the generation only if nobody else did since we read it. With `pinned`
-/// generations (the request's `If-Match`) a lost race is the client's 412;
-/// without, we re-read and try again. `reason` names the event.
-pub async fn update_spec(
-    state: &AppState,
-    name: &str,
-    pinned: Option<&[i64]>,
-    reason: &'static str,
-    change: impl Fn(&PoolSpec) -> ApiResult<PoolSpec>,
-) -> ApiResult<Pool> {
-    const ATTEMPTS: usize = 5;
-    for _ in 0..ATTEMPTS {
-        let pool = load(state, name).await?;
-        if let Some(tags) = pinned
-            && !tags.contains(&pool.generation)
-        {
-            let asked: Vec<String> = tags.iter().map(i64::to_string).collect();
-            return Err(ApiError::PreconditionFailed(format!(
-                "pool {name:?} is at generation {}, not {}",
-                pool.generation,
-                asked.join(" or ")
-            )));
-        }
-        if pool.deleting {
-            return Err(ApiError::Conflict(format!("pool {name:?} is being deleted; its spec can no longer change")));
-        }
-        let spec = change(&pool.spec)?;
-        if spec == pool.spec {
-            return Ok(pool);
-        }
-        let now = Utc::now();
-        let mut tx = state.db.begin_write().await?;
-        // A pool that named a cluster before checks existed can still be scaled.
-        if spec.cluster != pool.spec.cluster {
-            check_cluster(&mut *tx, &spec).await?;
-        }
-        let event = |_| NewEvent::pool(name, EventType::Normal, reason, describe_change(&pool.spec, &spec));
-        let Some(written) = db::pools::change_spec(&mut tx, &pool, &spec, now, event).await? else {
-            drop(tx);
-            if pinned.is_some() {
-                return Err(ApiError::PreconditionFailed(format!(
-                    "pool {name:?} changed while this request ran; re-read it and retry"
-                )));
-            }
-            continue;
-        };
-        tx.commit().await?;
-        // The revision and approvals may have moved in this transaction.
-        let updated = state.db.pool(name).await?.unwrap_or(written.pool);
-        changed(state, name);
-        tracing::info!(pool = name, generation = updated.generation, "spec updated");
-        return Ok(updated);
-    }
-    Err(ApiError::Conflict(format!("pool {name:?} kept changing under this request; retry")))
-}
-
-/// Flags the pool for deletion (the reconciler removes its machines, then
-/// the pool). Repeating it is harmless.
-pub async fn delete(state: &AppState, name: &str) -> ApiResult<Pool> {
-    let now = Utc::now();
-    let mut tx = state.db.begin_write().await?;
-    let pool = match db::pools::mark_deleting(&mut tx, name, now).await? {
-        Some(pool) => {
-            let message = "pool marked for deletion; removing its machines";
-            db::events::record(&mut tx, &NewEvent::pool(name, EventType::Normal, "DeletionRequested", message), now)
-                .await?;
-            pool
-        }
-        // Already deleting (a repeated call), or missing.
-        None => load(state, name).await?,
+    let name = match fields.remove("name") {
+        Some(Value::String(s)) => PoolName::parse(&s).map_err(|e| ValidationErrors::single("name", "dns_label", e)),
+        Some(_) => Err(ValidationErrors::single("name", "type", "must be a string")),
+        None => Err(ValidationErrors::single("name", "required", "missing field `name`")),
     };
-    tx.commit().await?;
-    changed(state, name);
-    Ok(pool)
-}
-
-/// Removes a chosen machine: marks it and lowers `replicas` by one, in one
-/// transaction. For a machine already marked (a repeated call) nothing
-/// changes. Returns the machine and the pool.
-pub async fn remove_machine(state: &AppState, name: &str, machine: &str) -> ApiResult<(Machine, Pool)> {
-    let now = Utc::now();
-    let mut tx = state.db.begin_write().await?;
-    let (m, pool) = match db::machines::mark_if_unmarked(&mut tx, name, machine, now).await? {
-        Some(m) => {
-            let Some(pool) = db::pools::decrement_replicas(&mut tx, name, now).await? else {
-                return Err(ApiError::Conflict(format!(
-                    "pool {name:?} is being deleted or has zero replicas; there is nothing to scale down"
-                )));
-            };
-            let message = format!("{machine} removed on request; replicas lowered to {}", pool.spec.replicas);
-            db::events::record(
-                &mut tx,
-                &NewEvent::pool(name, EventType::Normal, "MachineRemovalRequested", message),
-                now,
-            )
-            .await?;
-            tx.commit().await?;
-            (m, pool)
+    let spec = crate::domain::json::document(Value::Object(fields)).and_then(|input| PoolSpec::parse(input, limits));
+    match (name, spec) {
+        (Ok(name), Ok(spec)) => Ok((name, spec)),
+        (Err(mut errs), Err(more)) => {
+            errs.0.extend(more.0);
+            Err(errs)
         }
-        None => {
-            drop(tx);
-            // Marked before (a repeated call), or missing.
-            let pool = state.db.pool(name).await?.ok_or_else(|| ApiError::not_found("pool", name))?;
-            let m = db::machines::get(state.db.read(), name, machine)
-                .await?
-                .ok_or_else(|| ApiError::not_found("machine", machine))?;
-            (m, pool)
-        }
-    };
-    changed(state, name);
-    Ok((m, pool))
-}
-
-/// Approves the next batch of a rollout with `strategy.batch_approval`.
-pub async fn approve_batch(state: &AppState, name: &str) -> ApiResult<Pool> {
-    let pool = load(state, name).await?;
-    if !pool.spec.strategy.batch_approval {
-        return Err(ApiError::Conflict(format!("pool {name:?} does not use strategy.batch_approval")));
+        (Err(errs), _) | (_, Err(errs)) => Err(errs),
     }
-    if pool.status.replicas == pool.status.updated_replicas && pool.status.observed_generation == pool.generation {
-        return Err(ApiError::Conflict(format!("pool {name:?} has no rollout in progress")));
-    }
-    let now = Utc::now();
-    let mut tx = state.db.begin_write().await?;
-    let pool = db::pools::approve_batch(&mut tx, name).await?.ok_or_else(|| ApiError::not_found("pool", name))?;
-    let message = format!("batch {} of revision {} approved", pool.batches_approved, pool.revision);
-    db::events::record(&mut tx, &NewEvent::pool(name, EventType::Normal, "BatchApproved", message), now).await?;
-    tx.commit().await?;
-    state.queue.enqueue(name);
-    Ok(pool)
-}
-
-/// Returns the pool to an earlier revision's version and image (default:
-/// the newest earlier one with another image). An operator (`admin` false)
-/// may not pick another custom image for a pool with host mounts.
-pub async fn rollback(state: &AppState, name: &str, revision: Option<i64>, admin: bool) -> ApiResult<Pool> {
-    let pool = load(state, name).await?;
-    if pool.deleting {
-        return Err(ApiError::Conflict(format!("pool {name:?} is being deleted")));
-    }
-    let target = match revision {
-        Some(r) => db::revisions::get(state.db.read(), name, r).await?,
-        None => db::revisions::previous(state.db.read(), name, pool.revision).await?,
-    };
-    if let Some(target) = &target {
-        // The same rules as a PATCH of `image`: the image must be allowed,
-        // and on a pool with host mounts only an admin picks it.
-        if !state.limits().host.image_allowed(&target.desired_image) {
-            return Err(ApiError::invalid(
-                "revision",
-                "image_allowed",
-                format!(
-                    "revision {} runs {:?}, which this server no longer allows",
-                    target.revision, target.desired_image
-                ),
-            ));
-        }
-        if !admin && target.image.is_some() && target.image != pool.spec.image && !pool.spec.extra_mounts.is_empty() {
-            tracing::info!("operator tried to roll a pool with host mounts back to another custom image");
-            return Err(ApiError::Forbidden { need: "admin" });
-        }
-    }
-    let rolled =
-        reconcile::rollback::rollback(&state.db, &pool, revision, "rollback requested").await.map_err(|e| match e {
-            RollbackError::UnknownRevision { .. } => ApiError::invalid("revision", "exists", e),
-            RollbackError::Store(s) => ApiError::Database(s),
-            RollbackError::BadRevision { .. } => ApiError::Internal(e.into()),
-            other => ApiError::Conflict(other.to_string()),
-        })?;
-    changed(state, name);
-    Ok(rolled.pool)
-}
-
-/// What the reconciler would do now, for the pool as it is or with the
-/// spec `propose` makes of it. Nothing is changed.
-pub async fn plan(
-    state: &AppState,
-    name: &str,
-    propose: Option<impl FnOnce(&PoolSpec) -> ApiResult<PoolSpec>>,
-) -> ApiResult<(Pool, Plan, Counts)> {
-    let mut pool = load(state, name).await?;
-    if let Some(propose) = propose {
-        let proposed = propose(&pool.spec)?;
-        if proposed.desired_image() != pool.spec.desired_image() {
-            // A new image starts a new rollout with its first batch approved.
-            pool.batches_approved = 1;
-        }
-        pool.spec = proposed;
-    }
-    let (plan, observed) = reconcile::dry_run(&state.reconcile, &pool).await.map_err(|e| match e {
-        reconcile::ReconcileError::Runtime(r) => ApiError::Unavailable(r.to_string()),
-        reconcile::ReconcileError::Store(s) => ApiError::Database(s),
-        other => ApiError::Internal(anyhow::anyhow!(other.to_string())),
-    })?;
-    Ok((pool, plan, observed))
-}
-
-/// Machine counts observed now, for a rollout view.
-pub async fn live_counts(state: &AppState, pool: &Pool) -> ApiResult<Counts> {
-    reconcile::live_counts(&state.reconcile, pool)
-        .await
-        .map_err(|e| ApiError::Internal(anyhow::Error::new(e).context("observing the pool")))
 }

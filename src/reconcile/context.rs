@@ -10,8 +10,9 @@ use tokio::sync::mpsc;
 use super::observe::Timing;
 use super::starter::Starter;
 use super::terminator::Terminator;
-use crate::db::Db;
+use crate::db::{Db, WriteTx};
 use crate::k8s::NodeSettings;
+use crate::replicas::Fence;
 use crate::runtime::{Engines, RuntimeError, Wake};
 
 /// What every pass needs, shared by the worker and the API's dry runs.
@@ -37,17 +38,91 @@ pub struct Context {
     /// Rules of pool specs from the settings (what machines may mount and
     /// run), shared with the API.
     pub limits: Arc<crate::domain::pool::SpecLimits>,
+    /// Small writes off the worker's loop (an engine's events), tracked so
+    /// that shutdown waits for them.
+    pub tasks: tokio_util::task::TaskTracker,
+    /// The pools this replica drives, with several replicas (PostgreSQL);
+    /// `None`: this process drives every pool.
+    pub leases: Option<Arc<crate::replicas::Leases>>,
+    /// Where this pass may act: checked before every engine operation,
+    /// proven in every write transaction. [`Fence::Sole`] outside a pass.
+    pub fence: Fence,
+}
+
+impl Context {
+    /// Records an event on its own, at the clock's time; a failure is
+    /// logged, not fatal (the next pass tells the story again).
+    pub(crate) async fn record(&self, ev: &crate::domain::event::NewEvent) {
+        let recorded = async {
+            let mut tx = self.begin().await?;
+            crate::db::events::record(&mut tx, ev, self.clock.now()).await?;
+            tx.commit().await?;
+            Ok::<_, ReconcileError>(())
+        };
+        match recorded.await {
+            Ok(()) => {}
+            Err(ReconcileError::Lost(lost)) => tracing::debug!(%lost, "event not recorded"),
+            Err(e) => tracing::warn!(error = %crate::error::error_chain(&e), "recording an event failed"),
+        }
+    }
+
+    /// A write transaction of the pass: its fence proven first, so nothing
+    /// is written for a pool this replica no longer drives.
+    pub(crate) async fn begin(&self) -> Result<WriteTx, ReconcileError> {
+        let mut tx = self.db.begin_background().await?;
+        self.fence.prove(&mut tx).await?;
+        Ok(tx)
+    }
+
+    /// The replica's name for `status.driver`, with several replicas.
+    pub(crate) fn driver(&self) -> Option<String> {
+        self.leases.as_ref().map(|l| l.me.to_string())
+    }
+
+    /// Before work that leads to an engine operation of the pass.
+    pub(crate) fn may_act(&self) -> Result<(), crate::replicas::Lost> {
+        self.fence.check()
+    }
+
+    /// What an engine operation of the pass asks once it has its turn,
+    /// right before it is sent (a check before a wait for an engine's slot
+    /// would let an expired lease act).
+    pub(crate) fn gate(&self) -> impl Fn() -> bool + Sync + '_ {
+        || self.fence.check().is_ok()
+    }
+
+    /// An engine operation's result, with one the [`gate`](Self::gate)
+    /// left unsent turned into the lease's loss: the pass stops, as it
+    /// does for a write the store refuses.
+    pub(crate) fn sent<T>(&self, r: Result<T, RuntimeError>) -> Result<Result<T, RuntimeError>, crate::replicas::Lost> {
+        match r {
+            Err(RuntimeError::Fenced) => Err(self.fence.lost()),
+            r => Ok(r),
+        }
+    }
+
+    /// This context for a pass of `pool`: fenced by its lease, or `None`
+    /// when another replica drives it. Every pool is this process's
+    /// without leases.
+    pub fn for_pool(&self, pool: &str) -> Option<Context> {
+        let Some(leases) = &self.leases else { return Some(self.clone()) };
+        let fence = leases.fence(pool)?;
+        Some(Context { fence, ..self.clone() })
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
+    /// Another replica drives the pool now: the pass stops, unrecorded.
+    #[error(transparent)]
+    Lost(#[from] crate::replicas::Lost),
     #[error("store: {0}")]
     Store(#[from] sqlx::Error),
     #[error("{failed} of {total} container operations failed; first: {first}")]
     Partial { failed: usize, total: usize, first: Box<ReconcileError> },
-    /// Rule 5: the machine's node was not cordoned and drained, so its
+    /// The machine's node was not cordoned and drained, so its
     /// container is kept.
     #[error("machine {machine} kept: its node in cluster {cluster:?} was not drained")]
     Drain {
@@ -56,6 +131,15 @@ pub enum ReconcileError {
         #[source]
         source: crate::k8s::DrainError,
     },
+}
+
+impl From<crate::replicas::FenceError> for ReconcileError {
+    fn from(e: crate::replicas::FenceError) -> Self {
+        match e {
+            crate::replicas::FenceError::Lost(lost) => Self::Lost(lost),
+            crate::replicas::FenceError::Store(e) => Self::Store(e),
+        }
+    }
 }
 
 impl ReconcileError {
@@ -77,13 +161,4 @@ pub(crate) fn count_call<T>(ctx: &Context, engine: &str, op: &'static str, r: &R
         Err(_) => CallResult::Error,
     };
     ctx.metrics.runtime_call(engine, op, result);
-}
-
-/// The container is already created or gone when its record is written,
-/// and the next pass re-derives records from the engines, so a failed
-/// write is logged rather than failing the operation.
-pub(crate) fn warn_unrecorded(result: sqlx::Result<()>) {
-    if let Err(e) = result {
-        tracing::warn!(error = %e, "recording a machine change failed; the next pass will repair it");
-    }
 }

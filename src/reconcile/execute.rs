@@ -15,7 +15,8 @@ use super::terminate::deleting_event;
 use crate::db::{self, machines::Machine, pools::Pool};
 use crate::domain::event::{EventType, NewEvent};
 use crate::domain::machine::MachinePhase;
-use crate::runtime::{Container, ContainerState, CreateContainer, RuntimeError, Wake, labels};
+use crate::domain::placement::Scope;
+use crate::runtime::{Container, ContainerState, CreateContainer, Engine, RuntimeError, Wake, labels};
 
 /// Applies a plan; answers the first error of the container operations.
 pub(super) async fn execute(
@@ -26,7 +27,7 @@ pub(super) async fn execute(
 ) -> Result<(), ReconcileError> {
     let now = ctx.clock.now();
     if !plan.delete.is_empty() {
-        let mut tx = ctx.db.begin_background().await?;
+        let mut tx = ctx.begin().await?;
         for d in &plan.delete {
             db::machines::begin_termination(&mut tx, &pool.name, &d.machine, reason_text(d.reason), now).await?;
             db::events::record(&mut tx, &deleting_event(&pool.name, d), now).await?;
@@ -47,7 +48,7 @@ pub(super) async fn execute(
         let Err(e) = outcome else {
             let tx = match &mut tx {
                 Some(tx) => tx,
-                None => tx.insert(ctx.db.begin_background().await?),
+                None => tx.insert(ctx.begin().await?),
             };
             let failed = r.action == RepairAction::Restart;
             db::machines::record_restart(tx, &pool.name, &r.machine, failed, now).await?;
@@ -56,14 +57,14 @@ pub(super) async fn execute(
             db::events::record(tx, &ev, now).await?;
             continue;
         };
-        errors.push(ReconcileError::from(e));
+        errors.push(e);
     }
     for outcome in creations {
         match outcome {
             Ok((container, engine, ev)) => {
                 let tx = match &mut tx {
                     Some(tx) => tx,
-                    None => tx.insert(ctx.db.begin_background().await?),
+                    None => tx.insert(ctx.begin().await?),
                 };
                 db::machines::write_observed(tx, &created_record(&pool.name, &engine, &container, now)).await?;
                 db::events::record(tx, &ev, now).await?;
@@ -76,6 +77,10 @@ pub(super) async fn execute(
     }
     let total = plan.repair.len() + plan.create.len();
     let failed = errors.len();
+    // A lost lease stops the pass, whatever else failed.
+    if let Some(i) = errors.iter().position(|e| matches!(e, ReconcileError::Lost(_))) {
+        return Err(errors.swap_remove(i));
+    }
     match errors.into_iter().next() {
         None => Ok(()),
         Some(first) if total == 1 => Err(first),
@@ -115,16 +120,22 @@ fn repair_event(pool: &str, r: &Repair, record: Option<&Machine>, next_wait: std
     NewEvent::pool(pool, EventType::Normal, reason, what)
 }
 
-async fn repair(ctx: &Context, r: &Repair) -> Result<(), RuntimeError> {
+async fn repair(ctx: &Context, r: &Repair) -> Result<(), ReconcileError> {
+    ctx.may_act()?;
     let engine = ctx
         .engines
         .get(&r.engine)
         .ok_or_else(|| RuntimeError::Unavailable(format!("engine {:?} is not registered", r.engine)))?;
     let (op, result) = match r.action {
-        RepairAction::Start | RepairAction::Restart => ("start", engine.start(&r.container_id).await),
-        RepairAction::Unpause => ("unpause", engine.unpause(&r.container_id).await),
+        RepairAction::Start | RepairAction::Restart => ("start", engine.start(&r.container_id, &ctx.gate()).await),
+        RepairAction::Unpause => ("unpause", engine.unpause(&r.container_id, &ctx.gate()).await),
     };
+    let result = ctx.sent(result)?;
     count_call(ctx, &r.engine, op, &result);
+    if r.action == RepairAction::Start {
+        // The first start of a new machine, cut short earlier: placement.
+        placed(ctx, &engine, Scope::Engine, &result).await;
+    }
     result?;
     tracing::info!(machine = %r.machine, engine = %r.engine, action = ?r.action, "machine repaired");
     Ok(())
@@ -142,17 +153,23 @@ fn start_in_background(ctx: &Context, pool: &str, engine: &str, container_id: &s
     let cancel = ctx.starter.cancelled();
     let starter = std::sync::Arc::clone(&ctx.starter);
     starter.spawn(async move {
+        let gate = ctx.gate();
         let started = match ctx.engines.get(&engine_name) {
             None => None,
             Some(engine) => tokio::select! {
                 // Shutting down: the next run starts the created container.
                 _ = cancel.cancelled() => None,
-                r = engine.start(&id) => Some(r),
+                // Unsent when the lease was lost meanwhile: the new driver
+                // starts it.
+                r = engine.start(&id, &gate) => ctx.sent(r).ok(),
             },
         };
         ctx.starter.done(&id);
         if let Some(result) = &started {
             count_call(&ctx, &engine_name, "start", result);
+            if let Some(engine) = ctx.engines.get(&engine_name) {
+                placed(&ctx, &engine, Scope::Engine, result).await;
+            }
             if let Err(e) = result {
                 tracing::warn!(pool, engine = %engine_name, container = %id, error = %e,
                     "starting a new machine failed; the next pass tries again");
@@ -185,8 +202,9 @@ async fn create(ctx: &Context, pool: &Pool, c: &Creation) -> Result<(Container, 
         .get(&c.engine)
         .ok_or_else(|| RuntimeError::Unavailable(format!("engine {:?} is not registered", c.engine)))?;
     let name = unused_name(ctx).await?;
-    let mut container_labels: HashMap<String, String> = pool.spec.labels.clone().into_iter().collect();
+    let mut container_labels: HashMap<String, String> = pool.spec.labels().clone().into_iter().collect();
     container_labels.insert(labels::POOL.into(), pool.name.clone());
+    container_labels.insert(labels::ENGINE.into(), c.engine.clone());
     container_labels.insert(labels::MANAGED_BY.into(), labels::MANAGED_BY_VALUE.into());
     if let Some(fd) = &c.failure_domain {
         container_labels.insert(labels::FAILURE_DOMAIN.into(), fd.clone());
@@ -195,12 +213,27 @@ async fn create(ctx: &Context, pool: &Pool, c: &Creation) -> Result<(Container, 
         name: name.clone(),
         image: pool.spec.desired_image(),
         labels: container_labels,
-        mounts: pool.spec.extra_mounts.clone(),
+        mounts: pool.spec.extra_mounts().to_vec(),
         stop_timeout_secs: ctx.stop_timeout_secs,
     };
-    let created = engine.create(&spec).await;
+    ctx.may_act()?;
+    let created = ctx.sent(engine.create(&spec, &ctx.gate()).await)?;
     count_call(ctx, &c.engine, "create", &created);
+    let scope = match &created {
+        Err(RuntimeError::ImageMissing(image)) => Some(Scope::Image(image.clone())),
+        // Our own name collision says nothing of the engine.
+        Err(RuntimeError::NameInUse(_)) => None,
+        Err(_) => Some(Scope::Engine),
+        Ok(_) => Some(Scope::Image(spec.image.clone())),
+    };
+    if let Some(scope) = scope {
+        placed(ctx, &engine, scope, &created).await;
+    }
     let container = created?;
+    if container.state != ContainerState::Created {
+        // Created and started in one call (the simulated engine).
+        placed(ctx, &engine, Scope::Engine, &Ok::<(), RuntimeError>(())).await;
+    }
     // Each start goes as soon as its container exists, not after the
     // pass's last creation.
     if container.state == ContainerState::Created {
@@ -215,6 +248,33 @@ async fn create(ctx: &Context, pool: &Pool, c: &Creation) -> Result<(Container, 
     );
     tracing::info!(machine = %name, engine = %c.engine, "machine created");
     Ok((container, c.engine.clone(), ev))
+}
+
+/// Feeds the outcome of a placement (a create, or the first start of a
+/// new machine) to the engine's breaker, and tells the engine's events when
+/// the breaker opens or closes.
+async fn placed<T>(ctx: &Context, engine: &Engine, scope: Scope, result: &Result<T, RuntimeError>) {
+    let now = ctx.clock.now();
+    let what = match &scope {
+        Scope::Engine => "new machines".to_owned(),
+        Scope::Image(image) => format!("new machines of {image}"),
+    };
+    let ev = match result {
+        Ok(_) => engine.placement_succeeded(&scope).then(|| {
+            NewEvent::engine(&engine.name, EventType::Normal, "PlacementResumed", format!("{what} go here again"))
+        }),
+        Err(e) => engine.placement_failed(scope, e, now).map(|trip| {
+            let message = format!(
+                "{e}: no {what} go here before {} (failure {} in a row); the pools place them on other engines",
+                trip.until.format("%H:%M:%S UTC"),
+                trip.failures
+            );
+            NewEvent::engine(&engine.name, EventType::Warning, "PlacementBackedOff", message)
+        }),
+    };
+    if let Some(ev) = ev {
+        ctx.record(&ev).await;
+    }
 }
 
 /// The record of a machine this pass created: creating or starting, until

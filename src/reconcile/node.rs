@@ -1,49 +1,48 @@
-//! Rule 5 of the pool reconcile: a machine of a pool that belongs to a
-//! cluster is a Kubernetes node, and it leaves the cluster before its
+//! A machine of a pool that belongs to a cluster is a Kubernetes node, and it leaves the cluster before its
 //! container goes: cordon, drain, then (after the container) the Node
 //! object. A drain that fails keeps the machine; the pass fails and the
 //! worker tries again with backoff. The node stays cordoned meanwhile, as
 //! after a failed `kubectl drain`.
 
-use chrono::Utc;
-
-use super::context::{Context, ReconcileError, warn_unrecorded};
-use crate::db::{self, pools::Pool};
+use super::context::{Context, ReconcileError};
+use crate::clusters::ConnectError;
+use crate::db::pools::Pool;
 use crate::domain::event::{EventType, NewEvent};
 use crate::k8s::drain::NodeDrain;
 use crate::k8s::{ClusterApi, DrainError};
 
 fn drain_failed(pool: &Pool, machine: &str, source: DrainError) -> ReconcileError {
-    let cluster = pool.spec.cluster.clone().unwrap_or_default();
+    let cluster = pool.spec.cluster().unwrap_or_default().to_owned();
     ReconcileError::Drain { machine: machine.to_owned(), cluster, source }
 }
 
 async fn record(ctx: &Context, pool: &Pool, reason: &'static str, message: String) {
     let ev = NewEvent::pool(&pool.name, EventType::Normal, reason, message);
-    warn_unrecorded(db::events::record_alone(&ctx.db, &ev, Utc::now()).await);
+    ctx.record(&ev).await;
 }
 
 /// Cordons and drains the machine's node when the pool belongs to a
 /// cluster. Answers the cluster's API (to delete the Node once the
 /// container is gone), or `None` when the pool belongs to no cluster.
-#[tracing::instrument(skip(ctx, pool), fields(pool = %pool.name, cluster = ?pool.spec.cluster))]
+#[tracing::instrument(skip(ctx, pool), fields(pool = %pool.name, cluster = ?pool.spec.cluster()))]
 pub(super) async fn leave_cluster(
     ctx: &Context,
     pool: &Pool,
     machine: &str,
 ) -> Result<Option<ClusterApi>, ReconcileError> {
-    let Some(cluster) = pool.spec.cluster.as_deref() else { return Ok(None) };
+    let Some(cluster) = pool.spec.cluster() else { return Ok(None) };
     let settings = ctx.nodes;
-    let Some(credentials) = db::clusters::credentials(ctx.db.background(), cluster).await? else {
-        return Err(drain_failed(pool, machine, DrainError::UnknownCluster(cluster.to_owned())));
+    let api = match crate::clusters::connect(ctx.db.background(), cluster, settings.retry).await {
+        Ok(api) => api.with_metrics(ctx.metrics.clone()),
+        Err(ConnectError::NotRegistered(_)) => {
+            return Err(drain_failed(pool, machine, DrainError::UnknownCluster(cluster.to_owned())));
+        }
+        // Unusable stored credentials fail the pass (Reconciled=False), never the process.
+        Err(ConnectError::Unusable { source, .. }) => {
+            return Err(drain_failed(pool, machine, DrainError::Credentials(source)));
+        }
+        Err(ConnectError::Store(e)) => return Err(e.into()),
     };
-    // Unusable stored credentials fail the pass (Reconciled=False), never the process.
-    let client = credentials
-        .map_err(|e| drain_failed(pool, machine, DrainError::Credentials(e)))?
-        .client(settings.retry.call_timeout)
-        .await
-        .map_err(|e| drain_failed(pool, machine, DrainError::Credentials(e)))?;
-    let api = ClusterApi::new(client, settings.retry).with_metrics(ctx.metrics.clone());
     // The node is named like the machine: kind names its nodes after their containers.
     let drain = NodeDrain::new(&api, machine, settings.drain);
     if !drain.cordon().await.map_err(|e| drain_failed(pool, machine, e))? {
@@ -80,5 +79,5 @@ pub(super) async fn forget_node(ctx: &Context, pool: &Pool, api: &ClusterApi, ma
         "NodeDeleteFailed",
         format!("node {machine} stays in the cluster; delete it by hand: {failure}"),
     );
-    warn_unrecorded(db::events::record_alone(&ctx.db, &ev, Utc::now()).await);
+    ctx.record(&ev).await;
 }

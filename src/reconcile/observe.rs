@@ -13,7 +13,7 @@ use super::plan::Observed;
 use crate::db::machines::Machine;
 use crate::domain::machine::{MachinePhase, RestartPolicy};
 use crate::domain::pool::PoolSpec;
-use crate::runtime::{Container, ContainerState, HealthState};
+use crate::runtime::{Container, ContainerState, HealthState, Unplaceable};
 
 /// The timing rules of machines, from the server's settings.
 #[derive(Debug, Clone, Copy)]
@@ -21,19 +21,12 @@ pub struct Timing {
     /// How long a container without a health check must have run before
     /// it counts as ready: a process that dies on start never does.
     pub settle: Duration,
-    /// How long an engine may be unreachable before its machines are given
-    /// up for lost and replaced elsewhere.
-    pub lost_after: Duration,
     pub restart: RestartPolicy,
 }
 
 impl Default for Timing {
     fn default() -> Self {
-        Self {
-            settle: Duration::from_millis(500),
-            lost_after: Duration::from_secs(30),
-            restart: RestartPolicy::default(),
-        }
+        Self { settle: Duration::from_millis(500), restart: RestartPolicy::default() }
     }
 }
 
@@ -43,9 +36,7 @@ pub struct EngineView {
     pub name: String,
     /// Listed, and answering: what its cache says is current.
     pub reachable: bool,
-    /// Listed at least once: its cache holds what it had then.
-    pub listed: bool,
-    /// Unreachable (or never listed) past `lost_after`.
+    /// Unreachable (or never listed) past `--engine-lost-after`.
     pub lost: bool,
     /// When it will be given up for lost, while it does not answer.
     pub lost_at: Option<DateTime<Utc>>,
@@ -54,6 +45,21 @@ pub struct EngineView {
     /// The pool may place machines here: its placement names or selects the
     /// engine, and the engine is not draining. Machines elsewhere are moved.
     pub allowed: bool,
+    /// Why no new machine of the pool's image may go here now, if none may:
+    /// it does not answer, or its placement breaker is open.
+    pub unplaceable: Option<Unplaceable>,
+    /// Its own placement breaker is open: its creates or starts fail.
+    pub failing: bool,
+    /// Its first list is under way (for a few seconds at most): what it
+    /// holds is not known yet, so new machines wait for it.
+    pub first_list: bool,
+}
+
+impl EngineView {
+    /// New machines of the pool may go here now.
+    pub fn placeable(&self) -> bool {
+        self.allowed && self.unplaceable.is_none()
+    }
 }
 
 /// One machine as observed, with the details the planner does not need
@@ -90,16 +96,19 @@ fn after(t: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
     t + chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
 }
 
+/// What the engines and the store hold of one pool, as one pass found it.
+pub struct World<'a> {
+    /// Containers, each with the engine it runs on.
+    pub containers: &'a [(String, Container)],
+    pub records: &'a [Machine],
+    pub engines: &'a [EngineView],
+    /// Containers whose first start runs in the background now.
+    pub starting: &'a HashSet<String>,
+}
+
 /// Joins containers (with the engine each runs on) and records.
-pub fn observe(
-    pool: &str,
-    containers: &[(String, Container)],
-    records: &[Machine],
-    engines: &[EngineView],
-    spec: &PoolSpec,
-    timing: &Timing,
-    now: DateTime<Utc>,
-) -> Observation {
+pub fn observe(pool: &str, world: &World<'_>, spec: &PoolSpec, timing: &Timing, now: DateTime<Utc>) -> Observation {
+    let World { containers, records, engines, starting } = *world;
     let mut obs = Observation::default();
     let engine = |name: &str| engines.iter().find(|e| e.name == name);
     let by_name: HashMap<&str, &Machine> = records.iter().map(|r| (r.name.as_str(), r)).collect();
@@ -112,6 +121,8 @@ pub fn observe(
             reachable: view.is_some_and(|e| e.reachable),
             lost: view.is_none_or(|e| e.lost),
             allowed: view.is_some_and(|e| e.allowed),
+            failing: view.is_some_and(|e| e.failing),
+            starting: starting.contains(&c.id),
         };
         let look = Look { pool, spec, timing, now };
         let seen = machine(look, found, c, by_name.get(c.name.as_str()).copied(), &mut obs);
@@ -139,10 +150,9 @@ pub fn observe(
         }
     }
     for e in engines {
-        // An engine that does not answer is given up at `lost_after`: that
-        // changes this pool if it has machines there, or if the engine was
-        // never listed (creations wait for it).
-        let concerned = !e.listed || obs.machines.iter().any(|m| m.observed.engine == e.name);
+        // An engine that does not answer is given up at its lost time: that
+        // changes this pool if it has machines there.
+        let concerned = obs.machines.iter().any(|m| m.observed.engine == e.name);
         if let (Some(at), true) = (e.lost_at, concerned && !e.lost) {
             obs.change_at(at);
         }
@@ -169,6 +179,8 @@ fn from_record(r: &Machine, engine: &EngineView, spec: &PoolSpec) -> Observed {
         failed_restarts: r.failed_restarts,
         failure_domain: r.failure_domain.clone(),
         created_at: r.created_at.timestamp(),
+        engine_failing: engine.failing,
+        start_in_flight: false,
     }
 }
 
@@ -203,6 +215,10 @@ struct Found<'a> {
     reachable: bool,
     lost: bool,
     allowed: bool,
+    /// The engine's placement breaker is open.
+    failing: bool,
+    /// The container's first start runs in the background now.
+    starting: bool,
 }
 
 /// The pool being observed, its rules and the moment of the look.
@@ -216,7 +232,7 @@ struct Look<'a> {
 
 fn machine(look: Look<'_>, found: Found<'_>, c: &Container, record: Option<&Machine>, obs: &mut Observation) -> Seen {
     let Look { pool, spec, timing, now } = look;
-    let Found { engine, reachable, lost, allowed } = found;
+    let Found { engine, reachable, lost, allowed, failing, starting } = found;
     let terminating = record.and_then(|r| r.terminating_since).is_some();
     let (mut phase, mut ready_since) = (MachinePhase::Unknown, None);
     if reachable {
@@ -242,7 +258,7 @@ fn machine(look: Look<'_>, found: Found<'_>, c: &Container, record: Option<&Mach
     }
     let ready = ready_since.is_some();
     let up_to_date = c.image == spec.desired_image() && allowed;
-    let min_ready = Duration::from_secs(u64::from(spec.min_ready_seconds));
+    let min_ready = Duration::from_secs(u64::from(spec.min_ready_seconds()));
     let available = ready_since.is_some_and(|since| {
         let at = after(since, min_ready);
         if now < at {
@@ -251,7 +267,7 @@ fn machine(look: Look<'_>, found: Found<'_>, c: &Container, record: Option<&Mach
         now >= at
     });
     let started = c.started_at.unwrap_or(c.created_at);
-    let timeout_at = after(started, Duration::from_secs(u64::from(spec.machine_ready_timeout())));
+    let timeout_at = after(started, Duration::from_secs(u64::from(spec.machine_ready_timeout_seconds())));
     let unready_running = matches!(phase, MachinePhase::Running | MachinePhase::Starting) && !ready;
     let stuck = up_to_date && unready_running && now > timeout_at;
     if up_to_date && unready_running && !stuck {
@@ -308,6 +324,8 @@ fn machine(look: Look<'_>, found: Found<'_>, c: &Container, record: Option<&Mach
         failed_restarts,
         failure_domain: record.failure_domain.clone(),
         created_at: c.created_at.timestamp(),
+        engine_failing: failing,
+        start_in_flight: starting,
     };
     Seen { observed, record }
 }

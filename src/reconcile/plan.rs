@@ -2,8 +2,9 @@
 //! it observed and what the pool asks for. No IO happens here, so every
 //! rule is tested with tables and random worlds.
 //!
-//! The rules are the MachinePool seed's, generalised by a rolling-update
-//! strategy (the seed is `max_surge = 100%`, `max_unavailable = 0`):
+//! The rules are those of Cluster API's Docker MachinePool controller,
+//! generalised by a rolling-update strategy (its behaviour is
+//! `max_surge = 100%`, `max_unavailable = 0`; docs/machines.md):
 //!
 //! 1. Create `replicas - up-to-date` machines, never more than fit under
 //!    `replicas + max_surge` in all. Creation never deletes.
@@ -15,7 +16,7 @@
 //!    `replicas - max_unavailable`, and never delete an up-to-date machine
 //!    while up-to-date machines do not exceed `replicas`.
 //!
-//! Beyond the seed:
+//! Beyond those rules:
 //! - *Broken* machines (exited, paused, dead) are repaired: restarted in
 //!   place or unpaused once their backoff has passed; replaced after too
 //!   many failed restarts, or at once when dead. A never-started container
@@ -27,6 +28,11 @@
 //!   done to them, and they still count, until the engine is given up for
 //!   *lost*; then they count toward nothing and are replaced elsewhere. If
 //!   the engine comes back, the surplus goes by rule 2, fullest engine first.
+//! - New machines go only to engines that answer and whose placement is not
+//!   backed off (see `domain::placement`); spreading over engines is a
+//!   preference for where new machines go, never a reason to delete one.
+//!   A container created but never started on a backed-off engine is
+//!   replaced elsewhere. What no engine can take is counted as `unplaced`.
 //! - A machine counts as *available* only once it has been ready for
 //!   `min_ready_seconds`; machines running but unready past the ready
 //!   timeout are replaced a few at a time; with batch approval a rollout
@@ -70,9 +76,39 @@ pub struct Observed {
     pub failure_domain: Option<String>,
     /// Creation time in seconds; orders candidates of equal rank.
     pub created_at: i64,
+    /// Its engine's placement breaker is open (creates or starts there
+    /// fail): a container never started there is replaced elsewhere.
+    pub engine_failing: bool,
+    /// Its first start runs in the background now: it is neither broken
+    /// nor due a start.
+    pub start_in_flight: bool,
 }
 
 impl Observed {
+    /// A machine on engine `e0`, running (ready) or starting (not ready).
+    #[cfg(test)]
+    pub(crate) fn for_test(name: &str, up_to_date: bool, ready: bool) -> Observed {
+        Observed {
+            name: name.into(),
+            container_id: format!("id-{name}"),
+            engine: "e0".into(),
+            phase: if ready { MachinePhase::Running } else { MachinePhase::Starting },
+            up_to_date,
+            ready,
+            available: ready,
+            stuck: false,
+            delete_requested: false,
+            deleting: false,
+            lost: false,
+            repair_due: false,
+            failed_restarts: 0,
+            failure_domain: None,
+            created_at: 0,
+            engine_failing: false,
+            start_in_flight: false,
+        }
+    }
+
     fn terminating(&self) -> bool {
         self.phase == MachinePhase::Terminating
     }
@@ -93,7 +129,8 @@ impl Observed {
 pub struct Desired {
     pub replicas: u32,
     pub failure_domains: Vec<String>,
-    /// Engines new machines may go to: the pool's engines that answer.
+    /// Engines new machines may go to: the pool's engines that answer and
+    /// whose placement is not backed off.
     pub engines: Vec<String>,
     pub max_surge: u32,
     pub max_unavailable: u32,
@@ -173,6 +210,9 @@ pub struct Plan {
     pub delete: Vec<Deletion>,
     pub repair: Vec<Repair>,
     pub create: Vec<Creation>,
+    /// New machines the pool needs now that no engine can take: every
+    /// engine it may use is unreachable, draining or backed off.
+    pub unplaced: u32,
 }
 
 impl Plan {
@@ -189,6 +229,7 @@ impl Plan {
     /// restarts of machines that ran.
     pub fn without_new_machines(&mut self, machines: &[Observed], replicas: u32) {
         self.create.clear();
+        self.unplaced = 0;
         self.repair.retain(|r| r.action != RepairAction::Start);
         let active = machines.iter().filter(|m| m.active()).count();
         let replaced =
@@ -232,7 +273,8 @@ pub fn plan(machines: &[Observed], desired: &Desired) -> Plan {
     s.excess();
     s.broken();
     s.stuck();
-    p.create = s.creations();
+    let (create, unplaced) = s.creations();
+    (p.create, p.unplaced) = (create, unplaced);
     p.delete = s.delete;
     p.repair = s.repair;
     p
@@ -379,12 +421,16 @@ impl<'a> Selection<'a> {
 
     /// Broken up-to-date machines: repaired in place when their backoff has
     /// passed, replaced when dead or after too many failed restarts.
+    /// A container created but never started, on an engine whose breaker
+    /// is open, is replaced elsewhere rather than started there.
     fn broken(&mut self) {
-        for i in self.open(|m| m.up_to_date && (m.phase.is_broken() || m.phase == MachinePhase::Creating)) {
+        let due = |m: &Observed| m.phase.is_broken() || (m.phase == MachinePhase::Creating && !m.start_in_flight);
+        for i in self.open(|m| m.up_to_date && due(m)) {
             let m = &self.machines[i];
             let action = match m.phase {
                 MachinePhase::Dead => None,
                 _ if m.failed_restarts >= self.desired.max_failed_restarts => None,
+                MachinePhase::Creating if m.engine_failing => None,
                 MachinePhase::Creating => Some(RepairAction::Start),
                 MachinePhase::Paused => Some(RepairAction::Unpause),
                 _ => Some(RepairAction::Restart),
@@ -422,8 +468,8 @@ impl<'a> Selection<'a> {
 
     /// Rule 1: enough new machines to reach `replicas` up to date, within
     /// the surge bound and the approved batches, spread over engines and
-    /// failure domains.
-    fn creations(&self) -> Vec<Creation> {
+    /// failure domains; and how many of them no engine can take.
+    fn creations(&self) -> (Vec<Creation>, u32) {
         let d = self.desired;
         let remaining =
             || self.machines.iter().zip(&self.deleted).filter(|(m, gone)| !**gone && m.active()).map(|(m, _)| m);
@@ -441,15 +487,16 @@ impl<'a> Selection<'a> {
         let approved = d.max_updated.map_or(usize::MAX, |a| (a as usize).saturating_sub(up_to_date));
         let count = want.min(room).min(approved);
         if d.engines.is_empty() {
-            return Vec::new();
+            return (Vec::new(), u32::try_from(count).unwrap_or(u32::MAX));
         }
         let engines = spread(&d.engines, remaining().map(|m| m.engine.as_str()), count);
         let domains = spread(&d.failure_domains, remaining().filter_map(|m| m.failure_domain.as_deref()), count);
-        engines
+        let create = engines
             .into_iter()
             .zip(domains.into_iter().map(Some).chain(std::iter::repeat(None)))
             .map(|(engine, failure_domain)| Creation { engine, failure_domain })
-            .collect()
+            .collect();
+        (create, 0)
     }
 }
 

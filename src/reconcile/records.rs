@@ -1,4 +1,4 @@
-//! Rules 2 and 3 of the seed, on the store: every container has a record
+//! Machine records, kept by what the engines report: every container has a record
 //! that says what was last observed of it; records whose container is gone
 //! are dropped, so that the next plan replaces them. Only records that
 //! changed are written, all in one transaction with the events that explain
@@ -75,7 +75,7 @@ pub(super) async fn sync(
     if changed.is_empty() && obs.vanished.is_empty() {
         return Ok(());
     }
-    let mut tx = ctx.db.begin_background().await?;
+    let mut tx = ctx.begin().await?;
     for r in changed {
         let record = Machine { updated_at: now, ..r.clone() };
         db::machines::write_observed(&mut tx, &record).await?;

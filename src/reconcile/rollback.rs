@@ -1,12 +1,12 @@
 //! Returning a pool to an earlier revision: by request, or by itself when
 //! a rollout stalls and `strategy.auto_rollback` is set.
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 
 use crate::db::{self, Db, pools::Pool};
 use crate::domain::event::{EventType, NewEvent};
-use crate::domain::pool::PoolSpec;
-use crate::domain::version::KubeVersion;
+use crate::domain::pool::SpecLimits;
+use crate::replicas::Fence;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RollbackError {
@@ -22,6 +22,18 @@ pub enum RollbackError {
     BadRevision { revision: i64, version: String },
     #[error("store: {0}")]
     Store(#[from] sqlx::Error),
+    /// The reconciler's rollback, by a replica that no longer drives the pool.
+    #[error(transparent)]
+    Lost(#[from] crate::replicas::Lost),
+}
+
+impl From<crate::replicas::FenceError> for RollbackError {
+    fn from(e: crate::replicas::FenceError) -> Self {
+        match e {
+            crate::replicas::FenceError::Lost(lost) => Self::Lost(lost),
+            crate::replicas::FenceError::Store(e) => Self::Store(e),
+        }
+    }
 }
 
 /// The pool after a rollback, at the new revision that restores the old image.
@@ -36,7 +48,15 @@ pub struct RolledBack {
 /// Sets the pool's `version` and `image` to those of `target` (default: the
 /// newest earlier revision with another image), only if the pool is still
 /// at the generation it was read at. Makes a new revision and an event.
-pub async fn rollback(db: &Db, pool: &Pool, target: Option<i64>, why: &str) -> Result<RolledBack, RollbackError> {
+/// `fence` is the reconciler's ([`Fence::Sole`] for a request's).
+pub async fn rollback(
+    db: &Db,
+    fence: &Fence,
+    pool: &Pool,
+    target: Option<i64>,
+    why: &str,
+    now: DateTime<Utc>,
+) -> Result<RolledBack, RollbackError> {
     let rev = match target {
         Some(revision) => db::revisions::get(db.read(), &pool.name, revision)
             .await?
@@ -45,18 +65,20 @@ pub async fn rollback(db: &Db, pool: &Pool, target: Option<i64>, why: &str) -> R
             .await?
             .ok_or_else(|| RollbackError::NoPrevious(pool.name.clone()))?,
     };
-    let version: KubeVersion = rev
-        .version
-        .parse()
+    // The revision's version and image, by the spec's rules; today's
+    // settings are checked on every pass, as for any stored spec.
+    let back = serde_json::json!({ "version": rev.version, "image": rev.image });
+    let spec = pool
+        .spec
+        .patched(&back, &SpecLimits::unrestricted())
         .map_err(|_| RollbackError::BadRevision { revision: rev.revision, version: rev.version.clone() })?;
-    let spec = PoolSpec { version, image: rev.image.clone(), ..pool.spec.clone() };
     if spec.desired_image() == pool.spec.desired_image() {
         return Err(RollbackError::SameImage(rev.revision));
     }
-    let now = Utc::now();
     // A request's rollback, or the reconciler's when a rollout stalls: rare
     // either way, and someone waits for it.
     let mut tx = db.begin_write().await?;
+    fence.prove(&mut tx).await?;
     let event = |revision: Option<i64>| {
         let revision = revision.unwrap_or(pool.revision);
         let message =

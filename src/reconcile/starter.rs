@@ -37,9 +37,9 @@ impl Starter {
         self.in_flight.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Whether the container's start is in flight.
-    pub fn in_flight(&self, container_id: &str) -> bool {
-        self.in_flight_set().contains(container_id)
+    /// The containers whose start is in flight now.
+    pub fn in_flight_ids(&self) -> HashSet<String> {
+        self.in_flight_set().clone()
     }
 
     /// Takes on the container's start, unless it is in flight (`false`).

@@ -12,8 +12,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chrono::Utc;
-
 use super::context::{Context, ReconcileError};
 use super::node;
 use super::plan::{DeleteReason, Deletion};
@@ -86,27 +84,29 @@ async fn delete_machine(ctx: &Context, pool: &Pool, d: &Deletion) -> Result<(), 
     if engine.reachable() && engine.container(&d.container_id).is_none() {
         // Gone already: a deletion that finished just before this one was
         // handed over (the pass that did so had looked before it ended).
-        let mut tx = ctx.db.begin_background().await?;
+        let mut tx = ctx.begin().await?;
         db::machines::delete(&mut tx, &pool.name, &d.machine).await?;
         tx.commit().await?;
         return Ok(());
     }
     // Draining waits on the cluster, not on the engine.
+    ctx.may_act()?;
     let cluster = node::leave_cluster(ctx, pool, &d.machine).await?;
-    let removed = engine.remove(&d.container_id, ctx.stop_timeout_secs).await;
+    ctx.may_act()?;
+    let removed = ctx.sent(engine.remove(&d.container_id, ctx.stop_timeout_secs, &ctx.gate()).await)?;
     super::context::count_call(ctx, &d.engine, "remove", &removed);
     removed?;
     if let Some(api) = &cluster {
         node::forget_node(ctx, pool, api, &d.machine).await;
     }
-    let now = Utc::now();
+    let now = ctx.clock.now();
     let ev = NewEvent::pool(
         &pool.name,
         EventType::Normal,
         "MachineDeleted",
         format!("deleted {} ({:.1} s to stop and remove)", d.machine, started.elapsed().as_secs_f64()),
     );
-    let mut tx = ctx.db.begin_background().await?;
+    let mut tx = ctx.begin().await?;
     db::machines::delete(&mut tx, &pool.name, &d.machine).await?;
     db::events::record(&mut tx, &ev, now).await?;
     tx.commit().await?;
@@ -129,6 +129,6 @@ async fn report_failure(ctx: &Context, pool: &Pool, d: &Deletion, e: &ReconcileE
     if n == 1 || n.is_power_of_two() {
         let reason = if matches!(e, ReconcileError::Drain { .. }) { "DrainFailed" } else { "MachineDeleteFailed" };
         let ev = NewEvent::pool(&pool.name, EventType::Warning, reason, message);
-        super::context::warn_unrecorded(db::events::record_alone(&ctx.db, &ev, Utc::now()).await);
+        ctx.record(&ev).await;
     }
 }

@@ -26,7 +26,7 @@ use tokio_util::time::{DelayQueue, delay_queue};
 use super::context::{Context, ReconcileError};
 use super::{Outcome, reconcile_once, record_failure};
 use crate::metrics::PassOutcome;
-use crate::runtime::Wake;
+use crate::runtime::{EngineChange, Wake};
 
 /// Asks the worker for a pass. Cheap to clone; sending never blocks.
 #[derive(Clone)]
@@ -62,13 +62,9 @@ pub struct WorkerSettings {
 
 const BASE_BACKOFF: Duration = Duration::from_millis(500);
 
-/// Exponential backoff for the `failures`-th consecutive failure, with
-/// jitter in [d/2, d] so that many failing pools do not retry in lockstep.
+/// The wait after the `failures`-th consecutive failure of a pool's pass.
 pub fn backoff(failures: u32, cap: Duration) -> Duration {
-    let exp = BASE_BACKOFF.saturating_mul(1u32 << failures.saturating_sub(1).min(20));
-    let d = exp.min(cap);
-    let half = d / 2;
-    half + half.mul_f64(rand::rng().random::<f64>())
+    crate::domain::backoff::jittered(BASE_BACKOFF, failures, cap)
 }
 
 /// `d` give or take a tenth.
@@ -162,8 +158,54 @@ impl Timers {
     }
 }
 
-struct Scheduler {
-    ctx: Context,
+/// What the scheduler asks of the pools: a pass of one, the record of a
+/// pass that failed, every pool's name, and the story of an engine. The
+/// reconciler's [`Context`] is the real one; tests drive the scheduler with
+/// one of their own under paused time.
+pub trait Passes: Clone + Send + Sync + 'static {
+    fn pass(&self, pool: &str) -> impl Future<Output = Result<Outcome, ReconcileError>> + Send;
+    fn failed(&self, pool: &str, error: &ReconcileError) -> impl Future<Output = ()> + Send;
+    fn pools(&self) -> impl Future<Output = sqlx::Result<Vec<String>>> + Send;
+    fn engine_changed(&self, engine: &str, change: EngineChange, message: String);
+}
+
+impl Passes for Context {
+    async fn pass(&self, pool: &str) -> Result<Outcome, ReconcileError> {
+        // Another replica drives the pool: nothing to do here, and no
+        // timers to keep for it (the keeper wakes it if it comes back).
+        let Some(ctx) = self.for_pool(pool) else { return Ok(Outcome::Gone) };
+        let timer = self.metrics.reconcile_timer(pool);
+        let result = reconcile_once(&ctx, pool).await;
+        timer.finish(match &result {
+            Ok(Outcome::Idle) => PassOutcome::Converged,
+            Ok(Outcome::Requeue(_)) => PassOutcome::Progressing,
+            Ok(Outcome::Gone) => PassOutcome::Gone,
+            Err(_) => PassOutcome::Error,
+        });
+        self.changes.pool(pool);
+        result
+    }
+
+    async fn failed(&self, pool: &str, error: &ReconcileError) {
+        if let Some(ctx) = self.for_pool(pool) {
+            record_failure(&ctx, pool, error).await;
+        }
+    }
+
+    async fn pools(&self) -> sqlx::Result<Vec<String>> {
+        match &self.leases {
+            Some(leases) => Ok(leases.held_names()),
+            None => crate::db::pools::names(self.db.background()).await,
+        }
+    }
+
+    fn engine_changed(&self, engine: &str, change: EngineChange, message: String) {
+        super::engine_events::record(self, engine, change, message);
+    }
+}
+
+struct Scheduler<P: Passes> {
+    passes: P,
     settings: WorkerSettings,
     ready: ReadyQueue,
     running: HashSet<String>,
@@ -178,7 +220,7 @@ struct Scheduler {
     task_pools: HashMap<tokio::task::Id, String>,
 }
 
-impl Scheduler {
+impl<P: Passes> Scheduler<P> {
     fn wake(&mut self, pool: String, priority: Priority) {
         if self.running.contains(&pool) {
             if priority == Priority::Wake {
@@ -197,7 +239,7 @@ impl Scheduler {
     }
 
     async fn wake_all(&mut self, priority: Priority) {
-        match crate::db::pools::names(self.ctx.db.background()).await {
+        match self.passes.pools().await {
             Ok(names) => names.into_iter().for_each(|n| self.wake(n, priority)),
             Err(e) => tracing::warn!(error = %e, "listing pools for a resync failed"),
         }
@@ -212,19 +254,11 @@ impl Scheduler {
     }
 
     fn start(&mut self, pool: String) {
-        let ctx = self.ctx.clone();
+        let passes = self.passes.clone();
         self.running.insert(pool.clone());
         let task_pool = pool.clone();
         let handle = self.tasks.spawn(async move {
-            let timer = ctx.metrics.reconcile_timer(&task_pool);
-            let result = reconcile_once(&ctx, &task_pool).await;
-            timer.finish(match &result {
-                Ok(Outcome::Idle) => PassOutcome::Converged,
-                Ok(Outcome::Requeue(_)) => PassOutcome::Progressing,
-                Ok(Outcome::Gone) => PassOutcome::Gone,
-                Err(_) => PassOutcome::Error,
-            });
-            ctx.changes.pool(&task_pool);
+            let result = passes.pass(&task_pool).await;
             (task_pool, result)
         });
         self.task_pools.insert(handle.id(), pool);
@@ -247,12 +281,21 @@ impl Scheduler {
                 self.failures.remove(&pool);
                 self.soon.set(&pool, after);
             }
+            Err(ReconcileError::Lost(lost)) => {
+                // Handed over or lost mid-pass: the new driver carries on.
+                tracing::info!(%lost, "pass stopped");
+                self.failures.remove(&pool);
+                self.soon.cancel(&pool);
+                self.resyncs.cancel(&pool);
+                self.again.remove(&pool);
+                return;
+            }
             Err(e) => {
                 let n = self.failures.entry(pool.clone()).or_default();
                 *n += 1;
                 let wait = backoff(*n, self.settings.max_backoff);
                 tracing::warn!(pool = %pool, error = %crate::error::error_chain(&e), retry_in = ?wait, "reconcile failed");
-                record_failure(&self.ctx, &pool, &e).await;
+                self.passes.failed(&pool, &e).await;
                 self.soon.set(&pool, wait);
                 // A wake-up during a failing pass does not skip the backoff.
                 self.again.remove(&pool);
@@ -266,14 +309,14 @@ impl Scheduler {
 }
 
 /// Runs until `cancel`, then waits for passes in flight to finish.
-pub async fn run(
-    ctx: Context,
+pub async fn run<P: Passes>(
+    passes: P,
     settings: WorkerSettings,
     mut wakes: mpsc::UnboundedReceiver<Wake>,
     cancel: CancellationToken,
 ) {
     let mut s = Scheduler {
-        ctx,
+        passes,
         settings,
         ready: ReadyQueue::default(),
         running: HashSet::new(),
@@ -307,8 +350,8 @@ pub async fn run(
             wake = wakes.recv() => match wake {
                 Some(Wake::Pool(pool)) => s.wake(pool, Priority::Wake),
                 Some(Wake::All) => s.wake_all(Priority::Wake).await,
-                Some(Wake::Engine { name, reachable, message }) => {
-                    super::engine_events::record(&s.ctx, &name, reachable, message);
+                Some(Wake::Engine { name, change, message }) => {
+                    s.passes.engine_changed(&name, change, message);
                     s.wake_all(Priority::Wake).await;
                 }
                 None => break,
@@ -368,5 +411,180 @@ mod tests {
         assert_eq!(t.next().await.as_deref(), Some("a"));
         assert_eq!(tokio::time::Instant::now() - before, Duration::from_secs(1), "a fired at 2 s, not 5 s");
         assert!(t.queue.is_empty() && t.keys.is_empty());
+    }
+
+    // ---- the scheduler under paused time ----------------------------------
+
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    use tokio::time::Instant;
+
+    use crate::runtime::RuntimeError;
+
+    /// Passes that take `pass_time`, answer what their pool's script says
+    /// (then `Idle`), and log when each began.
+    #[derive(Clone)]
+    struct Fake {
+        started: Instant,
+        pools: Vec<String>,
+        pass_time: Duration,
+        script: Arc<Mutex<HashMap<String, VecDeque<Option<Outcome>>>>>,
+        log: Arc<Mutex<Vec<(String, Duration)>>>,
+        running: Arc<AtomicUsize>,
+        most_running: Arc<AtomicUsize>,
+    }
+
+    impl Fake {
+        /// `script`: per pool, the outcomes of its passes in order; `None`
+        /// is a failed pass.
+        fn new(pools: &[&str], pass_time: Duration, script: &[(&str, Vec<Option<Outcome>>)]) -> Self {
+            Self {
+                started: Instant::now(),
+                pools: pools.iter().map(|p| (*p).to_owned()).collect(),
+                pass_time,
+                script: Arc::new(Mutex::new(
+                    script.iter().map(|(p, o)| ((*p).to_owned(), o.iter().cloned().collect())).collect(),
+                )),
+                log: Arc::default(),
+                running: Arc::default(),
+                most_running: Arc::default(),
+            }
+        }
+
+        fn log(&self) -> Vec<(String, Duration)> {
+            self.log.lock().unwrap().clone()
+        }
+
+        /// When each pass of `pool` began.
+        fn times(&self, pool: &str) -> Vec<Duration> {
+            self.log().into_iter().filter(|(p, _)| p == pool).map(|(_, t)| t).collect()
+        }
+    }
+
+    impl Passes for Fake {
+        async fn pass(&self, pool: &str) -> Result<Outcome, ReconcileError> {
+            self.log.lock().unwrap().push((pool.to_owned(), self.started.elapsed()));
+            let now_running = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most_running.fetch_max(now_running, Ordering::SeqCst);
+            tokio::time::sleep(self.pass_time).await;
+            self.running.fetch_sub(1, Ordering::SeqCst);
+            let next = self.script.lock().unwrap().get_mut(pool).and_then(VecDeque::pop_front);
+            match next {
+                Some(None) => Err(RuntimeError::Api("scripted failure".into()).into()),
+                Some(Some(outcome)) => Ok(outcome),
+                None => Ok(Outcome::Idle),
+            }
+        }
+
+        async fn failed(&self, _: &str, _: &ReconcileError) {}
+
+        async fn pools(&self) -> sqlx::Result<Vec<String>> {
+            Ok(self.pools.clone())
+        }
+
+        fn engine_changed(&self, _: &str, _: EngineChange, _: String) {}
+    }
+
+    struct Running {
+        wakes: mpsc::UnboundedSender<Wake>,
+        cancel: CancellationToken,
+        worker: tokio::task::JoinHandle<()>,
+    }
+
+    fn start(fake: &Fake, max_concurrent: usize, resync: Duration) -> Running {
+        let (wakes, rx) = mpsc::unbounded_channel();
+        let cancel = CancellationToken::new();
+        let settings = WorkerSettings { resync, max_backoff: Duration::from_secs(60), max_concurrent };
+        let worker = tokio::spawn(run(fake.clone(), settings, rx, cancel.clone()));
+        Running { wakes, cancel, worker }
+    }
+
+    impl Running {
+        async fn stop(self) {
+            self.cancel.cancel();
+            self.worker.await.expect("the worker ended cleanly");
+        }
+    }
+
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    #[tokio::test(start_paused = true)]
+    async fn a_requeued_pool_gets_its_next_pass_after_the_delay_it_asked_for() {
+        let fake = Fake::new(&["a"], Duration::ZERO, &[("a", vec![Some(Outcome::Requeue(Duration::from_secs(3)))])]);
+        let w = start(&fake, 4, HOUR);
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        w.stop().await;
+        assert_eq!(fake.times("a"), [Duration::ZERO, Duration::from_secs(3)], "then idle until the resync");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failures_back_off_exponentially_and_a_wake_does_not_cut_the_backoff_short() {
+        let fake = Fake::new(&["a"], Duration::ZERO, &[("a", vec![None, None, None])]);
+        let w = start(&fake, 4, HOUR);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // A wake during the first backoff (250-500 ms) waits for it.
+        w.wakes.send(Wake::Pool("a".into())).expect("worker alive");
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        w.stop().await;
+        let t = fake.times("a");
+        assert_eq!(t.len(), 4, "three failures, then a good pass: {t:?}");
+        let gaps: Vec<Duration> = t.windows(2).map(|w| w[1] - w[0]).collect();
+        let bounds = [(250, 500), (500, 1000), (1000, 2000)];
+        for (gap, (lo, hi)) in gaps.iter().zip(bounds) {
+            assert!(
+                *gap >= Duration::from_millis(lo) && *gap <= Duration::from_millis(hi),
+                "backoff {gap:?} not in [{lo}, {hi}] ms: {t:?}"
+            );
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn at_most_max_concurrent_passes_run_and_wakes_go_before_resyncs() {
+        let fake = Fake::new(&["r1", "r2", "r3"], Duration::from_secs(1), &[]);
+        let w = start(&fake, 1, HOUR);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        w.wakes.send(Wake::Pool("w".into())).expect("worker alive");
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        w.stop().await;
+        let order: Vec<String> = fake.log().into_iter().map(|(p, _)| p).collect();
+        assert_eq!(order, ["r1", "w", "r2", "r3"], "the wake goes before the resyncs queued ahead of it");
+        assert_eq!(fake.most_running.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wake_during_a_pass_gets_one_more_pass_right_after_never_two_at_once() {
+        let fake = Fake::new(&["a"], Duration::from_secs(1), &[]);
+        let w = start(&fake, 4, HOUR);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        for _ in 0..3 {
+            w.wakes.send(Wake::Pool("a".into())).expect("worker alive");
+        }
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        w.stop().await;
+        assert_eq!(fake.times("a"), [Duration::ZERO, Duration::from_secs(1)], "three wakes, one more pass");
+        assert_eq!(fake.most_running.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_pool_gets_a_resync_within_a_tenth_of_the_interval() {
+        let fake = Fake::new(&["a", "b"], Duration::ZERO, &[]);
+        let w = start(&fake, 4, Duration::from_secs(100));
+        tokio::time::sleep(Duration::from_secs(150)).await;
+        w.stop().await;
+        for pool in ["a", "b"] {
+            let t = fake.times(pool);
+            assert_eq!(t.len(), 2, "{pool}: the first look and one resync: {t:?}");
+            assert!(t[1] >= Duration::from_secs(90) && t[1] <= Duration::from_secs(110), "{pool}: {t:?}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pool_that_is_gone_is_forgotten() {
+        let fake = Fake::new(&["a"], Duration::ZERO, &[("a", vec![Some(Outcome::Gone)])]);
+        let w = start(&fake, 4, Duration::from_secs(10));
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        w.stop().await;
+        assert_eq!(fake.times("a"), [Duration::ZERO], "no resync of a pool that is gone");
     }
 }

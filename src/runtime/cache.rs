@@ -3,8 +3,16 @@
 //! scanning the others. Writes come from the engine's list and event
 //! stream, and from drover's own calls (a create is visible to the next pass
 //! before its event arrives).
+//!
+//! Those reads race: the inspect a start makes and the one its `die` event
+//! causes may answer in either order. Each read therefore takes a
+//! [`Ticket`] before it is sent, and a container's entry is only replaced
+//! by a read sent after the one it came from: the later question sees
+//! every change that happened before it was asked, so a container that
+//! died as it started cannot be left looking alive by the slower answer.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -13,44 +21,103 @@ use super::container::Container;
 #[derive(Default)]
 pub struct ContainerCache {
     inner: Mutex<Inner>,
+    tickets: AtomicU64,
 }
+
+/// When a read of the engine was sent, in the cache's own order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Ticket(u64);
 
 #[derive(Default)]
 struct Inner {
-    by_id: HashMap<String, Container>,
+    by_id: HashMap<String, Entry>,
     /// Pool name -> ids of its containers.
     by_pool: HashMap<String, BTreeSet<String>>,
     /// Container name -> id: names are unique on one engine.
     by_name: HashMap<String, String>,
-    /// Containers drover removed itself, and when. The engine's events of
-    /// their last moments (`die`, then `destroy`) may still be in flight,
-    /// and an inspect made before the removal must not bring them back.
+    /// Containers removed (by drover or reported gone), and when. The
+    /// engine's events of their last moments (`die`, then `destroy`) may
+    /// still be in flight, and a read made before the removal must not
+    /// bring them back: an id is never used again.
     removed: HashMap<String, Instant>,
+}
+
+/// A container as last reported, and the read it came from.
+struct Entry {
+    container: Container,
+    as_of: Ticket,
 }
 
 /// How long a removal outweighs late reports of the container.
 const TOMBSTONE: Duration = Duration::from_secs(60);
 
 impl Inner {
-    fn unindex(&mut self, c: &Container) {
-        if self.by_name.get(&c.name).is_some_and(|id| *id == c.id) {
+    /// Holds `c`, as read at `as_of`, in place of what was held of it.
+    fn insert(&mut self, c: Container, as_of: Ticket) {
+        self.take(&c.id);
+        self.by_name.insert(c.name.clone(), c.id.clone());
+        if let Some(pool) = c.pool() {
+            self.by_pool.entry(pool.to_owned()).or_default().insert(c.id.clone());
+        }
+        self.by_id.insert(c.id.clone(), Entry { container: c, as_of });
+    }
+
+    /// Drops what is held of container `id`, and answers it.
+    fn take(&mut self, id: &str) -> Option<Container> {
+        let c = self.by_id.remove(id)?.container;
+        if self.by_name.get(&c.name).is_some_and(|named| named == id) {
             self.by_name.remove(&c.name);
         }
         if let Some(pool) = c.pool()
             && let Some(ids) = self.by_pool.get_mut(pool)
         {
-            ids.remove(&c.id);
+            ids.remove(id);
             if ids.is_empty() {
                 self.by_pool.remove(pool);
             }
         }
+        Some(c)
     }
 
-    fn index(&mut self, c: &Container) {
-        self.by_name.insert(c.name.clone(), c.id.clone());
-        if let Some(pool) = c.pool() {
-            self.by_pool.entry(pool.to_owned()).or_default().insert(c.id.clone());
+    /// What is held of container `id` came from a read sent after `ticket`.
+    fn told_since(&self, id: &str, ticket: Ticket) -> bool {
+        self.by_id.get(id).is_some_and(|e| e.as_of > ticket)
+    }
+
+    /// Holds what a read sent at `ticket` answered of `c`, unless the
+    /// container is gone or a later read told more; answers its pool when
+    /// anything changed.
+    fn put(&mut self, c: Container, ticket: Ticket) -> Option<String> {
+        if self.removed.contains_key(&c.id) || self.told_since(&c.id, ticket) {
+            return None;
         }
+        if let Some(held) = self.by_id.get_mut(&c.id)
+            && held.container == c
+        {
+            held.as_of = ticket;
+            return None;
+        }
+        let pool = c.pool().map(str::to_owned);
+        self.insert(c, ticket);
+        pool
+    }
+
+    /// Drops the entries of `ids` that no read sent after `ticket` told of
+    /// (a list from `ticket` on lacks them: they are gone); answers their
+    /// pools.
+    fn drop_unless_told_since(&mut self, ids: Vec<String>, ticket: Ticket) -> HashSet<String> {
+        let mut pools = HashSet::new();
+        for id in ids {
+            if !self.told_since(&id, ticket) {
+                pools.extend(self.take(&id).as_ref().and_then(Container::pool).map(str::to_owned));
+            }
+        }
+        pools
+    }
+
+    fn forget_old_removals(&mut self) {
+        let now = Instant::now();
+        self.removed.retain(|_, at| now.duration_since(*at) < TOMBSTONE);
     }
 }
 
@@ -67,89 +134,87 @@ impl ContainerCache {
         self.lock().by_name.contains_key(name)
     }
 
-    /// Inserts or replaces a container; answers its pool when anything changed.
+    /// A ticket for a read about to be sent to the engine.
+    pub fn ticket(&self) -> Ticket {
+        Ticket(self.tickets.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Inserts or replaces a container with what drover knows of it now
+    /// (its own call answered); answers its pool when anything changed.
     pub fn upsert(&self, c: Container) -> Option<String> {
-        let mut inner = self.lock();
-        if inner.by_id.get(&c.id) == Some(&c) || inner.removed.contains_key(&c.id) {
-            return None;
-        }
-        if let Some(old) = inner.by_id.remove(&c.id) {
-            inner.unindex(&old);
-        }
-        inner.index(&c);
-        let pool = c.pool().map(str::to_owned);
-        inner.by_id.insert(c.id.clone(), c);
-        pool
+        self.upsert_as_of(c, self.ticket())
     }
 
-    /// Changes one container in place; answers its pool when it exists.
+    /// Inserts or replaces a container with what a read sent at `ticket`
+    /// answered, unless a later read already told more; answers its pool
+    /// when anything changed.
+    pub fn upsert_as_of(&self, c: Container, ticket: Ticket) -> Option<String> {
+        self.lock().put(c, ticket)
+    }
+
+    /// Changes one container in place, as drover's own call just did;
+    /// answers its pool when it exists.
     pub fn update(&self, id: &str, change: impl FnOnce(&mut Container)) -> Option<String> {
+        let ticket = self.ticket();
         let mut inner = self.lock();
-        let c = inner.by_id.get_mut(id)?;
-        change(c);
-        c.pool().map(str::to_owned)
+        let held = inner.by_id.get_mut(id)?;
+        change(&mut held.container);
+        held.as_of = ticket;
+        held.container.pool().map(str::to_owned)
     }
 
-    /// Forgets a container the engine says is gone; answers its pool when
-    /// it was known.
+    /// Forgets a container that is gone (drover removed it, or the engine
+    /// says so), and ignores late reports of it for a while; answers its
+    /// pool when it was known.
     pub fn remove(&self, id: &str) -> Option<String> {
         let mut inner = self.lock();
-        inner.removed.remove(id);
-        let old = inner.by_id.remove(id)?;
-        inner.unindex(&old);
-        old.pool().map(str::to_owned)
+        inner.forget_old_removals();
+        inner.removed.insert(id.to_owned(), Instant::now());
+        inner.take(id)?.pool().map(str::to_owned)
     }
 
-    /// Forgets a container drover has just removed, and ignores late
-    /// reports of it for a while.
-    pub fn forget(&self, id: &str) -> Option<String> {
-        let mut inner = self.lock();
-        let now = Instant::now();
-        inner.removed.retain(|_, at| now.duration_since(*at) < TOMBSTONE);
-        inner.removed.insert(id.to_owned(), now);
-        let old = inner.by_id.remove(id)?;
-        inner.unindex(&old);
-        old.pool().map(str::to_owned)
-    }
-
-    /// Replaces everything with a fresh list; answers the pools whose
+    /// Replaces everything with a fresh list, read from `ticket` on;
+    /// entries a later read wrote are kept. Answers the pools whose
     /// containers changed.
-    pub fn replace_all(&self, containers: Vec<Container>) -> HashSet<String> {
+    pub fn replace_all(&self, containers: Vec<Container>, ticket: Ticket) -> HashSet<String> {
         let mut inner = self.lock();
-        let mut changed = HashSet::new();
-        let now = Instant::now();
-        inner.removed.retain(|_, at| now.duration_since(*at) < TOMBSTONE);
-        let fresh: HashMap<String, Container> =
-            containers.into_iter().filter(|c| !inner.removed.contains_key(&c.id)).map(|c| (c.id.clone(), c)).collect();
-        for (id, old) in &inner.by_id {
-            if fresh.get(id) != Some(old) {
-                changed.extend(old.pool().map(str::to_owned));
-            }
-        }
-        for (id, c) in &fresh {
-            if !inner.by_id.contains_key(id) {
-                changed.extend(c.pool().map(str::to_owned));
-            }
-        }
-        inner.by_id = HashMap::new();
-        inner.by_pool = HashMap::new();
-        inner.by_name = HashMap::new();
-        for (_, c) in fresh {
-            inner.index(&c);
-            inner.by_id.insert(c.id.clone(), c);
+        inner.forget_old_removals();
+        let listed: HashSet<&str> = containers.iter().map(|c| c.id.as_str()).collect();
+        let unlisted: Vec<String> = inner.by_id.keys().filter(|id| !listed.contains(id.as_str())).cloned().collect();
+        let mut changed = inner.drop_unless_told_since(unlisted, ticket);
+        for c in containers {
+            changed.extend(inner.put(c, ticket));
         }
         changed
+    }
+
+    /// Replaces one pool's containers with a fresh list of them, read from
+    /// `ticket` on; entries a later read wrote are kept.
+    pub fn replace_pool(&self, pool: &str, containers: Vec<Container>, ticket: Ticket) {
+        let mut inner = self.lock();
+        inner.forget_old_removals();
+        let containers: Vec<Container> = containers.into_iter().filter(|c| c.pool() == Some(pool)).collect();
+        let listed: HashSet<&str> = containers.iter().map(|c| c.id.as_str()).collect();
+        let unlisted: Vec<String> = inner
+            .by_pool
+            .get(pool)
+            .map(|ids| ids.iter().filter(|id| !listed.contains(id.as_str())).cloned().collect())
+            .unwrap_or_default();
+        inner.drop_unless_told_since(unlisted, ticket);
+        for c in containers {
+            inner.put(c, ticket);
+        }
     }
 
     /// The containers of one pool.
     pub fn pool(&self, pool: &str) -> Vec<Container> {
         let inner = self.lock();
         let Some(ids) = inner.by_pool.get(pool) else { return Vec::new() };
-        ids.iter().filter_map(|id| inner.by_id.get(id).cloned()).collect()
+        ids.iter().filter_map(|id| inner.by_id.get(id).map(|e| e.container.clone())).collect()
     }
 
     pub fn get(&self, id: &str) -> Option<Container> {
-        self.lock().by_id.get(id).cloned()
+        self.lock().by_id.get(id).map(|e| e.container.clone())
     }
 
     /// Containers of every pool, and how many.
@@ -164,7 +229,7 @@ impl ContainerCache {
     /// Names of the containers held, for messages (at most `limit`).
     pub fn names(&self, limit: usize) -> Vec<String> {
         let inner = self.lock();
-        let mut names: Vec<String> = inner.by_id.values().map(|c| c.name.clone()).collect();
+        let mut names: Vec<String> = inner.by_id.values().map(|e| e.container.name.clone()).collect();
         names.sort();
         names.truncate(limit);
         names
@@ -212,14 +277,33 @@ mod tests {
     }
 
     #[test]
+    fn a_fresh_list_of_one_pool_replaces_that_pool_only() {
+        let cache = ContainerCache::default();
+        cache.upsert(c("1", "a"));
+        cache.upsert(c("2", "b"));
+        let mut exited = c("1", "a");
+        exited.state = ContainerState::Exited;
+        // What a paused replica's cache lacks: the other replica's machines.
+        cache.replace_pool("a", vec![exited, c("3", "a"), c("4", "b")], cache.ticket());
+        let mut a: Vec<(String, ContainerState)> = cache.pool("a").into_iter().map(|c| (c.id, c.state)).collect();
+        a.sort_by(|x, y| x.0.cmp(&y.0));
+        assert_eq!(a, vec![("1".into(), ContainerState::Exited), ("3".into(), ContainerState::Running)]);
+        assert_eq!(cache.pool("b").len(), 1, "another pool's entries are neither dropped nor added");
+        assert!(cache.has_name("worker-3"));
+        cache.replace_pool("a", Vec::new(), cache.ticket());
+        assert!(cache.pool("a").is_empty() && !cache.has_name("worker-1"));
+    }
+
+    #[test]
     fn a_late_report_of_a_container_drover_removed_does_not_bring_it_back() {
         let cache = ContainerCache::default();
         cache.upsert(c("1", "a"));
-        assert_eq!(cache.forget("1"), Some("a".into()));
+        let listed = cache.ticket();
+        assert_eq!(cache.remove("1"), Some("a".into()));
         let mut exited = c("1", "a");
         exited.state = ContainerState::Exited;
         assert_eq!(cache.upsert(exited.clone()), None, "the inspect made before the removal is ignored");
-        assert!(cache.replace_all(vec![exited]).is_empty(), "and so is a list taken before it");
+        assert!(cache.replace_all(vec![exited], listed).is_empty(), "and so is a list taken before it");
         assert!(cache.pool("a").is_empty());
     }
 
@@ -228,9 +312,9 @@ mod tests {
         let cache = ContainerCache::default();
         cache.upsert(c("1", "a"));
         assert!(cache.has_name("worker-1"), "a name in use blocks every pool, as on Docker");
-        cache.replace_all(vec![c("1", "a"), c("2", "b")]);
+        cache.replace_all(vec![c("1", "a"), c("2", "b")], cache.ticket());
         assert!(cache.has_name("worker-1") && cache.has_name("worker-2"));
-        cache.forget("1");
+        cache.remove("1");
         assert!(!cache.has_name("worker-1"));
         cache.remove("2");
         assert!(!cache.has_name("worker-2"));
@@ -239,11 +323,53 @@ mod tests {
     #[test]
     fn a_fresh_list_reports_exactly_the_pools_that_changed() {
         let cache = ContainerCache::default();
-        cache.replace_all(vec![c("1", "a"), c("2", "b"), c("3", "c")]);
+        cache.replace_all(vec![c("1", "a"), c("2", "b"), c("3", "c")], cache.ticket());
         let mut gone = c("3", "c");
         gone.state = ContainerState::Exited;
-        let changed = cache.replace_all(vec![c("1", "a"), gone, c("4", "d")]);
+        let changed = cache.replace_all(vec![c("1", "a"), gone, c("4", "d")], cache.ticket());
         assert_eq!(changed, HashSet::from(["b".to_owned(), "c".to_owned(), "d".to_owned()]));
         assert_eq!(cache.len(), 3);
+    }
+
+    #[test]
+    fn a_slower_answer_to_an_earlier_read_does_not_undo_a_later_one() {
+        // A start's inspect is sent while the process still runs; the one
+        // its `die` event causes is sent later and answers first.
+        let cache = ContainerCache::default();
+        cache.upsert(c("1", "a"));
+        let at_start = cache.ticket();
+        let at_death = cache.ticket();
+        let mut exited = c("1", "a");
+        exited.state = ContainerState::Exited;
+        assert_eq!(cache.upsert_as_of(exited, at_death), Some("a".into()));
+        assert_eq!(cache.upsert_as_of(c("1", "a"), at_start), None, "the late answer that it runs is stale");
+        assert_eq!(cache.pool("a")[0].state, ContainerState::Exited);
+    }
+
+    #[test]
+    fn a_list_keeps_what_reads_sent_after_it_told() {
+        let cache = ContainerCache::default();
+        let listed = cache.ticket();
+        // Created, and seen exiting, while the list was under way.
+        let mut exited = c("2", "a");
+        exited.state = ContainerState::Exited;
+        cache.upsert(exited);
+        let mut running = c("3", "a");
+        running.state = ContainerState::Running;
+        cache.upsert(running.clone());
+        let mut old = running;
+        old.state = ContainerState::Created;
+        let changed = cache.replace_all(vec![c("1", "a"), old.clone()], listed);
+        assert_eq!(changed, HashSet::from(["a".to_owned()]));
+        let mut a: Vec<(String, ContainerState)> = cache.pool("a").into_iter().map(|c| (c.id, c.state)).collect();
+        a.sort_by(|x, y| x.0.cmp(&y.0));
+        let expected = vec![
+            ("1".into(), ContainerState::Running),
+            ("2".into(), ContainerState::Exited),
+            ("3".into(), ContainerState::Running),
+        ];
+        assert_eq!(a, expected);
+        cache.replace_pool("a", vec![old], listed);
+        assert_eq!(cache.pool("a").len(), 2, "one pool's list keeps the later reads too, and drops what it lacks");
     }
 }

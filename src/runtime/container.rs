@@ -13,6 +13,9 @@ use crate::domain::pool::Mount;
 pub mod labels {
     /// Name of the pool a container belongs to.
     pub const POOL: &str = "drover.dev/pool";
+    /// Name of the engine that created it: two registrations of one Docker
+    /// daemon (a socket and a TCP address, say) each own only theirs.
+    pub const ENGINE: &str = "drover.dev/engine";
     /// Failure domain the container was placed in.
     pub const FAILURE_DOMAIN: &str = "drover.dev/failure-domain";
     /// Marks containers drover created itself (adopted ones lack it).
@@ -65,6 +68,23 @@ pub struct Container {
 }
 
 impl Container {
+    /// A container just created from `spec`, not started yet.
+    pub fn created(id: String, spec: &CreateContainer, now: DateTime<Utc>) -> Self {
+        Self {
+            id,
+            name: spec.name.clone(),
+            image: spec.image.clone(),
+            labels: spec.labels.clone(),
+            state: ContainerState::Created,
+            health: HealthState::None,
+            exit_code: None,
+            oom_killed: false,
+            created_at: now,
+            started_at: None,
+            finished_at: None,
+        }
+    }
+
     pub fn pool(&self) -> Option<&str> {
         self.labels.get(labels::POOL).map(String::as_str)
     }
@@ -88,6 +108,13 @@ pub struct CreateContainer {
     pub stop_timeout_secs: i64,
 }
 
+/// Asked by every operation that changes an engine once the operation has
+/// its turn (after any wait for one of the engine's slots) and right before
+/// it is sent: whether the caller may still act. A pass holds its pool
+/// through a lease that can end while it waits; `false` leaves the
+/// operation unsent, as [`RuntimeError::Fenced`].
+pub type Gate<'a> = &'a (dyn Fn() -> bool + Sync);
+
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum RuntimeError {
     /// The engine cannot be reached at all; retry later.
@@ -100,6 +127,10 @@ pub enum RuntimeError {
     NameInUse(String),
     #[error("container engine error: {0}")]
     Api(String),
+    /// Not sent: the caller's right to act ended while the operation
+    /// waited for its turn (see [`Gate`]).
+    #[error("not sent: the caller may no longer act on this pool")]
+    Fenced,
 }
 
 /// What an engine's events ask the reconciler to look at.
@@ -108,13 +139,24 @@ pub enum Wake {
     Pool(String),
     /// Look at every pool (the engines or their settings changed).
     All,
-    /// An engine stopped answering or answers again: every pool is looked
-    /// at, and the engine's events tell it.
+    /// An engine's reachability changed: every pool is looked at, and the
+    /// engine's events tell it.
     Engine {
         name: String,
-        reachable: bool,
+        change: EngineChange,
         message: String,
     },
+}
+
+/// What happened to an engine, as its events tell it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EngineChange {
+    /// It answers (again).
+    Reachable,
+    /// It stopped answering, or never answered.
+    Unreachable,
+    /// It has not answered for `--engine-lost-after`.
+    Lost,
 }
 
 /// Parses the engine's RFC 3339 timestamps; Docker writes the zero time

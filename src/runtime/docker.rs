@@ -28,7 +28,7 @@ use futures_util::{Stream, StreamExt};
 use tokio::sync::Mutex;
 
 use super::container::{
-    Container, ContainerState, CreateContainer, HealthState, RuntimeError, labels, parse_engine_time,
+    Container, ContainerState, CreateContainer, Gate, HealthState, RuntimeError, labels, parse_engine_time,
 };
 
 /// Longest wait for the engine to answer the version handshake.
@@ -128,8 +128,18 @@ impl DockerBackend {
 
     /// Every container carrying a pool label, inspected.
     pub async fn list_all(&self) -> Result<Vec<Container>, RuntimeError> {
+        self.list_labelled(labels::POOL.to_owned()).await
+    }
+
+    /// The containers of one pool, as the engine sees them now.
+    pub async fn list_pool(&self, pool: &str) -> Result<Vec<Container>, RuntimeError> {
+        self.list_labelled(format!("{}={pool}", labels::POOL)).await
+    }
+
+    /// Containers with `label` (`key` or `key=value`), each inspected.
+    async fn list_labelled(&self, label: String) -> Result<Vec<Container>, RuntimeError> {
         let client = self.client().await?;
-        let filters = HashMap::from([("label".to_owned(), vec![labels::POOL.to_owned()])]);
+        let filters = HashMap::from([("label".to_owned(), vec![label])]);
         let opts = ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
         let ids: Vec<String> =
             client.list_containers(Some(opts)).await.map_err(map_err)?.into_iter().filter_map(|s| s.id).collect();
@@ -199,21 +209,7 @@ impl DockerBackend {
             }
             other => map_err(other),
         })?;
-        let now = Utc::now();
-        let container = Container {
-            id: created.id,
-            name: spec.name.clone(),
-            image: spec.image.clone(),
-            labels: spec.labels.clone(),
-            state: ContainerState::Created,
-            health: HealthState::None,
-            exit_code: None,
-            oom_killed: false,
-            created_at: now,
-            started_at: None,
-            finished_at: None,
-        };
-        Ok(container)
+        Ok(Container::created(created.id, spec, Utc::now()))
     }
 
     /// Starts a created or exited container (a restart in place).
@@ -237,13 +233,18 @@ impl DockerBackend {
 
     /// Stops (with the grace period) and removes a container; one already
     /// gone counts as removed.
-    pub async fn remove(&self, id: &str, stop_timeout_secs: i64) -> Result<(), RuntimeError> {
+    /// Stops, then removes; `gate` is asked again between the two, as the
+    /// stop may take the whole grace period.
+    pub async fn remove(&self, id: &str, stop_timeout_secs: i64, gate: Gate<'_>) -> Result<(), RuntimeError> {
         let client = self.client().await?;
         let t = i32::try_from(stop_timeout_secs).unwrap_or(i32::MAX);
         match client.stop_container(id, Some(StopContainerOptionsBuilder::default().t(t).build())).await {
             // 304: already stopped. 404: already gone.
             Ok(()) | Err(BollardError::DockerResponseServerError { status_code: 304 | 404, .. }) => {}
             Err(e) => return Err(map_err(e)),
+        }
+        if !gate() {
+            return Err(RuntimeError::Fenced);
         }
         let opts = RemoveContainerOptionsBuilder::default().force(true).v(true).build();
         match client.remove_container(id, Some(opts)).await {

@@ -9,8 +9,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::container::{Container, Wake};
-use super::engine::{Backend, Engine};
+use super::container::{Container, RuntimeError, Wake};
+use super::engine::{Backend, Engine, EngineSettings};
 
 /// The engine of `--docker-host` (or the simulated one): always there.
 pub const LOCAL_ENGINE: &str = "local";
@@ -23,7 +23,7 @@ pub struct Engines {
 struct Inner {
     engines: RwLock<BTreeMap<String, Arc<Engine>>>,
     wakes: mpsc::UnboundedSender<Wake>,
-    max_parallel: usize,
+    settings: EngineSettings,
     /// Set once the service runs: informers of engines added later start at once.
     running: Mutex<Option<(CancellationToken, TaskTracker)>>,
     /// Stops one engine's informer when the engine is removed.
@@ -31,12 +31,12 @@ struct Inner {
 }
 
 impl Engines {
-    pub fn new(wakes: mpsc::UnboundedSender<Wake>, max_parallel: usize) -> Self {
+    pub fn new(wakes: mpsc::UnboundedSender<Wake>, settings: EngineSettings) -> Self {
         Self {
             inner: Arc::new(Inner {
                 engines: RwLock::new(BTreeMap::new()),
                 wakes,
-                max_parallel,
+                settings,
                 running: Mutex::new(None),
                 informers: Mutex::new(HashMap::new()),
             }),
@@ -51,7 +51,7 @@ impl Engines {
     /// service already runs.
     pub fn add(&self, name: &str, labels: BTreeMap<String, String>, backend: Backend) -> Arc<Engine> {
         let engine =
-            Arc::new(Engine::new(name.to_owned(), labels, backend, self.inner.max_parallel, self.inner.wakes.clone()));
+            Arc::new(Engine::new(name.to_owned(), labels, backend, self.inner.settings, self.inner.wakes.clone()));
         let replaced =
             self.inner.engines.write().unwrap_or_else(|p| p.into_inner()).insert(name.to_owned(), engine.clone());
         if replaced.is_some() {
@@ -102,6 +102,14 @@ impl Engines {
 
     pub fn local(&self) -> Option<Arc<Engine>> {
         self.get(LOCAL_ENGINE)
+    }
+
+    /// Reads `pool`'s containers again from every engine that answers (an
+    /// engine that does not is not looked at by a pass anyway).
+    pub async fn relist_pool(&self, pool: &str) -> Result<(), RuntimeError> {
+        let engines: Vec<Arc<Engine>> = self.all().into_iter().filter(|e| e.reachable()).collect();
+        let lists = futures_util::future::join_all(engines.iter().map(|e| e.relist_pool(pool))).await;
+        lists.into_iter().collect()
     }
 
     /// Every container of `pool`, on every engine, with its engine.

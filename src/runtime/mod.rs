@@ -16,6 +16,8 @@ pub mod engine;
 pub mod engines;
 pub mod simulated;
 
-pub use container::{Container, ContainerState, CreateContainer, HealthState, RuntimeError, Wake, labels};
-pub use engine::{Engine, EngineHealth, Reachability};
+pub use container::{
+    Container, ContainerState, CreateContainer, EngineChange, Gate, HealthState, RuntimeError, Wake, labels,
+};
+pub use engine::{Engine, EngineHealth, EngineSettings, Reachability, Unplaceable};
 pub use engines::Engines;

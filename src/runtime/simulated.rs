@@ -15,7 +15,7 @@ use chrono::{DateTime, Utc};
 use crate::clock::Clock;
 
 use super::cache::ContainerCache;
-use super::container::{Container, ContainerState, CreateContainer, HealthState, RuntimeError};
+use super::container::{Container, ContainerState, CreateContainer, RuntimeError};
 
 /// Images whose name contains this create containers that exit at once:
 /// how tests (and demos) get a rollout that never becomes ready.
@@ -63,19 +63,7 @@ impl SimulatedBackend {
         }
         let id = format!("sim{:013x}", self.next_id.fetch_add(1, Ordering::Relaxed));
         let now = self.clock.now();
-        let mut c = Container {
-            id,
-            name: spec.name.clone(),
-            image: spec.image.clone(),
-            labels: spec.labels.clone(),
-            state: ContainerState::Created,
-            health: HealthState::None,
-            exit_code: None,
-            oom_killed: false,
-            created_at: now,
-            started_at: None,
-            finished_at: None,
-        };
+        let mut c = Container::created(id, spec, now);
         run(&mut c, now);
         cache.upsert(c.clone());
         Ok(c)

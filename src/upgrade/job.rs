@@ -24,6 +24,7 @@ use super::Context;
 use super::lease::{JobError, Lease};
 use super::plan::{self, OnCancel};
 use super::steps::{StepError, StepRunner, Target};
+use crate::clusters::ConnectError;
 use crate::db::{self, upgrades::Job};
 use crate::domain::event::{EventType, NewEvent};
 use crate::domain::upgrade::{Component, ComponentState, JobState, Step, WindDown};
@@ -37,19 +38,18 @@ use crate::k8s::ClusterApi;
 /// to try again later.
 #[tracing::instrument(skip(ctx, stop))]
 pub async fn run_job(ctx: &Context, id: i64, stop: &CancellationToken) -> Result<(), JobError> {
-    let Some((lease, job)) = Lease::claim(&ctx.db, id, &ctx.owner).await? else { return Ok(()) };
+    let Some((lease, job)) = Lease::claim(&ctx.db, id, &ctx.owner, ctx.settings.claims).await? else { return Ok(()) };
     let mut driver = Driver { ctx, lease, job, api: None, stop };
-    let client = match db::clusters::credentials(ctx.db.background(), &driver.job.cluster).await? {
-        None => Err("the cluster is no longer registered".to_owned()),
-        Some(Err(e)) => Err(format!("the cluster's stored credentials cannot be used: {e}")),
-        Some(Ok(c)) => c
-            .client(ctx.settings.retry.call_timeout)
-            .await
-            .map_err(|e| format!("the cluster's stored credentials cannot be used: {e}")),
-    };
-    match client {
-        Ok(client) => driver.api = Some(ClusterApi::new(client, ctx.settings.retry).with_metrics(ctx.metrics.clone())),
-        Err(why) => {
+    match crate::clusters::connect(ctx.db.background(), &driver.job.cluster, ctx.settings.retry).await {
+        Ok(api) => driver.api = Some(api.with_metrics(ctx.metrics.clone())),
+        Err(ConnectError::Store(e)) => return Err(e.into()),
+        Err(e) => {
+            let why = match e {
+                ConnectError::Unusable { source, .. } => {
+                    format!("the cluster's stored credentials cannot be used: {source}")
+                }
+                _ => "the cluster is no longer registered".to_owned(),
+            };
             let msg = format!("{why}; {}", driver.stopped_at());
             return driver.finish(JobState::Failed, &msg).await;
         }
@@ -239,7 +239,7 @@ impl Driver<'_> {
         Ok(Target {
             job: self.job.id,
             position,
-            component: row.component.parse().map_err(|e: String| sqlx::Error::Decode(e.into()))?,
+            component: row.component,
             new_image: row.new_image,
             old_pod: row.old_pod,
             old_image: row.old_image,
@@ -428,12 +428,9 @@ impl Driver<'_> {
         if let Some(ev) = &before {
             db::events::record(&mut tx, ev, now).await?;
         }
-        let rows = db::upgrade_components::components(&mut *tx, self.job.id).await?;
-        let upgraded: Vec<&str> = rows
-            .iter()
-            .filter(|r| r.state == ComponentState::Upgraded.as_str())
-            .map(|r| r.component.as_str())
-            .collect();
+        let rows = db::upgrade_components::components(tx.exec(), self.job.id).await?;
+        let upgraded: Vec<&str> =
+            rows.iter().filter(|r| r.state == ComponentState::Upgraded).map(|r| r.component.as_str()).collect();
         let error = match state {
             JobState::Succeeded => None,
             _ if upgraded.is_empty() => Some(format!("{msg}; no component was upgraded")),

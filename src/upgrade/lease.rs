@@ -11,15 +11,9 @@ use std::time::Duration;
 use chrono::Utc;
 use tokio::time::Instant;
 
+use super::Claims;
 use crate::db::{self, Db, upgrades::Job};
 use crate::domain::event::{EventType, NewEvent};
-
-/// How often a runner shows it is alive while it only waits.
-pub const HEARTBEAT: Duration = Duration::from_secs(5);
-/// A claim not refreshed for this long may be taken over. Only matters
-/// when two processes share a database despite the data directory's lock
-/// (a file system without working locks); a restart releases claims at once.
-pub const STALE_AFTER: Duration = Duration::from_secs(60);
 
 /// Why a job's run stopped without ending the job.
 #[derive(Debug, thiserror::Error)]
@@ -37,7 +31,9 @@ pub struct Lease {
     db: Db,
     pub job: i64,
     owner: String,
-    /// When the heartbeat was last written, to write it only every [`HEARTBEAT`].
+    /// How often the heartbeat is written while the runner only waits.
+    heartbeat: Duration,
+    /// When the heartbeat was last written, to write it only every `heartbeat`.
     last_beat: Mutex<Instant>,
 }
 
@@ -51,8 +47,8 @@ impl Lease {
     /// Claims job `id` for `owner`, with the event that says so (started
     /// or resumed) in the same transaction. `None` when the job is not
     /// there to take: ended, cancelled, missing, or held by a live owner.
-    pub async fn claim(db: &Db, id: i64, owner: &str) -> Result<Option<(Lease, Job)>, sqlx::Error> {
-        let stale = chrono::Duration::from_std(STALE_AFTER).unwrap_or(chrono::Duration::MAX);
+    pub async fn claim(db: &Db, id: i64, owner: &str, claims: Claims) -> Result<Option<(Lease, Job)>, sqlx::Error> {
+        let stale = chrono::Duration::from_std(claims.stale_after).unwrap_or(chrono::Duration::MAX);
         let mut tx = db.begin_background().await?;
         let now = Utc::now();
         let Some((job, started)) = db::upgrades::claim(&mut tx, id, owner, now, now - stale).await? else {
@@ -72,7 +68,13 @@ impl Lease {
         db::events::record(&mut tx, &NewEvent::job(id, EventType::Normal, reason, message), now).await?;
         tx.commit().await?;
         tracing::info!(job = id, owner, started, "upgrade job claimed");
-        let lease = Lease { db: db.clone(), job: id, owner: owner.to_owned(), last_beat: Mutex::new(Instant::now()) };
+        let lease = Lease {
+            db: db.clone(),
+            job: id,
+            owner: owner.to_owned(),
+            heartbeat: claims.heartbeat,
+            last_beat: Mutex::new(Instant::now()),
+        };
         Ok(Some((lease, job)))
     }
 
@@ -92,7 +94,7 @@ impl Lease {
     }
 
     fn beat_due(&self) -> bool {
-        self.last_beat.lock().unwrap_or_else(|e| e.into_inner()).elapsed() >= HEARTBEAT
+        self.last_beat.lock().unwrap_or_else(|e| e.into_inner()).elapsed() >= self.heartbeat
     }
 
     /// Gives the job up, for a stop at a safe point: the next runner (the

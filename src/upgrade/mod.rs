@@ -35,8 +35,9 @@ pub struct Context {
     pub settings: Settings,
     /// Counts Kubernetes API calls.
     pub metrics: std::sync::Arc<crate::metrics::Metrics>,
-    /// This runner's id, recorded on the jobs it claims: `<pid>-<random>`,
-    /// so that no two runners, in this process or another, share one.
+    /// This runner's id, recorded on the jobs it claims: the replica's
+    /// ([`crate::replicas::replica_id`]), so that no two runners, in this
+    /// process or another, share one.
     pub owner: Arc<str>,
     /// Tells event streams that a job changed.
     pub changes: crate::changes::Changes,
@@ -48,27 +49,62 @@ impl Context {
         settings: Settings,
         metrics: Arc<crate::metrics::Metrics>,
         changes: crate::changes::Changes,
+        owner: Arc<str>,
     ) -> Self {
-        let owner = format!("{}-{:08x}", std::process::id(), rand::random::<u32>());
-        Self { db, settings, metrics, owner: owner.into(), changes }
+        Self { db, settings, metrics, owner, changes }
     }
 }
 
 #[derive(Debug, Clone, Copy)]
 pub struct Settings {
     pub retry: RetryPolicy,
-    /// Longest time each wait may take (the seed: 2 minutes).
+    /// Longest time each wait may take (kubeadm's: 2 minutes).
     pub wait_timeout: Duration,
     /// How often a wait looks again.
     pub poll_interval: Duration,
+    /// How claims on jobs are kept alive and taken over.
+    pub claims: Claims,
+}
+
+/// A runner's claim on a job is refreshed every `heartbeat` and may be
+/// taken over by another runner once it was not for `stale_after`.
+#[derive(Debug, Clone, Copy)]
+pub struct Claims {
+    pub heartbeat: Duration,
+    pub stale_after: Duration,
+    /// Other replicas share the store: claims of other owners are theirs,
+    /// never released at start.
+    pub shared: bool,
+}
+
+impl Default for Claims {
+    /// One process per store (SQLite): a claim only goes stale when two
+    /// processes share the store despite the data directory's lock (a file
+    /// system without working locks), since a restart releases claims at once.
+    fn default() -> Self {
+        Self { heartbeat: Duration::from_secs(5), stale_after: Duration::from_secs(60), shared: false }
+    }
+}
+
+impl Claims {
+    /// Several replicas (PostgreSQL): a job's claim is a lease like a
+    /// pool's, taken over `--lease-duration` after its holder stopped.
+    pub fn leases(duration: Duration) -> Self {
+        Self { heartbeat: duration / 3, stale_after: duration, shared: true }
+    }
 }
 
 impl Settings {
     pub fn from_config(c: &ServeConfig) -> Self {
+        let claims = match c.database() {
+            crate::db::Location::Postgres(_) => Claims::leases(c.lease_duration),
+            crate::db::Location::Sqlite(_) => Claims::default(),
+        };
         Self {
             retry: RetryPolicy::from_config(c),
             wait_timeout: c.upgrade_wait_timeout,
             poll_interval: c.upgrade_poll_interval,
+            claims,
         }
     }
 }

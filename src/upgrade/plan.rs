@@ -8,12 +8,14 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::domain::upgrade::{Component, JOB_ANNOTATION, Step, TEMP_LABEL};
+use crate::k8s::images::component_container;
+pub use crate::k8s::images::{daemonset_image, pod_image};
 
 /// A DaemonSet that cannot be upgraded as it is.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -26,7 +28,8 @@ fn name_of(ds: &DaemonSet) -> String {
     ds.metadata.name.clone().unwrap_or_default()
 }
 
-/// The temporary copy of a component's DaemonSet, as the seed builds it:
+/// The temporary copy of a component's DaemonSet, as kubeadm's self-hosted
+/// upgrade builds it (docs/upgrades.md):
 /// named `temp-upgrade-<name>`; its labels, selector and pod-template
 /// labels all replaced by `temp-upgrade-component=<component>` so that its
 /// pods are never mistaken for the real component's; metadata reduced to
@@ -54,25 +57,6 @@ pub fn temp_daemonset(original: &DaemonSet, component: Component, job: i64) -> D
         spec,
         status: None,
     }
-}
-
-/// The container that runs the component: the one named after it, else the
-/// first (self-hosted DaemonSets have one).
-fn component_container(containers: &mut [Container], component: Component) -> Option<&mut Container> {
-    let idx = containers.iter().position(|c| c.name == component.as_str()).unwrap_or(0);
-    containers.get_mut(idx)
-}
-
-/// The image the DaemonSet runs the component with.
-pub fn daemonset_image(ds: &DaemonSet, component: Component) -> Option<String> {
-    let mut containers = ds.spec.template.spec.as_ref()?.containers.clone();
-    component_container(&mut containers, component).and_then(|c| c.image.clone())
-}
-
-/// The image a pod runs the component with.
-pub fn pod_image(pod: &Pod, component: Component) -> Option<String> {
-    let mut containers = pod.spec.as_ref()?.containers.clone();
-    component_container(&mut containers, component).and_then(|c| c.image.clone())
 }
 
 /// `current` with the component's container set to `image`. Everything

@@ -25,13 +25,10 @@ use super::{Context, UpgradeQueue, job};
 const SCAN_INTERVAL: Duration = Duration::from_secs(2);
 /// How long a job whose run failed on a store error waits before the next try.
 const COOLDOWN: Duration = Duration::from_secs(2);
-/// How long jobs get to reach a safe point after the stop signal; within
-/// the application's own drain timeout.
-pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
-
-pub async fn run(ctx: Context, queue: UpgradeQueue, cancel: CancellationToken) {
-    // This process holds the data directory's lock: whoever owned a job
-    // before is gone, and its jobs are this runner's to resume.
+/// This process holds the data directory's lock (SQLite): whoever owned a
+/// job before is gone, and its jobs are this runner's to resume. (With
+/// replicas, other owners are alive: their claims go stale on their own.)
+async fn release_previous(ctx: &Context) {
     let released = async {
         let mut tx = ctx.db.begin_background().await?;
         let n = crate::db::upgrades::release_others(&mut tx, &ctx.owner).await?;
@@ -42,6 +39,16 @@ pub async fn run(ctx: Context, queue: UpgradeQueue, cancel: CancellationToken) {
         Ok(0) => {}
         Ok(n) => tracing::info!(jobs = n, "released the claims of a previous drover process"),
         Err(e) => tracing::warn!(error = %e, "could not release old claims; they expire on their own"),
+    }
+}
+
+/// How long jobs get to reach a safe point after the stop signal; within
+/// the application's own drain timeout.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+
+pub async fn run(ctx: Context, queue: UpgradeQueue, cancel: CancellationToken) {
+    if !ctx.settings.claims.shared {
+        release_previous(&ctx).await;
     }
     let mut tasks: JoinSet<(i64, Result<(), JobError>)> = JoinSet::new();
     let mut running: HashSet<i64> = HashSet::new();

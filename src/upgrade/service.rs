@@ -1,16 +1,221 @@
-//! What the upgrade API does, apart from HTTP: check a request against
-//! the cluster and kubeadm's version policy (the plan), store a job from a
-//! plan, and cancel a job. Each state change is stored together with the
-//! event that explains it.
+//! The upgrades service, what the API asks of upgrade jobs: check a
+//! request against its fields, the caller's role, the cluster and kubeadm's
+//! version policy (the plan), store a job from a plan, read jobs with their
+//! components and steps, cancel one. Each state change is stored together
+//! with the event that explains it; the runner does the work.
 
 use chrono::Utc;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
+use super::UpgradeQueue;
 use super::plan::{self, ComponentPlan};
+use crate::clusters::{ClusterError, Clusters};
+use crate::db::page::{Page, PageRequest};
+use crate::db::upgrade_components::ComponentSteps;
 use crate::db::{self, Db, upgrades::CancelOutcome, upgrades::Job};
-use crate::domain::event::{EventType, NewEvent};
-use crate::domain::upgrade::{Component, PolicyViolation, check_version_policy, image_version, release_version};
+use crate::domain::ValidationErrors;
+use crate::domain::event::{Event, EventType, NewEvent, SubjectKind};
+use crate::domain::image::check_image_reference;
+use crate::domain::role::Role;
+use crate::domain::upgrade::{
+    Component, DEFAULT_IMAGE_REPOSITORY, JobState, PolicyViolation, check_version_policy, image_version,
+    order_components, release_version,
+};
 use crate::domain::version::KubeVersion;
 use crate::k8s::{CallError, ClusterApi};
+
+/// Body of `POST /v1/clusters/{name}/upgrades`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = CreateUpgrade)]
+pub struct NewUpgrade {
+    /// Target version, `vMAJOR.MINOR.PATCH`.
+    #[schema(example = "v1.30.0", pattern = r"^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$")]
+    pub version: String,
+    /// Components to upgrade; all three by default. They are always
+    /// upgraded in the order kube-apiserver, kube-controller-manager, kube-scheduler.
+    pub components: Option<Vec<Component>>,
+    /// Registry the images come from (`<repository>/<component>:<version>`).
+    /// Any value but the default (`registry.k8s.io`) needs the admin role.
+    #[schema(example = "registry.k8s.io")]
+    pub image_repository: Option<String>,
+    /// Bypass the version policy (downgrades, skipped minor versions).
+    /// Needs the admin role.
+    #[serde(default)]
+    pub force: bool,
+    /// Answer the plan instead of starting a job.
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+/// The dry-run answer: what a job would do.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct UpgradePlan {
+    pub cluster: String,
+    pub current_version: Option<String>,
+    pub target_version: KubeVersion,
+    pub components: Vec<ComponentPlan>,
+}
+
+/// A job with its components, each with the history of its steps.
+#[derive(Debug, Clone)]
+pub struct JobDetail {
+    pub job: Job,
+    pub components: Vec<ComponentSteps>,
+}
+
+/// What a create answered.
+pub enum Created {
+    /// `dry_run`: what a job would do.
+    Plan(UpgradePlan),
+    Job(JobDetail),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum UpgradeError {
+    #[error("no upgrade job {0:?}")]
+    NotFound(String),
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+    #[error("{0}")]
+    Invalid(ValidationErrors),
+    /// Only an admin may ask for this field.
+    #[error("{0} needs the admin role")]
+    AdminOnly(&'static str),
+    #[error("upgrade job {job} is already active on cluster {cluster:?}; follow /v1/upgrades/{job} or cancel it first")]
+    Active { cluster: String, job: i64 },
+    #[error("upgrade job {id} already ended ({})", state.as_str())]
+    Ended { id: i64, state: JobState },
+    /// The cluster did not answer the plan's reads.
+    #[error("{0}")]
+    Unreachable(String),
+    #[error("store: {0}")]
+    Store(#[from] sqlx::Error),
+}
+
+#[derive(Clone)]
+pub struct Upgrades {
+    db: Db,
+    clusters: Clusters,
+    queue: UpgradeQueue,
+}
+
+impl Upgrades {
+    pub fn new(db: Db, clusters: Clusters, queue: UpgradeQueue) -> Self {
+        Self { db, clusters, queue }
+    }
+
+    /// Starts an upgrade of `cluster`, or with `dry_run` answers its plan,
+    /// for a caller of `role`.
+    pub async fn create(&self, cluster: &str, body: &NewUpgrade, role: Role) -> Result<Created, UpgradeError> {
+        let request = parse(cluster, body, role)?;
+        self.clusters.get(cluster).await?;
+        if !body.dry_run
+            && let Some(job) = db::upgrades::active_for_cluster(self.db.read(), cluster).await?
+        {
+            return Err(UpgradeError::Active { cluster: cluster.to_owned(), job });
+        }
+        let api = self.clusters.connect(cluster, 2).await?;
+        let target = request.target;
+        let prepared = prepare(&api, request).await.map_err(|e| match e {
+            PrepareError::Unreachable { .. } => UpgradeError::Unreachable(e.to_string()),
+            PrepareError::Policy(v) => UpgradeError::Invalid(ValidationErrors::single("version", v.rule, v.message)),
+        })?;
+        if body.dry_run {
+            return Ok(Created::Plan(UpgradePlan {
+                cluster: cluster.to_owned(),
+                current_version: prepared.current.map(|v| v.to_string()),
+                target_version: target,
+                components: prepared.components,
+            }));
+        }
+        let job = start(&self.db, &prepared).await.map_err(|e| match e {
+            StartError::Active(job) => UpgradeError::Active { cluster: cluster.to_owned(), job },
+            StartError::Store(e) => e.into(),
+        })?;
+        self.queue.wake();
+        Ok(Created::Job(self.detail(job).await?))
+    }
+
+    /// A page of jobs, newest first, optionally of one cluster and in one state.
+    pub async fn list(
+        &self,
+        cluster: Option<&str>,
+        state: Option<JobState>,
+        req: &PageRequest<i64>,
+    ) -> Result<Page<JobDetail>, UpgradeError> {
+        let jobs = db::upgrades::list(self.db.read(), cluster, state, req.after, req.fetch()).await?;
+        let page = Page::from_rows(jobs, req.limit, |j| j.id.to_string());
+        let ids: Vec<i64> = page.items.iter().map(|j| j.id).collect();
+        let mut components = db::upgrade_components::with_steps(self.db.read(), &ids).await?;
+        Ok(page.map(|job| JobDetail { components: components.remove(&job.id).unwrap_or_default(), job }))
+    }
+
+    /// A job by its id as the API names it (a number; anything else is no job).
+    pub async fn get(&self, id: &str) -> Result<JobDetail, UpgradeError> {
+        let job = self.job(id).await?;
+        self.detail(job).await
+    }
+
+    /// Job `id`, or `None` once it is gone (an event stream's end).
+    pub async fn find(&self, id: i64) -> Result<Option<JobDetail>, UpgradeError> {
+        match db::upgrades::get(self.db.read(), id).await? {
+            Some(job) => Ok(Some(self.detail(job).await?)),
+            None => Ok(None),
+        }
+    }
+
+    async fn job(&self, id: &str) -> Result<Job, UpgradeError> {
+        let missing = || UpgradeError::NotFound(id.to_owned());
+        let number: i64 = id.parse().map_err(|_| missing())?;
+        db::upgrades::get(self.db.read(), number).await?.ok_or_else(missing)
+    }
+
+    async fn detail(&self, job: Job) -> Result<JobDetail, UpgradeError> {
+        let mut components = db::upgrade_components::with_steps(self.db.read(), &[job.id]).await?;
+        Ok(JobDetail { components: components.remove(&job.id).unwrap_or_default(), job })
+    }
+
+    /// A page of the job's events, newest first.
+    pub async fn events(&self, id: &str, req: &PageRequest<i64>) -> Result<Page<Event>, UpgradeError> {
+        let job = self.job(id).await?;
+        Ok(db::events::page(self.db.read(), SubjectKind::Job, &job.id.to_string(), req).await?)
+    }
+
+    /// Cancels a job: a pending one at once, a running one at its next safe
+    /// point. Answers the job as it now stands.
+    pub async fn cancel(&self, id: &str) -> Result<JobDetail, UpgradeError> {
+        let number: i64 = id.parse().map_err(|_| UpgradeError::NotFound(id.to_owned()))?;
+        let (job, outcome) = cancel(&self.db, number).await?.ok_or_else(|| UpgradeError::NotFound(id.to_owned()))?;
+        if outcome == CancelOutcome::Ended {
+            return Err(UpgradeError::Ended { id: number, state: job.state });
+        }
+        self.detail(job).await
+    }
+}
+
+/// The upgrade a create body asks for, with every field checked. A
+/// registry other than the default, or `force`, decide what runs as the
+/// control plane, so they are the admin's (SECURITY.md).
+fn parse(cluster: &str, body: &NewUpgrade, role: Role) -> Result<UpgradeRequest, UpgradeError> {
+    let invalid = |field, rule, e: String| UpgradeError::Invalid(ValidationErrors::single(field, rule, e));
+    let target: KubeVersion = body.version.parse().map_err(|e| invalid("version", "version_format", format!("{e}")))?;
+    let components = order_components(body.components.as_deref().unwrap_or(&Component::ALL))
+        .map_err(|e| invalid("components", "components", e))?;
+    if role < Role::Admin {
+        let repository = body.image_repository.as_deref().is_some_and(|r| r != DEFAULT_IMAGE_REPOSITORY);
+        if repository || body.force {
+            let field = if repository { "image_repository" } else { "force" };
+            tracing::info!(field, "a non-admin asked for an admin-only upgrade parameter");
+            return Err(UpgradeError::AdminOnly(field));
+        }
+    }
+    let repo = body.image_repository.clone().unwrap_or_else(|| DEFAULT_IMAGE_REPOSITORY.to_owned());
+    check_image_reference(&format!("{repo}/kube-apiserver:{target}"))
+        .map_err(|e| invalid("image_repository", "image_repository", e.to_string()))?;
+    Ok(UpgradeRequest { cluster: cluster.to_owned(), target, components, image_repository: repo, force: body.force })
+}
 
 /// A request that passed its field checks.
 #[derive(Debug, Clone)]
@@ -47,7 +252,7 @@ pub enum PrepareError {
 /// Reads what the cluster runs and checks the request against the version
 /// policy, which compares with the oldest of the API server's version and
 /// the component images. Changes nothing.
-pub async fn prepare(api: &ClusterApi, request: UpgradeRequest) -> Result<Prepared, PrepareError> {
+async fn prepare(api: &ClusterApi, request: UpgradeRequest) -> Result<Prepared, PrepareError> {
     let unreachable = |source| PrepareError::Unreachable { cluster: request.cluster.clone(), source };
     let info = api.version().await.map_err(unreachable)?;
     let mut current = release_version(&info.git_version);
@@ -77,7 +282,7 @@ pub enum StartError {
 
 /// Stores a pending job for the plan, with its "Accepted" event. The store
 /// allows one active job per cluster; a second one is [`StartError::Active`].
-pub async fn start(db: &Db, prepared: &Prepared) -> Result<Job, StartError> {
+async fn start(db: &Db, prepared: &Prepared) -> Result<Job, StartError> {
     let r = &prepared.request;
     let images: Vec<String> = prepared.components.iter().map(|p| p.new_image.clone()).collect();
     let version = r.target.to_string();
@@ -112,7 +317,7 @@ pub async fn start(db: &Db, prepared: &Prepared) -> Result<Job, StartError> {
 /// Cancels job `id`, with its event, in one transaction: a pending job at
 /// once (no runner will ever claim it), a running one at its runner's next
 /// safe point. `None` when there is no such job.
-pub async fn cancel(db: &Db, id: i64) -> sqlx::Result<Option<(Job, CancelOutcome)>> {
+async fn cancel(db: &Db, id: i64) -> sqlx::Result<Option<(Job, CancelOutcome)>> {
     let event = |outcome| {
         let msg = match outcome {
             CancelOutcome::CancelledNow => "cancelled before it started",

@@ -16,10 +16,10 @@ use crate::upgrade_env::{CLUSTER, SIM_TOKEN, TO, spawn_env};
 /// Longest any one CLI run may take; `--wait` runs carry a shorter `--timeout`.
 const RUN_LIMIT: Duration = Duration::from_secs(90);
 
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
+pub(crate) struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
 }
 
 impl Run {
@@ -28,14 +28,14 @@ impl Run {
             .unwrap_or_else(|e| panic!("-o json printed something that is not JSON ({e}):\n{}", self.stdout))
     }
 
-    fn ok(self) -> Run {
+    pub fn ok(self) -> Run {
         assert_eq!(self.code, 0, "exit {}\nstdout: {}\nstderr: {}", self.code, self.stdout, self.stderr);
         self
     }
 }
 
 /// Runs `drover <args>` against `server`, with no token unless `token`.
-async fn drover_at(server: &str, token: Option<&str>, args: &[&str]) -> Run {
+pub(crate) async fn drover_at(server: &str, token: Option<&str>, args: &[&str]) -> Run {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_drover"));
     cmd.args(args).env("DROVER_SERVER", server).env_remove("DROVER_TOKEN").kill_on_drop(true);
     if let Some(t) = token {

@@ -214,23 +214,20 @@ async fn credentials_that_cannot_travel_or_be_used_are_refused_at_registration_n
 /// Writes cluster credentials straight into drover's database, as an older
 /// version, a restored backup or a hand edit could have left them.
 async fn store_credentials(data_dir: &std::path::Path, name: &str, server: &str, document: Value) {
-    let db = drover::db::connect(&data_dir.join("drover.db")).await.expect("opening the database");
-    let mut tx = db.begin_write().await.expect("a write");
-    let now = chrono::Utc::now();
-    sqlx::query(
+    use crate::helpers::Param;
+    let mut db = crate::helpers::test_raw_store(data_dir).await;
+    db.execute(
         "insert into clusters (name, server, auth_kind, credentials, created_at, updated_at)
-         values (?1, ?2, 'token', ?3, ?4, ?4)
+         values ($1, $2, 'token', $3, $4, $4)
          on conflict (name) do update set credentials = excluded.credentials",
+        &[
+            Param::Text(name.into()),
+            Param::Text(server.into()),
+            Param::Text(document.to_string()),
+            Param::Time(chrono::Utc::now()),
+        ],
     )
-    .bind(name)
-    .bind(server)
-    .bind(document.to_string())
-    .bind(now)
-    .execute(&mut *tx)
-    .await
-    .expect("storing credentials");
-    tx.commit().await.expect("commit");
-    db.close().await;
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,7 +1,7 @@
-//! Issue 12's table, the rows about what a client can hold or write:
-//! slow clients, event streams, log injection. Each test failed on the
-//! code before the fix (sockets stayed open, streams were uncounted and
-//! outlived their token, client data reached the log as it was).
+//! What a client can hold or write (SECURITY.md, "Limits and their
+//! defaults"): slow and silent clients are closed, connections and event
+//! streams are counted and capped, a stream ends with its token or its
+//! lifetime, and client data reaches the log escaped.
 
 use std::time::Duration;
 
@@ -12,7 +12,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::hardening::{make_token, spawn_with};
-use crate::helpers::{TestApp, assert_problem, client_with_token, spawn_app};
+use crate::helpers::{TestApp, assert_problem, client_with_token, metric, spawn_app, wait_for};
 
 fn host(app: &TestApp) -> String {
     app.addr.trim_start_matches("http://").to_owned()
@@ -57,6 +57,7 @@ async fn silent_and_slow_clients_are_closed_by_the_header_timeout() {
     }
     let trickle = tokio::spawn(async move {
         for _ in 0..20 {
+            // The client's pace (what is under test), not a wait for anything.
             tokio::time::sleep(Duration::from_millis(300)).await;
             for s in &mut trickling {
                 let _ = s.write_all(b"E").await;
@@ -88,14 +89,20 @@ async fn an_idle_kept_alive_connection_is_closed_after_the_idle_timeout() {
 async fn connections_beyond_the_cap_are_answered_503_and_closed() {
     let app = spawn_with(|c| c.max_connections = 2).await;
     let held = [TcpStream::connect(host(&app)).await.unwrap(), TcpStream::connect(host(&app)).await.unwrap()];
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    wait_for(Duration::from_secs(5), "the server to accept the two held connections", async || {
+        metric(&app.metrics_text(), "drover_http_connections ") == 2.0
+    })
+    .await;
     let mut third = TcpStream::connect(host(&app)).await.unwrap();
     let answer = closed_within(&mut third, Duration::from_secs(2), "a connection over the cap").await;
     let text = String::from_utf8_lossy(&answer);
     assert!(text.starts_with("HTTP/1.1 503"), "{text}");
     assert!(text.contains("retry-after: 1") && text.contains("problems/unavailable"), "{text}");
     drop(held);
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    wait_for(Duration::from_secs(5), "the server to close the connections its clients left", async || {
+        metric(&app.metrics_text(), "drover_http_connections ") == 0.0
+    })
+    .await;
     assert_eq!(app.get("/v1/pools").await.status(), StatusCode::OK, "slots come back when clients leave");
 }
 
@@ -157,25 +164,29 @@ async fn streams_are_capped_end_with_their_lifetime_and_with_their_token() {
     assert!(metrics.contains("drover_event_streams 0"), "{metrics}");
 }
 
-/// The value of the sample whose line starts with `prefix`, or 0.
-fn sample(text: &str, prefix: &str) -> f64 {
-    text.lines().find(|l| l.starts_with(prefix)).and_then(|l| l.rsplit(' ').next()?.parse().ok()).unwrap_or(0.0)
-}
-
 #[tokio::test]
 async fn an_idle_stream_does_not_read_the_store_until_its_pool_changes() {
-    let app = spawn_app().await;
+    let recheck = Duration::from_secs(2);
+    // No resync pass meanwhile: each pass tells the streams of its pool to look.
+    let app = spawn_with(|c| {
+        c.stream_recheck = recheck;
+        c.resync_interval = Duration::from_secs(3600);
+    })
+    .await;
     app.create_pool_ok("quiet", 0, json!({"paused": true})).await;
     app.wait_converged("quiet", 0, Duration::from_secs(10)).await;
-    let reads =
-        || async { sample(&app.get("/metrics").await.text().await.unwrap(), "drover_event_stream_reads_total") };
+    let reads = || metric(&app.metrics_text(), "drover_event_stream_reads_total");
     let mut stream = Stream::ok(&app.client, &app, "/v1/pools/quiet/stream").await;
     let first = tokio::time::timeout(Duration::from_secs(5), stream.res.chunk()).await.expect("a first status");
     assert!(first.unwrap().is_some());
-    let settled = reads().await;
-    assert_eq!(settled, 1.0, "the first status is one read");
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(reads().await, settled, "an unchanged pool was read again: the stream polls");
+    let first_read = std::time::Instant::now();
+    assert_eq!(reads(), 1.0, "the first status is one read");
+    // The next read of an unchanged pool is the re-check's, one interval
+    // after the stream began: a stream that polls reads again sooner.
+    wait_for(recheck * 3, "the stream's re-check, which reads the store", async || reads() >= 2.0).await;
+    let gap = first_read.elapsed();
+    assert_eq!(reads(), 2.0, "an unchanged pool was read more than once per re-check: the stream polls");
+    assert!(gap >= recheck - Duration::from_millis(500), "an unchanged pool was read again after {gap:?}: it polls");
     assert_eq!(app.scale("quiet", 1).await.status(), StatusCode::OK);
     let next = tokio::time::timeout(Duration::from_secs(2), stream.res.chunk()).await;
     assert!(next.expect("a change reaches the stream at once").unwrap().is_some());

@@ -15,41 +15,37 @@ use bollard::query_parameters::ListContainersOptionsBuilder;
 use crate::images::{self, docker};
 pub use crate::images::{CRASH_IMAGE, HEALTHY_IMAGE, PLAIN_IMAGE, STUBBORN_V1, STUBBORN_V2, V1, V2};
 
-/// Opting out of the tests that need a Docker engine (README: "Testing").
+/// Opting out of the tests that need a Docker engine (README.md, "Tests").
 pub const SKIP_DOCKER: &str = "DROVER_SKIP_DOCKER_TESTS";
 
-/// True when Docker is usable, after building the test images. Without an
-/// engine the test fails with the reason, unless the user opted out with
-/// `DROVER_SKIP_DOCKER_TESTS=1`: then it says so and the caller returns.
-pub fn require_docker(test: &str) -> bool {
+/// Fails the test, with the reason, unless a Docker engine answers; then
+/// builds the test images (once per run). A test that calls it carries
+/// `#[cfg_attr(skip_docker_tests, ignore = ...)]` (`build.rs` sets the cfg
+/// when [`SKIP_DOCKER`] is set), so an opted-out run lists it as ignored;
+/// `opt_outs.rs` checks that every such test does.
+pub fn require_docker() {
     let probe = Command::new("docker").args(["version", "--format", "{{.Server.Version}}"]).output();
     let problem = match probe {
         Ok(out) if out.status.success() => None,
         Ok(out) => Some(String::from_utf8_lossy(&out.stderr).trim().to_owned()),
         Err(e) => Some(format!("cannot run the docker CLI: {e}")),
     };
-    match problem {
-        None => {
-            images::build_once();
-            true
-        }
-        Some(why) if std::env::var_os(SKIP_DOCKER).is_some() => {
-            eprintln!("{test}: not run, {SKIP_DOCKER} is set ({why})");
-            false
-        }
-        Some(why) => panic!("{test} needs a running Docker engine: {why} (set {SKIP_DOCKER}=1 to opt out)"),
+    if let Some(why) = problem {
+        panic!(
+            "this test needs a running Docker engine ({why}); start one (scripts/test.sh tries), or set \
+             {SKIP_DOCKER}=1 to list the Docker tests as ignored"
+        );
     }
+    images::build_once();
 }
 
-/// Removes a pool's containers when a test ends, pass or fail.
+/// Removes a pool's containers when a test ends, pass or fail. Declare it
+/// before the server (`TestApp`, `Process`), so that it is dropped after
+/// the server has stopped: then nothing creates a container after the sweep.
 pub struct Cleanup(pub Vec<String>);
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        // Twice: a reconcile pass in flight when the test ended may still
-        // create a container after the first sweep.
-        self.sweep();
-        std::thread::sleep(Duration::from_millis(500));
         self.sweep();
     }
 }
@@ -161,4 +157,81 @@ pub fn run_by_hand(name: &str, image: &str, labels: &[(&str, &str)]) -> String {
 
 pub fn remove_by_hand(name: &str) {
     docker(&["rm", "-f", name]);
+}
+
+/// The engine's own record of what happened to a pool's containers, from
+/// the moment it starts: what a test checks "no running machine was
+/// removed" against, rather than drover's word for it.
+pub struct EventLog {
+    /// (action, container name), in the engine's order.
+    seen: Arc<Mutex<Vec<(String, String)>>>,
+    handle: tokio::task::JoinHandle<()>,
+}
+
+impl EventLog {
+    /// Follows `docker`'s container events of `pool`.
+    pub fn start(docker: &Docker, pool: &str) -> Self {
+        use bollard::query_parameters::EventsOptionsBuilder;
+        use futures_util::StreamExt;
+        let filters = HashMap::from([
+            ("type".to_owned(), vec!["container".to_owned()]),
+            ("label".to_owned(), vec![format!("drover.dev/pool={pool}")]),
+        ]);
+        // From this very moment: `since` has one-second steps, so events of
+        // the second before are dropped by their own timestamp.
+        let started = chrono::Utc::now();
+        let since = (started.timestamp() - 1).to_string();
+        let from = started.timestamp_nanos_opt().unwrap_or(0);
+        let opts = EventsOptionsBuilder::default().since(&since).filters(&filters).build();
+        let mut stream = docker.events(Some(opts));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let handle = tokio::spawn(async move {
+            while let Some(Ok(ev)) = stream.next().await {
+                if ev.time_nano.is_some_and(|t| t < from) {
+                    continue;
+                }
+                let action = ev.action.unwrap_or_default();
+                let name = ev.actor.and_then(|a| a.attributes?.get("name").cloned()).unwrap_or_default();
+                if let Ok(mut log) = log.lock() {
+                    log.push((action, name));
+                }
+            }
+        });
+        Self { seen, handle }
+    }
+
+    /// Containers the engine stopped, killed or removed, with the action.
+    pub fn removals(&self) -> Vec<(String, String)> {
+        let seen = self.seen.lock().map(|s| s.clone()).unwrap_or_default();
+        seen.into_iter().filter(|(action, _)| matches!(action.as_str(), "kill" | "stop" | "destroy")).collect()
+    }
+
+    /// The most containers that existed at once, `at_start` existing when
+    /// the log started.
+    pub fn peak_existing(&self, at_start: usize) -> usize {
+        let seen = self.seen.lock().map(|s| s.clone()).unwrap_or_default();
+        let (mut now, mut peak) = (at_start as i64, at_start as i64);
+        for (action, _) in &seen {
+            match action.as_str() {
+                "create" => now += 1,
+                "destroy" => now -= 1,
+                _ => {}
+            }
+            peak = peak.max(now);
+        }
+        peak.max(0) as usize
+    }
+
+    /// Containers the engine created.
+    pub fn created(&self) -> Vec<String> {
+        let seen = self.seen.lock().map(|s| s.clone()).unwrap_or_default();
+        seen.into_iter().filter(|(action, _)| action == "create").map(|(_, name)| name).collect()
+    }
+}
+
+impl Drop for EventLog {
+    fn drop(&mut self) {
+        self.handle.abort();
+    }
 }

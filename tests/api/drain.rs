@@ -1,5 +1,5 @@
-//! DESIGN rule 5: a machine of a pool that belongs to a cluster is cordoned
-//! and drained before its container goes, and its Node deleted after. Real
+//! A machine of a pool that belongs to a cluster is cordoned and drained
+//! before its container goes, and its Node deleted after (docs/drain.md). Real
 //! Docker for the machines, the Kubernetes API simulator for the cluster.
 //! Also: pools may only name registered clusters, and a cluster named by a
 //! pool cannot be deleted.
@@ -96,10 +96,9 @@ fn is(op: &Op, verb: &str, kind: &str, name: &str, status: u16) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(skip_docker_tests, ignore = "DROVER_SKIP_DOCKER_TESTS is set")]
 async fn scale_down_cordons_then_evicts_and_removes_the_container_only_after_the_pods_are_gone() {
-    if !require_docker("scale_down_cordons_then_evicts_and_removes_the_container_only_after_the_pods_are_gone") {
-        return;
-    }
+    require_docker();
     let env = spawn("drain", 3, Duration::ZERO, |c| c.drain_timeout = Duration::from_secs(30)).await;
     let machines = env.populate_nodes().await;
     env.sim.block_evictions();
@@ -158,10 +157,9 @@ async fn scale_down_cordons_then_evicts_and_removes_the_container_only_after_the
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(skip_docker_tests, ignore = "DROVER_SKIP_DOCKER_TESTS is set")]
 async fn a_machine_whose_node_does_not_exist_is_removed_without_draining() {
-    if !require_docker("a_machine_whose_node_does_not_exist_is_removed_without_draining") {
-        return;
-    }
+    require_docker();
     let env = spawn("nonode", 2, Duration::ZERO, |_| {}).await;
     env.sim.clear_ops();
     assert_eq!(env.app.scale(&env.pool, 1).await.status(), StatusCode::OK);
@@ -179,10 +177,9 @@ async fn a_machine_whose_node_does_not_exist_is_removed_without_draining() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(skip_docker_tests, ignore = "DROVER_SKIP_DOCKER_TESTS is set")]
 async fn an_unreachable_cluster_keeps_the_machine_until_it_answers_again() {
-    if !require_docker("an_unreachable_cluster_keeps_the_machine_until_it_answers_again") {
-        return;
-    }
+    require_docker();
     let env = spawn("unreach", 2, Duration::ZERO, |c| c.drain_timeout = Duration::from_secs(2)).await;
     let machines = env.populate_nodes().await;
     env.sim.unreachable_for(Duration::from_secs(8));
@@ -212,10 +209,9 @@ async fn an_unreachable_cluster_keeps_the_machine_until_it_answers_again() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(skip_docker_tests, ignore = "DROVER_SKIP_DOCKER_TESTS is set")]
 async fn deleting_a_pool_drains_every_machine_and_frees_the_cluster() {
-    if !require_docker("deleting_a_pool_drains_every_machine_and_frees_the_cluster") {
-        return;
-    }
+    require_docker();
     // Evicted pods take a while to terminate: the drain must wait for them.
     let env = spawn("pooldel", 2, Duration::from_millis(400), |_| {}).await;
     let machines = env.populate_nodes().await;

@@ -10,7 +10,7 @@ use drover::config::RuntimeKind;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, assert_problem, config, start, unique};
+use crate::helpers::{TestApp, assert_problem, config, start, unique, wait_for};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -152,7 +152,7 @@ async fn losing_an_engine_replaces_its_machines_and_its_return_trims_the_surplus
     let before: HashSet<String> = crate::helpers::names(&app.machines(&pool).await);
 
     let b = app.state.engines.get("b").expect("engine b");
-    b.simulate_outage(true);
+    b.simulation().expect("simulated").outage(true);
     let p = wait_spread(&app, &pool, &[("a", 3), ("local", 3)]).await;
     let healthy =
         p["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "MachinesHealthy").cloned();
@@ -162,7 +162,7 @@ async fn losing_an_engine_replaces_its_machines_and_its_return_trims_the_surplus
         engine_events["items"].as_array().unwrap().iter().filter_map(|e| e["reason"].as_str()).collect();
     assert!(reasons.contains(&"EngineUnreachable"), "{reasons:?}");
 
-    b.simulate_outage(false);
+    b.simulation().expect("simulated").outage(false);
     wait_spread(&app, &pool, &[("a", 2), ("b", 2), ("local", 2)]).await;
     let after = app.machines(&pool).await;
     assert_eq!(after.len(), 6, "exactly replicas records once the engine is back: {after:#?}");
@@ -210,7 +210,7 @@ async fn a_lost_engine_can_be_removed_with_its_machines_and_a_pool_on_it_deleted
     app.create_pool_ok(&pool, 2, json!({"engines": ["a"]})).await;
     wait_spread(&app, &pool, &[("a", 2)]).await;
     let a = app.state.engines.get("a").expect("engine a");
-    a.simulate_outage(true);
+    a.simulation().expect("simulated").outage(true);
     // Unreachable but not yet lost: its machines may come back, so it stays.
     let body = assert_problem(app.request(Method::DELETE, "/v1/engines/a", None).await, 409, None).await;
     assert!(body["detail"].as_str().unwrap_or_default().contains("worker-"), "{body:#}");
@@ -218,7 +218,11 @@ async fn a_lost_engine_can_be_removed_with_its_machines_and_a_pool_on_it_deleted
     // The host is gone for good: once lost, the engine goes and its
     // machines with it, and the pool (which had nowhere else to go) can be
     // deleted instead of waiting forever for containers nobody can reach.
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    wait_for(LIMIT, "engine a to be given up for lost (its EngineLost event)", async || {
+        let events: Value = app.get("/v1/engines/a/events").await.json().await.unwrap_or(Value::Null);
+        events["items"].as_array().is_some_and(|items| items.iter().any(|e| e["reason"] == "EngineLost"))
+    })
+    .await;
     assert_eq!(app.request(Method::DELETE, "/v1/engines/a", None).await.status(), StatusCode::NO_CONTENT);
     assert_eq!(app.request(Method::DELETE, &format!("/v1/pools/{pool}"), None).await.status(), StatusCode::ACCEPTED);
     let deadline = tokio::time::Instant::now() + LIMIT;
@@ -245,12 +249,11 @@ fn on_engines(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(skip_docker_tests, ignore = "DROVER_SKIP_DOCKER_TESTS is set")]
 async fn three_real_engines_spread_roll_lose_one_and_get_it_back_without_duplicates() {
     use crate::docker::{Cleanup, V1, V2, require_docker};
     use crate::engines_support::ExtraEngine;
-    if !require_docker("three_real_engines_spread_roll_lose_one_and_get_it_back_without_duplicates") {
-        return;
-    }
+    require_docker();
     let images = [format!("kindest/node:{V1}"), format!("kindest/node:{V2}")];
     let images: Vec<&str> = images.iter().map(String::as_str).collect();
     let mut e1 = ExtraEngine::start("e1", &images).expect("first extra engine");
@@ -284,7 +287,9 @@ async fn three_real_engines_spread_roll_lose_one_and_get_it_back_without_duplica
         most = most.max(all.len());
         fewest = fewest.min(all.iter().filter(|(_, running)| *running).count());
         let p = app.pool(&pool).await;
-        if p["status"]["updated_replicas"] == 9
+        // A status from before the change would say the same of V1.
+        if p["status"]["observed_generation"] == p["generation"]
+            && p["status"]["updated_replicas"] == 9
             && p["status"]["ready_replicas"] == 9
             && p["status"]["replicas"] == 9
             && p["status"]["terminating_replicas"] == 0
@@ -300,7 +305,12 @@ async fn three_real_engines_spread_roll_lose_one_and_get_it_back_without_duplica
     // Lose e2 in the middle of the next rollout: 9 ready on the other two
     // within the lost timeout (5 s) + 30 s.
     assert_eq!(app.patch_pool(&pool, json!({"version": V1}), None).await.status(), StatusCode::OK);
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    app.wait_pool(&pool, LIMIT, "the rollout back to V1 to be under way", |p| {
+        let s = &p["status"];
+        s["observed_generation"] == p["generation"]
+            && s["updated_replicas"].as_u64().is_some_and(|n| (1..9).contains(&n))
+    })
+    .await;
     e2.stop();
     let lost_at = tokio::time::Instant::now();
     let deadline = lost_at + Duration::from_secs(35);

@@ -1,5 +1,11 @@
-//! `spawn_app`: a real drover server on 127.0.0.1:0 with a fresh database
-//! file, and a client with one method per endpoint.
+//! `spawn_app`: a real drover server on 127.0.0.1:0 with a fresh store,
+//! and a client with one method per endpoint.
+//!
+//! The store is a SQLite file in the server's data directory, or, when the
+//! run selects PostgreSQL (`DROVER_TEST_DATABASE=postgres`, see
+//! `tests/support/postgres.rs`), a fresh database on the test server. A
+//! test about SQLite itself (its files, its locking) says so with
+//! [`sqlite_config`] and keeps SQLite either way.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -7,6 +13,7 @@ use std::time::Duration;
 
 use drover::app::Application;
 use drover::config::{RuntimeKind, ServeConfig};
+use drover::db::Location;
 use reqwest::{Method, Response, StatusCode};
 use serde_json::{Value, json};
 use tempfile::TempDir;
@@ -19,6 +26,8 @@ pub struct TestApp {
     pub client: reqwest::Client,
     pub admin_token: String,
     pub data_dir: PathBuf,
+    /// Where the server keeps its data; a restart reopens it.
+    pub store: Location,
     /// The server's state: its engines, for tests that act on them.
     pub state: drover::state::AppState,
     /// Keeps the temporary data directory alive as long as the app.
@@ -36,6 +45,22 @@ pub fn config(data_dir: &Path, runtime: RuntimeKind) -> ServeConfig {
     cfg
 }
 
+/// Settings that keep the store in SQLite whichever store the run selected:
+/// for tests of SQLite itself (its files, its locks, its recovery).
+pub fn sqlite_config(data_dir: &Path, runtime: RuntimeKind) -> ServeConfig {
+    let mut cfg = config(data_dir, runtime);
+    cfg.database_url = Some(Location::Sqlite(data_dir.join("drover.db")));
+    cfg
+}
+
+/// The store of the data directory `data_dir` (what a server started on it
+/// uses), opened by the test itself.
+pub async fn test_store(data_dir: &Path) -> drover::db::Db {
+    let location =
+        crate::postgres::store_for_data_dir(data_dir).unwrap_or_else(|| Location::Sqlite(data_dir.join("drover.db")));
+    drover::db::connect(&location).await.expect("opening the test store")
+}
+
 /// A server on the simulated runtime: for API tests that need no Docker.
 pub async fn spawn_app() -> TestApp {
     let tmp = TempDir::new().expect("temporary directory");
@@ -50,8 +75,13 @@ pub async fn spawn_docker_app() -> TestApp {
     start(cfg, Some(tmp)).await
 }
 
-/// A server with explicit settings.
-pub async fn start(cfg: ServeConfig, tmp: Option<TempDir>) -> TestApp {
+/// A server with explicit settings; without a `database_url`, on the
+/// store the run selected.
+pub async fn start(mut cfg: ServeConfig, tmp: Option<TempDir>) -> TestApp {
+    if cfg.database_url.is_none() {
+        cfg.database_url = crate::postgres::store_for_data_dir(&cfg.data_dir);
+    }
+    let store = cfg.database();
     let data_dir = cfg.data_dir.clone();
     let app = Application::build(cfg).await.expect("building the app");
     let addr = format!("http://{}", app.local_addr().expect("bound address"));
@@ -62,7 +92,7 @@ pub async fn start(cfg: ServeConfig, tmp: Option<TempDir>) -> TestApp {
     }));
     let admin_token = admin_token(&data_dir);
     let client = client_with_token(&admin_token);
-    TestApp { addr, client, admin_token, data_dir, state, _tmp: tmp, stop: Some(stop), handle: Some(handle) }
+    TestApp { addr, client, admin_token, data_dir, store, state, _tmp: tmp, stop: Some(stop), handle: Some(handle) }
 }
 
 /// The admin token drover wrote on first start.
@@ -94,14 +124,14 @@ impl TestApp {
         }
     }
 
-    /// Stops and starts again on the same database file.
+    /// Stops and starts again on the same store.
     pub async fn restart(mut self, runtime: RuntimeKind) -> TestApp {
         self.stop().await;
         let tmp = self._tmp.take();
         start(config(&self.data_dir, runtime), tmp).await
     }
 
-    /// Stops and starts again on the same database file with `cfg`.
+    /// Stops and starts again with `cfg`.
     pub async fn restart_with(mut self, cfg: ServeConfig) -> TestApp {
         self.stop().await;
         let tmp = self._tmp.take();
@@ -206,6 +236,28 @@ impl TestApp {
         }
     }
 
+    /// This server's metrics in Prometheus text, read in-process: it needs
+    /// no connection, so it works while a test holds every slot.
+    pub fn metrics_text(&self) -> String {
+        let mut out = String::new();
+        self.state.metrics.render(&mut out).expect("rendering the metrics into a String");
+        out
+    }
+
+    /// Reconcile passes this server has finished, whatever their outcome.
+    pub fn passes_finished(&self) -> f64 {
+        metric(&self.metrics_text(), "drover_reconcile_passes_total")
+    }
+
+    /// Waits until a reconcile pass that began after this call has
+    /// finished: two more passes than now, since one may have been under
+    /// way (a pool's passes never overlap). It counts every pool's passes,
+    /// so it is for servers with one pool; `what` says what that pass proves.
+    pub async fn wait_pass_after_now(&self, limit: Duration, what: &str) {
+        let now = self.passes_finished();
+        wait_for(limit, what, async || self.passes_finished() >= now + 2.0).await;
+    }
+
     /// Waits until the pool reports `replicas` machines, all ready and up to date.
     pub async fn wait_converged(&self, name: &str, replicas: u64, timeout: Duration) -> Value {
         self.wait_pool(name, timeout, &format!("{name} to converge on {replicas} ready machines"), |p| {
@@ -221,9 +273,23 @@ impl TestApp {
 }
 
 impl Drop for TestApp {
+    /// Stops the server and, on a multi-threaded runtime (every Docker
+    /// test's), waits until it has stopped, passes in flight included: so
+    /// that no container it creates outlives the test's `Cleanup`, which is
+    /// declared before the app and so dropped after it. A current-thread
+    /// runtime cannot block here; its tests use no engine.
     fn drop(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
+        }
+        let Some(handle) = self.handle.take() else { return };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        if runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread {
+            let stopped =
+                tokio::task::block_in_place(|| runtime.block_on(tokio::time::timeout(Duration::from_secs(40), handle)));
+            if stopped.is_err() && !std::thread::panicking() {
+                panic!("server did not stop within 40 s: a background task ignores cancellation");
+            }
         }
     }
 }
@@ -264,5 +330,149 @@ pub async fn wait_for(limit: Duration, what: &str, mut done: impl AsyncFnMut() -
     while !done().await {
         assert!(tokio::time::Instant::now() < deadline, "timed out after {limit:?} waiting for {what}");
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The sum of the samples whose line starts with `prefix` (a family's
+/// name, with some of its labels if need be); 0 when there is none.
+pub fn metric(text: &str, prefix: &str) -> f64 {
+    text.lines().filter(|l| l.starts_with(prefix)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
+}
+
+/// Checks `check` every 200 ms for all of `window`, failing at the first
+/// poll where it fails. An observation, not a wait: for a property that is
+/// a rate or an absence over time, which no later event can show (say why
+/// at the call).
+pub async fn hold_for(window: Duration, what: &str, mut check: impl AsyncFnMut() -> Result<(), String>) {
+    let started = tokio::time::Instant::now();
+    loop {
+        if let Err(broken) = check().await {
+            panic!("{what}: {broken} (after {:?} of {window:?})", started.elapsed());
+        }
+        if started.elapsed() >= window {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A connection of a test's own to a server's store, for looking or
+/// reaching behind the API. Statements are written once for both stores:
+/// `$1`-style parameters, `true`/`false` flags.
+pub enum RawStore {
+    Sqlite(sqlx::SqliteConnection),
+    Postgres(sqlx::PgConnection),
+}
+
+/// A value bound to a [`RawStore`] statement.
+pub enum Param {
+    Time(chrono::DateTime<chrono::Utc>),
+    Text(String),
+}
+
+macro_rules! on_raw {
+    ($store:expr, $make:path, $sql:expr, $params:expr, |$q:ident, $c:ident| $body:expr) => {{
+        let sql: String = $sql;
+        match $store {
+            RawStore::Sqlite($c) => {
+                let mut $q = $make(sqlx::AssertSqlSafe(sql));
+                for p in $params {
+                    $q = match p {
+                        Param::Time(t) => $q.bind(*t),
+                        Param::Text(s) => $q.bind(s.clone()),
+                    };
+                }
+                $body
+            }
+            RawStore::Postgres($c) => {
+                let mut $q = $make(sqlx::AssertSqlSafe(sql));
+                for p in $params {
+                    $q = match p {
+                        Param::Time(t) => $q.bind(*t),
+                        Param::Text(s) => $q.bind(s.clone()),
+                    };
+                }
+                $body
+            }
+        }
+    }};
+}
+
+impl RawStore {
+    /// Runs `sql`; the rows it changed.
+    pub async fn execute(&mut self, sql: &str, params: &[Param]) -> u64 {
+        on_raw!(self, sqlx::query, sql.to_owned(), params, |q, c| q.execute(&mut *c).await.map(|d| d.rows_affected()))
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    /// The integers `sql` selects (one column), as `i64` whatever their
+    /// type in the store.
+    pub async fn integers(&mut self, sql: &str) -> Vec<i64> {
+        let rows = match self {
+            // SQLite's integers are 64-bit already.
+            RawStore::Sqlite(c) => sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned())).fetch_all(c).await,
+            RawStore::Postgres(c) => {
+                let wrapped = format!("select cast(v as bigint) from ({sql}) as q(v)");
+                sqlx::query_scalar(sqlx::AssertSqlSafe(wrapped)).fetch_all(c).await
+            }
+        };
+        rows.unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    /// The one integer `sql` selects.
+    pub async fn integer(&mut self, sql: &str) -> i64 {
+        let all = self.integers(sql).await;
+        assert_eq!(all.len(), 1, "{sql}: expected one row, got {all:?}");
+        all[0]
+    }
+}
+
+impl TestApp {
+    /// A connection of the test's own to this server's store.
+    pub async fn raw_store(&self) -> RawStore {
+        RawStore::open(&self.store).await
+    }
+}
+
+/// A connection to the store of data directory `data_dir` (a server's that
+/// is not running, or a process's).
+pub async fn test_raw_store(data_dir: &Path) -> RawStore {
+    let location =
+        crate::postgres::store_for_data_dir(data_dir).unwrap_or_else(|| Location::Sqlite(data_dir.join("drover.db")));
+    RawStore::open(&location).await
+}
+
+impl RawStore {
+    pub async fn open(location: &Location) -> RawStore {
+        use sqlx::Connection;
+        match location {
+            Location::Sqlite(path) => RawStore::Sqlite(
+                sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display()))
+                    .await
+                    .expect("opening the store"),
+            ),
+            Location::Postgres(url) => {
+                RawStore::Postgres(sqlx::PgConnection::connect(url).await.expect("connecting to the store"))
+            }
+        }
+    }
+}
+
+/// The store holds each of `secrets` only as its SHA-256: the hash is
+/// there, the secret is nowhere (for SQLite, in no byte of the file).
+pub async fn assert_only_hashes_stored(app: &TestApp, secrets: &[&str]) {
+    use sha2::Digest;
+    let mut db = app.raw_store().await;
+    for secret in secrets {
+        let hash: String = sha2::Sha256::digest(secret.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+        let sql = format!("select count(*) from tokens where hash = '{hash}'");
+        assert_eq!(db.integer(&sql).await, 1, "the token's hash is stored");
+        let sql = format!("select count(*) from tokens where hash = '{secret}' or name = '{secret}'");
+        assert_eq!(db.integer(&sql).await, 0, "the secret itself is not");
+    }
+    if let Location::Sqlite(path) = &app.store {
+        let bytes = std::fs::read(path).expect("reading the database file");
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(secrets.iter().all(|s| !text.contains(s)), "no secret appears in the database file");
     }
 }

@@ -3,6 +3,7 @@
 mod cli;
 mod clusters;
 mod connections;
+mod cors;
 mod crashes;
 mod docker;
 mod drain;
@@ -19,15 +20,24 @@ mod images;
 mod kube_sim;
 mod lifecycle;
 mod metrics;
+mod oidc;
 mod openapi;
+mod opt_outs;
 mod passes;
+#[path = "../support/pki.rs"]
+mod pki;
+mod placement;
 mod pools;
+#[path = "../support/postgres.rs"]
+mod postgres;
 mod process;
 mod reconcile;
+mod replicas;
 mod rollouts;
 mod security;
 mod soak;
 mod streams;
+mod tls;
 mod ui;
 mod upgrade_crash;
 mod upgrade_env;

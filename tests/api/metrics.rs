@@ -51,8 +51,8 @@ async fn metrics_count_requests_passes_runtime_calls_and_machines_after_a_scale(
     assert_eq!(anon.status(), StatusCode::UNAUTHORIZED);
 }
 
-/// The row "metrics cardinality": series named after objects grew
-/// with every pool and outlived it.
+/// Metric labels come from closed sets (SECURITY.md): no series may grow
+/// with every pool or outlive it, and a path is never a label.
 #[tokio::test]
 async fn no_series_names_a_pool_once_it_is_gone_and_paths_never_become_labels() {
     let app = spawn_app().await;

@@ -10,14 +10,16 @@ use chrono::Utc;
 use drover::clock::Clock;
 use drover::config::ServeConfig;
 use drover::db::{self, Db};
-use drover::domain::pool::{HostPolicy, RawSpec, SpecLimits, validate};
+use drover::domain::pool::{HostPolicy, PoolSpec, PoolSpecInput, SpecLimits};
+use drover::domain::status::{ConditionType, Reason};
 use drover::reconcile::observe::Timing;
 use drover::reconcile::starter::Starter;
 use drover::reconcile::terminator::Terminator;
 use drover::reconcile::{Context, NodeSettings, Outcome, reconcile_once};
 use drover::runtime::engine::Backend;
 use drover::runtime::simulated::SimulatedBackend;
-use drover::runtime::{ContainerState, Engine, Engines};
+use drover::runtime::{ContainerState, Engine, EngineSettings, Engines};
+use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -30,9 +32,10 @@ struct Rig {
 
 async fn rig() -> Rig {
     let dir = tempfile::TempDir::new().expect("temp dir");
-    let db: Db = db::connect(&dir.path().join("drover.db")).await.expect("database");
+    let db: Db = crate::helpers::test_store(dir.path()).await;
     let (wakes, _rx) = tokio::sync::mpsc::unbounded_channel();
-    let engines = Engines::new(wakes.clone(), 8);
+    let settings = EngineSettings { max_parallel: 8, lost_after: Duration::from_secs(30) };
+    let engines = Engines::new(wakes.clone(), settings);
     let clock = Clock::manual(Utc::now());
     let engine =
         engines.add("local", Default::default(), Backend::Simulated(SimulatedBackend::with_clock(clock.clone())));
@@ -49,20 +52,21 @@ async fn rig() -> Rig {
         clock: clock.clone(),
         changes: Default::default(),
         limits: Arc::new(SpecLimits::default()),
+        tasks: TaskTracker::new(),
+        leases: None,
+        fence: drover::replicas::Fence::Sole,
     };
     Rig { ctx, engine, clock, _dir: dir }
 }
 
 impl Rig {
     async fn pool(&self, name: &str, replicas: i64, image: &str, deadline: i64) {
-        let raw = RawSpec {
-            replicas,
-            version: "v1.29.2".into(),
+        let input = PoolSpecInput {
             image: Some(image.into()),
             progress_deadline_seconds: Some(deadline),
-            ..RawSpec::default()
+            ..PoolSpecInput::minimal(replicas, "v1.29.2")
         };
-        let spec = validate(raw, &SpecLimits::default()).expect("valid spec");
+        let spec = PoolSpec::parse(input, &SpecLimits::default()).expect("valid spec");
         let mut tx = self.ctx.db.begin_write().await.expect("a write");
         db::pools::insert(&mut tx, name, &spec, self.clock.now()).await.expect("insert pool");
         tx.commit().await.expect("commit");
@@ -71,20 +75,16 @@ impl Rig {
     /// One pass, then the deletions it handed over, to their end.
     async fn pass(&self, pool: &str) -> Outcome {
         let outcome = reconcile_once(&self.ctx, pool).await.expect("pass");
-        for _ in 0..200 {
-            if self.ctx.terminator.in_flight() == 0 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        let what = "the deletions the pass handed to the terminator to end (a simulated stop is immediate)";
+        crate::helpers::wait_for(Duration::from_secs(5), what, async || self.ctx.terminator.in_flight() == 0).await;
         outcome
     }
 
-    /// Writes the pool's spec as `change` makes it, as an API change would.
-    async fn change_spec(&self, pool: &str, change: impl FnOnce(&mut drover::domain::pool::PoolSpec)) {
+    /// Writes the pool's spec with a merge `patch`, as an API change would
+    /// (whatever the rig's current settings allow).
+    async fn change_spec(&self, pool: &str, patch: Value) {
         let current = db::pools::get(self.ctx.db.read(), pool).await.expect("read").expect("pool");
-        let mut spec = current.spec.clone();
-        change(&mut spec);
+        let spec = current.spec.patched(&patch, &SpecLimits::unrestricted()).expect("a valid patch");
         let mut tx = self.ctx.db.begin_write().await.expect("a write");
         db::pools::update_spec(&mut tx, pool, current.generation, &spec, self.clock.now()).await.expect("update spec");
         tx.commit().await.expect("commit");
@@ -105,7 +105,7 @@ impl Rig {
     fn crash(&self, pool: &str) {
         let now = self.clock.now();
         for c in self.engine.containers(pool) {
-            self.engine.simulate_change(&c.id, |c| {
+            self.engine.simulation().expect("a simulated engine").change(&c.id, |c| {
                 c.state = ContainerState::Exited;
                 c.exit_code = Some(1);
                 c.finished_at = Some(now);
@@ -176,14 +176,14 @@ async fn a_rollout_that_never_becomes_ready_stalls_at_its_deadline_and_keeps_the
     rig.clock.advance(Duration::from_secs(1));
     rig.pass("p").await;
     let old: Vec<String> = rig.engine.containers("p").iter().map(|c| c.name.clone()).collect();
-    rig.change_spec("p", |s| s.image = Some("app-crash:2".into())).await;
+    rig.change_spec("p", json!({"image": "app-crash:2"})).await;
     for _ in 0..40 {
         rig.clock.advance(Duration::from_secs(1));
         rig.pass("p").await;
     }
     let status = rig.status("p").await;
-    let progressing = status.condition("Progressing").cloned().expect("Progressing");
-    assert_eq!(progressing.reason, "ProgressDeadlineExceeded", "{status:#?}");
+    let progressing = status.condition(ConditionType::Progressing).cloned().expect("Progressing");
+    assert_eq!(progressing.reason, Reason::ProgressDeadlineExceeded, "{status:#?}");
     let names: Vec<String> = rig.engine.containers("p").iter().map(|c| c.name.clone()).collect();
     assert!(old.iter().all(|o| names.contains(o)), "no healthy old machine was removed: {names:?}");
     assert_eq!(status.ready_replicas, 2);
@@ -203,11 +203,7 @@ async fn settings_tightened_after_the_spec_was_accepted_stop_new_machines_but_ke
     // it refuses and a scale-up, both written before (or around) the change.
     rig.ctx.limits =
         Arc::new(SpecLimits { host: HostPolicy::new(&[], &["app:1".into()], &[]), ..SpecLimits::default() });
-    rig.change_spec("p", |s| {
-        s.image = Some("other:2".into());
-        s.replicas = 3;
-    })
-    .await;
+    rig.change_spec("p", json!({"image": "other:2", "replicas": 3})).await;
     for _ in 0..5 {
         rig.clock.advance(Duration::from_secs(1));
         rig.pass("p").await;
@@ -215,12 +211,12 @@ async fn settings_tightened_after_the_spec_was_accepted_stop_new_machines_but_ke
     let now: Vec<String> = rig.engine.containers("p").iter().map(|c| c.name.clone()).collect();
     assert_eq!(now, before, "no machine created, none deleted for a replacement");
     let status = rig.status("p").await;
-    let reconciled = status.condition("Reconciled").cloned().expect("Reconciled");
-    assert_eq!(reconciled.reason, "HostPolicyRefused", "{status:#?}");
+    let reconciled = status.condition(ConditionType::Reconciled).cloned().expect("Reconciled");
+    assert_eq!(reconciled.reason, Reason::HostPolicyRefused, "{status:#?}");
     assert!(reconciled.message.contains("other:2"), "names what is refused: {}", reconciled.message);
 
     // Scaling down still works.
-    rig.change_spec("p", |s| s.replicas = 1).await;
+    rig.change_spec("p", json!({"replicas": 1})).await;
     rig.pass("p").await;
     rig.pass("p").await;
     assert_eq!(rig.engine.containers("p").len(), 1);
@@ -234,5 +230,9 @@ async fn settings_tightened_after_the_spec_was_accepted_stop_new_machines_but_ke
     let images: Vec<String> = rig.engine.containers("p").iter().map(|c| c.image.clone()).collect();
     assert_eq!(images, ["other:2"]);
     let status = rig.status("p").await;
-    assert_eq!(status.condition("Reconciled").map(|c| c.reason.as_str()), Some("PassSucceeded"), "{status:#?}");
+    assert_eq!(
+        status.condition(ConditionType::Reconciled).map(|c| c.reason),
+        Some(Reason::PassSucceeded),
+        "{status:#?}"
+    );
 }

@@ -29,15 +29,17 @@ impl Process {
         let log = data_dir.join(format!("serve-{port}.log"));
         let stderr = std::fs::File::create(&log).expect("creating the process log");
         let stop = if extra.contains(&"--stop-timeout") { &[][..] } else { &["--stop-timeout", "2s"][..] };
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_drover"))
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_drover"));
+        command
             .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--log-level", "warn"])
             .args(stop)
             .arg("--data-dir")
             .arg(data_dir)
-            .args(extra)
-            .stderr(Stdio::from(stderr))
-            .spawn()
-            .expect("starting drover");
+            .args(extra);
+        if let Some(drover::db::Location::Postgres(url)) = crate::postgres::store_for_data_dir(data_dir) {
+            command.env("DROVER_DATABASE_URL", url);
+        }
+        let child = command.stderr(Stdio::from(stderr)).spawn().expect("starting drover");
         Self { child, addr: format!("http://127.0.0.1:{port}"), log }
     }
 
@@ -104,11 +106,34 @@ impl Process {
         }
     }
 
+    /// Reconcile passes this process has finished, from its `/metrics`.
+    pub async fn passes_finished(&self, client: &reqwest::Client) -> f64 {
+        let res = client.get(format!("{}/metrics", self.addr)).send().await.expect("reading /metrics");
+        assert!(res.status().is_success(), "/metrics answered {}", res.status());
+        crate::helpers::metric(&res.text().await.expect("the metrics text"), "drover_reconcile_passes_total")
+    }
+
+    /// Waits until a reconcile pass that began after this call has finished
+    /// (see `TestApp::wait_pass_after_now`; for a process with one pool, and
+    /// a resync interval short enough that passes come without a change).
+    pub async fn wait_pass_after_now(&self, client: &reqwest::Client, limit: Duration, what: &str) {
+        let now = self.passes_finished(client).await;
+        crate::helpers::wait_for(limit, what, async || self.passes_finished(client).await >= now + 2.0).await;
+    }
+
     /// The names of the pool's machine records, as this process serves them.
     pub async fn machine_names(&self, client: &reqwest::Client, pool: &str) -> HashSet<String> {
         let url = format!("{}/v1/pools/{pool}/machines?limit=500", self.addr);
         let page: Value = client.get(url).send().await.expect("listing machines").json().await.expect("machines JSON");
         crate::helpers::names(page["items"].as_array().map_or(&[][..], Vec::as_slice))
+    }
+
+    /// Sends `signal` (SIGSTOP, SIGCONT, SIGTERM...) to this process, by pid.
+    pub fn signal(&self, signal: i32) {
+        let pid = i32::try_from(self.child.id()).expect("a pid fits an i32");
+        // SAFETY: kill(2) on the pid of a child this test started.
+        let sent = unsafe { libc::kill(pid, signal) };
+        assert_eq!(sent, 0, "sending signal {signal} to {pid}: {}", std::io::Error::last_os_error());
     }
 
     /// SIGKILL: no graceful anything.

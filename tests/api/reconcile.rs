@@ -21,10 +21,9 @@ async fn assert_records_match(app: &TestApp, d: &bollard::Docker, pool: &str, n:
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(skip_docker_tests, ignore = "DROVER_SKIP_DOCKER_TESTS is set")]
 async fn scale_0_to_5_to_2_to_0_on_docker() {
-    if !require_docker("scale_0_to_5_to_2_to_0_on_docker") {
-        return;
-    }
+    require_docker();
     let pool = unique("scale");
     let _cleanup = Cleanup(vec![pool.clone()]);
     let app = spawn_docker_app().await;
@@ -43,10 +42,9 @@ async fn scale_0_to_5_to_2_to_0_on_docker() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(skip_docker_tests, ignore = "DROVER_SKIP_DOCKER_TESTS is set")]
 async fn containers_get_the_pool_labels_names_and_an_even_spread() {
-    if !require_docker("containers_get_the_pool_labels_names_and_an_even_spread") {
-        return;
-    }
+    require_docker();
     let pool = unique("labels");
     let _cleanup = Cleanup(vec![pool.clone()]);
     let app = spawn_docker_app().await;
@@ -73,10 +71,9 @@ async fn containers_get_the_pool_labels_names_and_an_even_spread() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(skip_docker_tests, ignore = "DROVER_SKIP_DOCKER_TESTS is set")]
 async fn a_container_removed_out_of_band_is_replaced_and_its_record_dropped() {
-    if !require_docker("a_container_removed_out_of_band_is_replaced_and_its_record_dropped") {
-        return;
-    }
+    require_docker();
     let pool = unique("oob");
     let _cleanup = Cleanup(vec![pool.clone()]);
     let app = spawn_docker_app().await;
@@ -102,10 +99,9 @@ async fn a_container_removed_out_of_band_is_replaced_and_its_record_dropped() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(skip_docker_tests, ignore = "DROVER_SKIP_DOCKER_TESTS is set")]
 async fn a_container_made_by_hand_with_the_pool_label_is_adopted() {
-    if !require_docker("a_container_made_by_hand_with_the_pool_label_is_adopted") {
-        return;
-    }
+    require_docker();
     let pool = unique("adopt");
     let _cleanup = Cleanup(vec![pool.clone()]);
     let handmade = format!("{pool}-handmade");
@@ -120,10 +116,9 @@ async fn a_container_made_by_hand_with_the_pool_label_is_adopted() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(skip_docker_tests, ignore = "DROVER_SKIP_DOCKER_TESTS is set")]
 async fn a_machine_marked_for_deletion_is_the_one_removed_on_scale_down() {
-    if !require_docker("a_machine_marked_for_deletion_is_the_one_removed_on_scale_down") {
-        return;
-    }
+    require_docker();
     let pool = unique("mark");
     let _cleanup = Cleanup(vec![pool.clone()]);
     let app = spawn_docker_app().await;
@@ -136,9 +131,10 @@ async fn a_machine_marked_for_deletion_is_the_one_removed_on_scale_down() {
     assert_eq!(res.status(), StatusCode::OK);
     let marked: Value = res.json().await.unwrap();
     assert_eq!(marked["delete_requested"], true);
-    // The mark alone changes nothing.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The mark alone changes nothing, even to the pass it wakes.
+    app.wait_pass_after_now(CONVERGE, "a pass after the mark").await;
     assert_eq!(docker::pool_containers(&d, &pool).await.len(), 3);
+    assert_eq!(app.machine_names(&pool).await, all, "the mark alone removed or replaced a machine");
 
     app.scale(&pool, 2).await;
     app.wait_converged(&pool, 2, CONVERGE).await;
@@ -160,10 +156,9 @@ async fn a_machine_marked_for_deletion_is_the_one_removed_on_scale_down() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(skip_docker_tests, ignore = "DROVER_SKIP_DOCKER_TESTS is set")]
 async fn a_version_change_replaces_every_machine_without_a_ready_dip() {
-    if !require_docker("a_version_change_replaces_every_machine_without_a_ready_dip") {
-        return;
-    }
+    require_docker();
     let pool = unique("roll");
     let _cleanup = Cleanup(vec![pool.clone()]);
     let app = spawn_docker_app().await;
@@ -187,10 +182,9 @@ async fn a_version_change_replaces_every_machine_without_a_ready_dip() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(skip_docker_tests, ignore = "DROVER_SKIP_DOCKER_TESTS is set")]
 async fn deleting_a_pool_removes_exactly_its_containers() {
-    if !require_docker("deleting_a_pool_removes_exactly_its_containers") {
-        return;
-    }
+    require_docker();
     let (doomed, kept) = (unique("doomed"), unique("kept"));
     let foreign = unique("foreign");
     let _cleanup = Cleanup(vec![doomed.clone(), kept.clone()]);
@@ -216,10 +210,9 @@ async fn deleting_a_pool_removes_exactly_its_containers() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(skip_docker_tests, ignore = "DROVER_SKIP_DOCKER_TESTS is set")]
 async fn a_crash_in_the_middle_of_a_scale_to_10_converges_with_no_duplicates_or_orphans() {
-    if !require_docker("a_crash_in_the_middle_of_a_scale_to_10_converges_with_no_duplicates_or_orphans") {
-        return;
-    }
+    require_docker();
     let d = docker::client().await;
     let pool = unique("crash");
     let _cleanup = Cleanup(vec![pool.clone()]);
@@ -244,7 +237,8 @@ async fn a_crash_in_the_middle_of_a_scale_to_10_converges_with_no_duplicates_or_
     first.kill();
     let at_crash = docker::pool_containers(&d, &pool).await.len();
 
-    let second = crate::process::Process::spawn(tmp.path());
+    // A short resync, so that passes keep coming once the pool converged.
+    let second = crate::process::Process::spawn_with(tmp.path(), &["--resync-interval", "1s"]);
     second.wait_up().await;
     let what = format!("convergence after the crash ({at_crash} containers existed)");
     second
@@ -252,8 +246,8 @@ async fn a_crash_in_the_middle_of_a_scale_to_10_converges_with_no_duplicates_or_
             p["status"]["ready_replicas"] == 10 && p["status"]["replicas"] == 10
         })
         .await;
-    // Give a duplicate-creating bug the chance to show itself.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // A pass that began after convergence would show a duplicate.
+    second.wait_pass_after_now(&client, CONVERGE, "a pass after convergence").await;
     let seen = docker::pool_containers(&d, &pool).await;
     assert_eq!(seen.len(), 10, "exactly 10 containers after the crash (had {at_crash} at the crash)");
     let recorded = second.machine_names(&client, &pool).await;

@@ -4,11 +4,12 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
 use crate::docker::{self, CRASH_IMAGE, Cleanup, PLAIN_IMAGE, Sampler, V1, V2, require_docker};
-use crate::helpers::{TestApp, spawn_docker_app, unique};
+use crate::helpers::{TestApp, spawn_docker_app, unique, wait_for};
 
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -30,8 +31,35 @@ async fn wait_rollout(app: &TestApp, pool: &str, what: &str, done: impl Fn(&Valu
     }
 }
 
+/// When the pass that last wrote the rollout's progress began: a held
+/// rollout (paused, or awaiting approval) restarts its progress clock on
+/// every pass (`src/domain/rollout.rs`).
+fn progress_at(r: &Value) -> Option<DateTime<Utc>> {
+    serde_json::from_value(r["last_progress_at"].clone()).ok()
+}
+
+/// Waits for a pass of a held rollout that began after `since`, so saw the
+/// world as it was then; `unchanged` must hold on every poll meanwhile.
+async fn wait_held_pass(
+    app: &TestApp,
+    pool: &str,
+    since: DateTime<Utc>,
+    unchanged: impl AsyncFn(&Value) -> Result<(), String>,
+) {
+    let what =
+        format!("a pass of the held rollout that began after {since} (a held rollout is looked at on each resync)");
+    wait_for(LIMIT, &what, async || {
+        let r = rollout(app, pool).await;
+        if let Err(moved) = unchanged(&r).await {
+            panic!("{moved}: {r:#}");
+        }
+        progress_at(&r).is_some_and(|at| at > since)
+    })
+    .await;
+}
+
 /// Rolls 6 machines from V1 to V2 and returns (fewest running, most existing).
-async fn roll_six(strategy: Value) -> Option<(usize, usize)> {
+async fn roll_six(strategy: Value) -> (usize, usize) {
     let pool = unique("bounds");
     let _cleanup = Cleanup(vec![pool.clone()]);
     let app = spawn_docker_app().await;
@@ -46,36 +74,33 @@ async fn roll_six(strategy: Value) -> Option<(usize, usize)> {
     let images: HashSet<String> = docker::pool_containers(&d, &pool).await.into_iter().map(|c| c.image).collect();
     assert_eq!(images, HashSet::from([format!("kindest/node:{V2}")]));
     assert_eq!(rollout(&app, &pool).await["state"], "complete");
-    Some((min_running, max_total))
+    (min_running, max_total)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(skip_docker_tests, ignore = "DROVER_SKIP_DOCKER_TESTS is set")]
 async fn surge_2_unavailable_0_stays_within_8_machines_and_6_available() {
-    if !require_docker("surge_2_unavailable_0_stays_within_8_machines_and_6_available") {
-        return;
-    }
+    require_docker();
     let strict = json!({"max_surge": 2, "max_unavailable": 0, "replacement": "termination_complete"});
-    let (min_running, max_total) = roll_six(strict).await.unwrap_or_default();
+    let (min_running, max_total) = roll_six(strict).await;
     assert!(max_total <= 8, "saw {max_total} machines with surge 2");
     assert!(min_running >= 6, "saw only {min_running} running with unavailable 0");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(skip_docker_tests, ignore = "DROVER_SKIP_DOCKER_TESTS is set")]
 async fn surge_0_unavailable_2_never_drops_below_4_available() {
-    if !require_docker("surge_0_unavailable_2_never_drops_below_4_available") {
-        return;
-    }
+    require_docker();
     let strict = json!({"max_surge": 0, "max_unavailable": 2, "replacement": "termination_complete"});
-    let (min_running, max_total) = roll_six(strict).await.unwrap_or_default();
+    let (min_running, max_total) = roll_six(strict).await;
     assert!(max_total <= 6, "saw {max_total} machines with surge 0");
     assert!(min_running >= 4, "saw only {min_running} running with unavailable 2");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(skip_docker_tests, ignore = "DROVER_SKIP_DOCKER_TESTS is set")]
 async fn a_rollout_to_a_crashing_image_stalls_without_touching_healthy_machines() {
-    if !require_docker("a_rollout_to_a_crashing_image_stalls_without_touching_healthy_machines") {
-        return;
-    }
+    require_docker();
     let pool = unique("stall");
     let _cleanup = Cleanup(vec![pool.clone()]);
     let app = spawn_docker_app().await;
@@ -110,10 +135,9 @@ async fn a_rollout_to_a_crashing_image_stalls_without_touching_healthy_machines(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(skip_docker_tests, ignore = "DROVER_SKIP_DOCKER_TESTS is set")]
 async fn auto_rollback_returns_a_stalled_rollout_to_the_old_image() {
-    if !require_docker("auto_rollback_returns_a_stalled_rollout_to_the_old_image") {
-        return;
-    }
+    require_docker();
     let pool = unique("autorb");
     let _cleanup = Cleanup(vec![pool.clone()]);
     let app = spawn_docker_app().await;
@@ -137,24 +161,37 @@ async fn auto_rollback_returns_a_stalled_rollout_to_the_old_image() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(skip_docker_tests, ignore = "DROVER_SKIP_DOCKER_TESTS is set")]
 async fn pause_freezes_the_machine_set_and_resume_finishes() {
-    if !require_docker("pause_freezes_the_machine_set_and_resume_finishes") {
-        return;
-    }
+    require_docker();
     let pool = unique("pause");
     let _cleanup = Cleanup(vec![pool.clone()]);
     let app = spawn_docker_app().await;
     app.create_pool_ok(&pool, 4, json!({"version": V1, "min_ready_seconds": 1})).await;
     app.wait_converged(&pool, 4, LIMIT).await;
     app.patch_pool(&pool, json!({"version": V2}), None).await;
-    app.wait_pool(&pool, LIMIT, "the rollout to start", |p| p["status"]["updated_replicas"].as_u64() >= Some(1)).await;
+    // A status from before the change counts every V1 machine as updated.
+    app.wait_pool(&pool, LIMIT, "the rollout to start", |p| {
+        p["status"]["observed_generation"] == p["generation"] && p["status"]["updated_replicas"].as_u64() >= Some(1)
+    })
+    .await;
     assert_eq!(app.patch_pool(&pool, json!({"paused": true}), None).await.status(), StatusCode::OK);
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    app.wait_pool(&pool, LIMIT, "a pass that saw the pause", |p| p["status"]["observed_generation"] == p["generation"])
+        .await;
     let frozen = app.machine_names(&pool).await;
-    for _ in 0..8 {
-        tokio::time::sleep(Duration::from_millis(500)).await;
+    // An unpaused rollout moves on once its new machines are available:
+    // wait for that moment, then for a pass that began after it.
+    wait_for(LIMIT, "every machine of the paused pool to be available", async || {
         assert_eq!(app.machine_names(&pool).await, frozen, "a paused pool changed its machines");
-    }
+        let counts = &rollout(&app, &pool).await["counts"];
+        counts["available"] == counts["total"] && counts["terminating"] == 0
+    })
+    .await;
+    wait_held_pass(&app, &pool, Utc::now(), async |_| {
+        let now = app.machine_names(&pool).await;
+        if now == frozen { Ok(()) } else { Err(format!("a paused pool changed its machines: {frozen:?} -> {now:?}")) }
+    })
+    .await;
     let r = rollout(&app, &pool).await;
     assert_eq!(r["state"], "paused", "{r:#}");
     assert!(r["counts"]["outdated"].as_u64() > Some(0), "paused in the middle: {r:#}");
@@ -164,10 +201,9 @@ async fn pause_freezes_the_machine_set_and_resume_finishes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(skip_docker_tests, ignore = "DROVER_SKIP_DOCKER_TESTS is set")]
 async fn batch_approval_stops_after_each_batch_until_continued() {
-    if !require_docker("batch_approval_stops_after_each_batch_until_continued") {
-        return;
-    }
+    require_docker();
     let pool = unique("batch");
     let _cleanup = Cleanup(vec![pool.clone()]);
     let app = spawn_docker_app().await;
@@ -180,8 +216,16 @@ async fn batch_approval_stops_after_each_batch_until_continued() {
         assert_eq!(r["counts"]["updated"], 2 * batch, "{r:#}");
         assert_eq!(r["counts"]["total"], 6, "a finished batch leaves the pool at its size: {r:#}");
         assert_eq!(r["batch"]["awaiting_approval"], true);
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        assert_eq!(rollout(&app, &pool).await["counts"]["updated"], 2 * batch, "the rollout moved without approval");
+        // Whatever pass comes next sees the batch done, and must wait.
+        wait_held_pass(&app, &pool, Utc::now(), async |r| {
+            let counts = (r["counts"]["updated"].clone(), r["counts"]["total"].clone());
+            if counts == (json!(2 * batch), json!(6)) {
+                Ok(())
+            } else {
+                Err("the rollout moved without approval".into())
+            }
+        })
+        .await;
         let res = app.request(Method::POST, &format!("/v1/pools/{pool}/rollout/continue"), None).await;
         assert_eq!(res.status(), StatusCode::OK);
     }
@@ -192,10 +236,9 @@ async fn batch_approval_stops_after_each_batch_until_continued() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(skip_docker_tests, ignore = "DROVER_SKIP_DOCKER_TESTS is set")]
 async fn the_dry_run_plan_matches_what_the_reconciler_then_does() {
-    if !require_docker("the_dry_run_plan_matches_what_the_reconciler_then_does") {
-        return;
-    }
+    require_docker();
     let pool = unique("plan");
     let _cleanup = Cleanup(vec![pool.clone()]);
     let app = spawn_docker_app().await;

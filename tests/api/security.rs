@@ -7,7 +7,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 
-use crate::helpers::{TestApp, assert_problem, client_with_token, spawn_app};
+use crate::helpers::{Param, TestApp, assert_problem, client_with_token, spawn_app, wait_for};
 
 async fn make_token(app: &TestApp, name: &str, role: &str) -> String {
     let res = app.request(Method::POST, "/v1/tokens", Some(json!({"name": name, "role": role}))).await;
@@ -157,10 +157,8 @@ async fn tokens_are_shown_once_stored_hashed_and_revocable() {
     let bad_role = app.request(Method::POST, "/v1/tokens", Some(json!({"name": "x", "role": "root"}))).await;
     assert_problem(bad_role, 422, Some("role")).await;
 
-    // The database holds only hashes of tokens.
-    let db_bytes = std::fs::read(app.data_dir.join("drover.db")).unwrap();
-    let text = String::from_utf8_lossy(&db_bytes);
-    assert!(!text.contains(&secret) && !text.contains(&app.admin_token));
+    // The store holds only hashes of tokens.
+    crate::helpers::assert_only_hashes_stored(&app, &[&secret, &app.admin_token]).await;
 
     let ci = client_with_token(&secret);
     assert_eq!(ci.get(app.url("/v1/pools")).send().await.unwrap().status(), StatusCode::OK);
@@ -173,7 +171,9 @@ async fn tokens_are_shown_once_stored_hashed_and_revocable() {
 #[tokio::test]
 async fn the_admin_token_file_and_the_database_are_private() {
     use std::os::unix::fs::PermissionsExt;
-    let app = spawn_app().await;
+    let tmp = tempfile::TempDir::new().unwrap();
+    let cfg = crate::helpers::sqlite_config(tmp.path(), drover::config::RuntimeKind::Simulated);
+    let app = crate::helpers::start(cfg, Some(tmp)).await;
     for file in ["admin.token", "drover.db"] {
         let mode = std::fs::metadata(app.data_dir.join(file)).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600, "{file} has mode {mode:o}");
@@ -244,7 +244,10 @@ async fn beyond_the_concurrency_limit_requests_are_shed_with_retry_after() {
         app.admin_token
     );
     slow.write_all(head.as_bytes()).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_for(Duration::from_secs(5), "the slow request to take the only slot", async || {
+        app.state.inflight.available_permits() == 0
+    })
+    .await;
     let res = app.get("/v1/pools").await;
     assert_eq!(
         res.headers().get("retry-after").map(|v| v.to_str().unwrap_or_default().to_owned()),
@@ -252,7 +255,10 @@ async fn beyond_the_concurrency_limit_requests_are_shed_with_retry_after() {
     );
     assert_problem(res, 503, None).await;
     drop(slow);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_for(Duration::from_secs(5), "the slot to be freed once its client hung up", async || {
+        app.state.inflight.available_permits() == 1
+    })
+    .await;
     assert_eq!(app.get("/v1/pools").await.status(), StatusCode::OK, "the slot is free again");
 }
 
@@ -266,15 +272,10 @@ async fn idempotency_keys_expire_after_24_hours_and_not_before() {
     assert_eq!(post("first", "old").await.unwrap().status(), StatusCode::CREATED);
     assert_eq!(post("second", "young").await.unwrap().status(), StatusCode::CREATED);
     // Age the keys as if time had passed: one just past the retention, one just inside it.
-    let url = format!("sqlite://{}", app.data_dir.join("drover.db").display());
-    let mut db = <sqlx::SqliteConnection as sqlx::Connection>::connect(&url).await.unwrap();
+    let mut db = app.raw_store().await;
     for (key, hours) in [("old", 25), ("young", 23)] {
-        sqlx::query("update idempotency set created_at = ? where key = ?")
-            .bind(chrono::Utc::now() - chrono::TimeDelta::hours(hours))
-            .bind(key)
-            .execute(&mut db)
-            .await
-            .unwrap();
+        let aged = [Param::Time(chrono::Utc::now() - chrono::TimeDelta::hours(hours)), Param::Text(key.into())];
+        db.execute("update idempotency set created_at = $1 where key = $2", &aged).await;
     }
     assert_eq!(post("third", "old").await.unwrap().status(), StatusCode::CREATED, "an expired key is free again");
     assert_problem(post("fourth", "young").await.unwrap(), 422, Some("Idempotency-Key")).await;
@@ -293,9 +294,7 @@ async fn a_token_removed_from_the_store_behind_the_apis_back_stops_working_withi
     let app = spawn_app().await;
     let ci = client_with_token(&make_token(&app, "ci", "viewer").await);
     assert_eq!(ci.get(app.url("/v1/pools")).send().await.unwrap().status(), StatusCode::OK);
-    let url = format!("sqlite://{}", app.data_dir.join("drover.db").display());
-    let mut db = <sqlx::SqliteConnection as sqlx::Connection>::connect(&url).await.unwrap();
-    sqlx::query("delete from tokens where name = 'ci'").execute(&mut db).await.unwrap();
+    app.raw_store().await.execute("delete from tokens where name = 'ci'", &[]).await;
     let removed = std::time::Instant::now();
     loop {
         let status = ci.get(app.url("/v1/pools")).send().await.unwrap().status();

@@ -19,7 +19,7 @@ use crate::upgrade_env::spawn_env;
 
 /// Every file under `ui/`, as `/ui/<path>` with the content type it needs
 /// (a module served as anything but JavaScript does not run).
-fn dashboard_files() -> Vec<(String, &'static str, PathBuf)> {
+pub(crate) fn dashboard_files() -> Vec<(String, &'static str, PathBuf)> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("reading {}: {e}", dir.display())) {
             let path = entry.expect("directory entry").path();
@@ -84,15 +84,12 @@ async fn dashboard_files_are_served_without_a_token_under_a_strict_csp() {
 }
 
 /// Limit of one browser scenario; each wait inside has its own 20 s bound.
-const SCENARIO_LIMIT: Duration = Duration::from_secs(120);
+pub(crate) const SCENARIO_LIMIT: Duration = Duration::from_secs(120);
 
 #[tokio::test]
+#[cfg_attr(skip_browser_tests, ignore = "DROVER_SKIP_BROWSER_TESTS is set")]
 async fn dashboard_rejects_a_wrong_token_then_scales_a_pool_to_five_machines() {
-    let Some(browser) =
-        Browser::start_or_skip("dashboard_rejects_a_wrong_token_then_scales_a_pool_to_five_machines").await
-    else {
-        return;
-    };
+    let browser = Browser::start().await;
     let app = spawn_app().await;
     app.create_pool_ok("web", 0, json!({"image": "sim/app:1"})).await;
     let outcome = tokio::time::timeout(SCENARIO_LIMIT, scale_scenario(&browser.session, &app)).await;
@@ -102,10 +99,9 @@ async fn dashboard_rejects_a_wrong_token_then_scales_a_pool_to_five_machines() {
 }
 
 #[tokio::test]
+#[cfg_attr(skip_browser_tests, ignore = "DROVER_SKIP_BROWSER_TESTS is set")]
 async fn dashboard_shows_an_upgrade_job_component_by_component() {
-    let Some(browser) = Browser::start_or_skip("dashboard_shows_an_upgrade_job_component_by_component").await else {
-        return;
-    };
+    let browser = Browser::start().await;
     let env = spawn_env(|_| {}).await;
     let id = env.start_upgrade(json!({})).await;
     let job = env.wait_done(id, Duration::from_secs(30), "the runner never finished a plain upgrade").await;
@@ -115,12 +111,9 @@ async fn dashboard_shows_an_upgrade_job_component_by_component() {
 }
 
 #[tokio::test]
+#[cfg_attr(skip_browser_tests, ignore = "DROVER_SKIP_BROWSER_TESTS is set")]
 async fn dashboard_shows_machines_by_engine_and_the_engines_while_one_is_lost() {
-    let Some(browser) =
-        Browser::start_or_skip("dashboard_shows_machines_by_engine_and_the_engines_while_one_is_lost").await
-    else {
-        return;
-    };
+    let browser = Browser::start().await;
     let tmp = tempfile::TempDir::new().expect("data dir");
     let mut cfg = config(tmp.path(), RuntimeKind::Simulated);
     cfg.engine_lost_after = Duration::from_secs(2);
@@ -137,10 +130,9 @@ async fn dashboard_shows_machines_by_engine_and_the_engines_while_one_is_lost() 
 }
 
 #[tokio::test]
+#[cfg_attr(skip_browser_tests, ignore = "DROVER_SKIP_BROWSER_TESTS is set")]
 async fn dashboard_sse_parser_follows_the_cli_parsers_rules() {
-    let Some(browser) = Browser::start_or_skip("dashboard_sse_parser_follows_the_cli_parsers_rules").await else {
-        return;
-    };
+    let browser = Browser::start().await;
     let app = spawn_app().await;
     let outcome = tokio::time::timeout(SCENARIO_LIMIT, sse_scenario(&browser.session, &app)).await;
     browser.finish(outcome, "ui-sse-screenshot.png").await;
@@ -238,7 +230,7 @@ async fn engines_scenario(s: &Session, app: &TestApp) -> anyhow::Result<()> {
     let victim = machines.iter().find(|m| m["engine"] == "a").context("a machine on engine a")?;
     let (name, id) = (victim["name"].as_str().unwrap_or_default(), victim["container_id"].as_str().unwrap_or_default());
     let engine_a = app.state.engines.get("a").context("engine a")?;
-    engine_a.simulate_change(id, |c| {
+    engine_a.simulation().context("engine a is simulated")?.change(id, |c| {
         c.state = drover::runtime::ContainerState::Exited;
         c.exit_code = Some(137);
         c.oom_killed = true;
@@ -268,7 +260,7 @@ async fn engines_scenario(s: &Session, app: &TestApp) -> anyhow::Result<()> {
     // Engine b goes away: its machines become unknown and, once it is given
     // up for lost, are replaced on a and local; its group, the pool's
     // conditions and the engines view say so.
-    app.state.engines.get("b").context("engine b")?.simulate_outage(true);
+    app.state.engines.get("b").context("engine b")?.simulation().context("engine b is simulated")?.outage(true);
     s.wait_until(
         "engine b's machines unknown and its group unreachable",
         &format!(
@@ -310,6 +302,8 @@ async fn engines_scenario(s: &Session, app: &TestApp) -> anyhow::Result<()> {
              const b = rows.find((r) => r.dataset.engine === 'b'); \
              return rows.length === 3 && b && b.dataset.reachability === 'unreachable' \
                && b.querySelector('[data-testid=engine-error]').textContent.includes('switched off') \
+               && b.querySelector('[data-testid=engine-placement]').dataset.blocked === 'unreachable' \
+               && b.querySelector('[data-testid=engine-placement]').textContent.includes('no: unreachable') \
                && rows.map((r) => [r.dataset.engine, r.dataset.reachability]).sort()",
         )
         .await?;
@@ -412,24 +406,22 @@ async fn scale_scenario(s: &Session, app: &TestApp) -> anyhow::Result<()> {
 
 // ------------------------------------------------------------ WebDriver --
 
-/// Opting out of the browser tests (README: "Testing").
+/// Opting out of the browser tests (README.md, "Tests").
 const SKIP_BROWSER: &str = "DROVER_SKIP_BROWSER_TESTS";
 
-/// Chromium and chromedriver. Without them the test fails with the reason
-/// (`scripts/test.sh` installs them), unless the user opted out with
-/// `DROVER_SKIP_BROWSER_TESTS=1`: then it says so and returns `None`.
-fn browser_or_skip(test: &str) -> Option<(PathBuf, PathBuf)> {
+/// Chromium and chromedriver, or a failure with the reason
+/// (`scripts/test.sh` installs them). A test that needs them carries
+/// `#[cfg_attr(skip_browser_tests, ignore = ...)]` (`build.rs` sets the cfg
+/// when [`SKIP_BROWSER`] is set), so an opted-out run lists it as ignored;
+/// `opt_outs.rs` checks that every such test does.
+fn browser_binaries() -> (PathBuf, PathBuf) {
     let chromium = ["chromium", "chromium-browser", "google-chrome"].iter().find_map(|n| in_path(n));
-    let driver = in_path("chromedriver");
-    match (chromium, driver) {
-        (Some(c), Some(d)) => Some((c, d)),
-        _ if std::env::var_os(SKIP_BROWSER).is_some() => {
-            eprintln!("{test}: not run, {SKIP_BROWSER} is set");
-            None
-        }
-        _ => panic!(
-            "{test} needs chromium and chromedriver (Debian: chromium chromium-driver; scripts/test.sh installs \
-             them); set {SKIP_BROWSER}=1 to opt out"
+    match (chromium, in_path("chromedriver")) {
+        (Some(c), Some(d)) => (c, d),
+        (chromium, driver) => panic!(
+            "this test needs chromium and chromedriver (found chromium: {chromium:?}, chromedriver: {driver:?}; \
+             Debian: chromium chromium-driver, which scripts/test.sh installs); set {SKIP_BROWSER}=1 to list \
+             the browser tests as ignored"
         ),
     }
 }
@@ -440,23 +432,31 @@ fn in_path(name: &str) -> Option<PathBuf> {
 }
 
 /// A headless browser for one test: chromedriver and one session.
-struct Browser {
+pub(crate) struct Browser {
     driver: Driver,
-    session: Session,
+    pub(crate) session: Session,
 }
 
 impl Browser {
-    /// `None` (after printing why) when the user opted out of browser tests.
-    async fn start_or_skip(test: &str) -> Option<Self> {
-        let (chromium, chromedriver) = browser_or_skip(test)?;
-        let driver = Driver::start(&chromedriver).await.expect("starting chromedriver");
-        let session = Session::new(&driver, &chromium).await.expect("starting a headless Chromium session");
-        Some(Browser { driver, session })
+    /// Starts chromedriver and a headless Chromium session; fails the test
+    /// with the reason when either cannot start.
+    pub(crate) async fn start() -> Self {
+        Self::start_with(&[]).await
+    }
+
+    /// [`Browser::start`] with more Chromium arguments.
+    pub(crate) async fn start_with(extra_args: &[&str]) -> Self {
+        let (chromium, chromedriver) = browser_binaries();
+        let driver = Driver::start(&chromedriver).await.unwrap_or_else(|e| panic!("starting chromedriver: {e:#}"));
+        let session = Session::new(&driver, &chromium, extra_args)
+            .await
+            .unwrap_or_else(|e| panic!("starting a headless Chromium session: {e:#}"));
+        Browser { driver, session }
     }
 
     /// Saves a screenshot as `target/<file>`, ends the browser, then fails
     /// the test if the scenario did; so no Chromium outlives a failure.
-    async fn finish(self, outcome: Result<anyhow::Result<()>, tokio::time::error::Elapsed>, file: &str) {
+    pub(crate) async fn finish(self, outcome: Result<anyhow::Result<()>, tokio::time::error::Elapsed>, file: &str) {
         if let Err(e) = self.session.save_screenshot(file).await {
             eprintln!("no screenshot: {e:#}");
         }
@@ -542,7 +542,7 @@ impl Driver {
 }
 
 /// One browser session.
-struct Session {
+pub(crate) struct Session {
     base: String,
     http: reqwest::Client,
 }
@@ -550,14 +550,18 @@ struct Session {
 const ELEMENT_KEY: &str = "element-6066-11e4-a52e-4f735466cecf";
 
 impl Session {
-    async fn new(driver: &Driver, chromium: &Path) -> anyhow::Result<Self> {
+    async fn new(driver: &Driver, chromium: &Path, extra_args: &[&str]) -> anyhow::Result<Self> {
+        let mut args = vec![
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--window-size=1280,900",
+        ];
+        args.extend_from_slice(extra_args);
         let caps = json!({"capabilities": {"alwaysMatch": {
             "browserName": "chrome",
-            "goog:chromeOptions": {
-                "binary": chromium.display().to_string(),
-                "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                         "--window-size=1280,900"],
-            },
+            "goog:chromeOptions": {"binary": chromium.display().to_string(), "args": args},
         }}});
         let res = driver.http.post(format!("{}/session", driver.url)).json(&caps).send().await?;
         let body: Value = res.json().await?;
@@ -581,7 +585,7 @@ impl Session {
         self.call(reqwest::Method::POST, path, Some(body)).await
     }
 
-    async fn navigate(&self, url: &str) -> anyhow::Result<()> {
+    pub(crate) async fn navigate(&self, url: &str) -> anyhow::Result<()> {
         self.post("/url", json!({ "url": url })).await.map(drop)
     }
 
@@ -590,7 +594,7 @@ impl Session {
         found[ELEMENT_KEY].as_str().map(str::to_owned).ok_or_else(|| anyhow!("no element for {css}: {found}"))
     }
 
-    async fn click(&self, css: &str) -> anyhow::Result<()> {
+    pub(crate) async fn click(&self, css: &str) -> anyhow::Result<()> {
         let id = self.find(css).await?;
         self.post(&format!("/element/{id}/click"), json!({})).await.map(drop)
     }
@@ -600,23 +604,28 @@ impl Session {
         self.post(&format!("/element/{id}/clear"), json!({})).await.map(drop)
     }
 
-    async fn type_into(&self, css: &str, text: &str) -> anyhow::Result<()> {
+    pub(crate) async fn type_into(&self, css: &str, text: &str) -> anyhow::Result<()> {
         let id = self.find(css).await?;
         self.post(&format!("/element/{id}/value"), json!({ "text": text })).await.map(drop)
     }
 
-    async fn script(&self, source: &str) -> anyhow::Result<Value> {
+    pub(crate) async fn script(&self, source: &str) -> anyhow::Result<Value> {
         self.post("/execute/sync", json!({"script": source, "args": []})).await
     }
 
     /// Runs `source`, which calls its last argument with the result.
-    async fn script_async(&self, source: &str) -> anyhow::Result<Value> {
-        self.post("/execute/async", json!({"script": source, "args": []})).await
+    pub(crate) async fn script_async(&self, source: &str) -> anyhow::Result<Value> {
+        self.script_async_with(source, json!([])).await
+    }
+
+    /// Runs `source` with `args` (a JSON array, as `arguments[0..]`).
+    pub(crate) async fn script_async_with(&self, source: &str, args: Value) -> anyhow::Result<Value> {
+        self.post("/execute/async", json!({"script": source, "args": args})).await
     }
 
     /// Polls `condition` (a script body) every 200 ms for up to 20 s until
     /// it returns something truthy, and returns that.
-    async fn wait_until(&self, what: &str, condition: &str) -> anyhow::Result<Value> {
+    pub(crate) async fn wait_until(&self, what: &str, condition: &str) -> anyhow::Result<Value> {
         let deadline = Instant::now() + Duration::from_secs(20);
         let mut last = Value::Null;
         for _ in 0..100 {

@@ -162,9 +162,13 @@ async fn a_cancel_after_the_real_daemonset_changed_but_before_the_step_was_saved
 #[tokio::test]
 async fn a_second_serve_on_the_same_data_directory_exits_non_zero_naming_the_lock_and_the_first() {
     let dir = TempDir::new().expect("temporary directory");
-    let mut first = Process::spawn_with(dir.path(), &["--runtime", "simulated"]);
+    // The lock is SQLite's (replicas on PostgreSQL share a store on
+    // purpose), so this test names SQLite whichever store the suite runs on.
+    let sqlite = format!("sqlite://{}", dir.path().join("drover.db").display());
+    let args = ["--runtime", "simulated", "--database-url", &sqlite];
+    let mut first = Process::spawn_with(dir.path(), &args);
     first.wait_up().await;
-    let mut second = Process::spawn_with(dir.path(), &["--runtime", "simulated"]);
+    let mut second = Process::spawn_with(dir.path(), &args);
     let status = second.wait_exit(Duration::from_secs(10)).await.expect("the second drover kept running");
     assert!(!status.success(), "the second drover must fail: {status}");
     let said = second.output();

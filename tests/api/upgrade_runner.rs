@@ -7,11 +7,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use drover::clusters::Clusters;
 use drover::db::{self, Db};
-use drover::domain::upgrade::{Component, JobState, Step};
-use drover::k8s::{ClusterApi, Credentials, RetryPolicy};
+use drover::domain::role::Role;
+use drover::domain::upgrade::{JobState, Step};
+use drover::k8s::{Credentials, RetryPolicy};
 use drover::upgrade::lease::JobError;
-use drover::upgrade::service::{self, UpgradeRequest};
+use drover::upgrade::service::{Created, NewUpgrade, Upgrades};
 use drover::upgrade::{Context, Settings, job::run_job};
 use tempfile::TempDir;
 use tokio_util::sync::CancellationToken;
@@ -36,33 +38,40 @@ async fn bench() -> Bench {
     let sim = KubeSim::start(SimSettings { token: Some(SIM_TOKEN.into()), ..SimSettings::default() }).await;
     sim.seed_control_plane(FROM);
     let dir = TempDir::new().expect("temporary directory");
-    let db = db::connect(&dir.path().join("drover.db")).await.expect("store");
+    let db = crate::helpers::test_store(dir.path()).await;
     let mut tx = db.begin_write().await.expect("a write");
     db::clusters::insert(&mut tx, CLUSTER, &sim.url(), &credentials(&sim), chrono::Utc::now()).await.expect("cluster");
     tx.commit().await.expect("commit");
     let retry = RetryPolicy { tries: 10, backoff: Duration::from_millis(5), call_timeout: Duration::from_secs(3) };
-    let settings = Settings { retry, wait_timeout: Duration::from_secs(4), poll_interval: Duration::from_millis(15) };
+    let settings = Settings {
+        retry,
+        wait_timeout: Duration::from_secs(4),
+        poll_interval: Duration::from_millis(15),
+        claims: Default::default(),
+    };
     Bench { sim, db, settings, _dir: dir }
 }
 
 impl Bench {
     /// A runner with an id of its own.
     fn runner(&self) -> Context {
-        Context::new(self.db.clone(), self.settings, Arc::new(drover::metrics::Metrics::default()), Default::default())
+        let metrics = Arc::new(drover::metrics::Metrics::default());
+        Context::new(self.db.clone(), self.settings, metrics, Default::default(), drover::replicas::replica_id().into())
     }
 
     async fn new_job(&self) -> i64 {
-        let client = credentials(&self.sim).client(Duration::from_secs(3)).await.expect("client");
-        let api = ClusterApi::new(client, self.settings.retry);
-        let request = UpgradeRequest {
-            cluster: CLUSTER.into(),
-            target: TO.parse().unwrap(),
-            components: Component::ALL.to_vec(),
-            image_repository: "registry.k8s.io".into(),
-            force: false,
-        };
-        let prepared = service::prepare(&api, request).await.expect("plan");
-        service::start(&self.db, &prepared).await.expect("job").id
+        let body =
+            NewUpgrade { version: TO.into(), components: None, image_repository: None, force: false, dry_run: false };
+        match self.upgrades().create(CLUSTER, &body, Role::Admin).await.expect("job") {
+            Created::Job(job) => job.job.id,
+            Created::Plan(_) => panic!("a job was asked for, not a plan"),
+        }
+    }
+
+    /// The API's service of upgrade jobs.
+    fn upgrades(&self) -> Upgrades {
+        let clusters = Clusters::new(self.db.clone(), self.settings.retry);
+        Upgrades::new(self.db.clone(), clusters, Default::default())
     }
 
     async fn job(&self, id: i64) -> db::upgrades::Job {
@@ -98,8 +107,8 @@ async fn run_job_drives_a_job_to_its_end_and_running_it_again_changes_nothing() 
 async fn run_job_never_touches_a_job_cancelled_before_its_claim() {
     let b = bench().await;
     let id = b.new_job().await;
-    let (_, outcome) = service::cancel(&b.db, id).await.expect("cancel").expect("job");
-    assert_eq!(outcome, db::upgrades::CancelOutcome::CancelledNow);
+    let cancelled = b.upgrades().cancel(&id.to_string()).await.expect("cancel");
+    assert_eq!(cancelled.job.state, JobState::Cancelled, "a pending job is cancelled at once");
     b.sim.clear_ops();
     run_job(&b.runner(), id, &CancellationToken::new()).await.expect("run_job");
     assert!(b.sim.ops().is_empty(), "a cancelled job's runner called the cluster: {:?}", b.sim.ops());
@@ -118,13 +127,8 @@ async fn a_runner_that_lost_its_job_stops_before_its_next_write_or_call() {
     let running = tokio::spawn(async move { run_job(&ctx, id, &CancellationToken::new()).await });
     hold.reached(LIMIT, "step 1").await;
     // Someone else takes the job over while step 1's write is in flight.
-    let mut tx = b.db.begin_write().await.unwrap();
-    sqlx::query("update upgrade_jobs set owner = 'another-runner' where id = ?")
-        .bind(id)
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    tx.commit().await.unwrap();
+    let takeover = format!("update upgrade_jobs set owner = 'another-runner' where id = {id}");
+    crate::helpers::test_raw_store(b._dir.path()).await.execute(&takeover, &[]).await;
     b.sim.clear_ops();
     hold.release();
     let result = tokio::time::timeout(LIMIT, running).await.expect("the runner hung").expect("the runner panicked");

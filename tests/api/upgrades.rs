@@ -26,9 +26,9 @@ fn collapsed(ops: &[Op]) -> Vec<String> {
     out
 }
 
-/// The seed's sequence: the pod check of every component first, then for
-/// each component the steps 1-7.
-fn seed_sequence(old_pods: &[String]) -> Vec<String> {
+/// The calls of the step table in docs/upgrades.md: the pod check of every
+/// component first (step 0), then for each component the steps 1-7.
+fn documented_sequence(old_pods: &[String]) -> Vec<String> {
     let mut seq = vec!["get version".to_owned()];
     seq.extend(COMPONENTS.iter().map(|c| format!("get daemonsets self-hosted-{c}")));
     for c in COMPONENTS {
@@ -64,7 +64,7 @@ fn seed_sequence(old_pods: &[String]) -> Vec<String> {
 }
 
 #[tokio::test]
-async fn happy_path_upgrades_every_component_with_the_seeds_sequence_of_calls() {
+async fn happy_path_upgrades_every_component_with_the_documented_sequence_of_calls() {
     let env = spawn_env(|_| {}).await;
     let old_pods: Vec<String> = COMPONENTS.iter().map(|c| env.pod_of(c)).collect();
     let id = env.start_upgrade(json!({})).await;
@@ -85,7 +85,7 @@ async fn happy_path_upgrades_every_component_with_the_seeds_sequence_of_calls() 
             assert!(s["finished_at"].is_string());
         }
     }
-    assert_eq!(collapsed(&env.sim.ops()), seed_sequence(&old_pods));
+    assert_eq!(collapsed(&env.sim.ops()), documented_sequence(&old_pods));
     assert_eq!(env.sim.violations(), Vec::<String>::new());
 
     let events: Value = env.app.get(&format!("/v1/upgrades/{id}/events")).await.json().await.unwrap();

@@ -106,6 +106,13 @@ impl ExtraEngine {
         Ok(())
     }
 
+    /// An API client of this engine.
+    pub fn client(&self) -> Result<bollard::Docker, String> {
+        let socket = self.socket();
+        bollard::Docker::connect_with_unix(&socket.to_string_lossy(), 120, bollard::API_DEFAULT_VERSION)
+            .map_err(|e| format!("connecting to {}: {e}", self.endpoint()))
+    }
+
     /// The docker CLI against this engine.
     pub fn docker(&self, args: &[&str]) -> Result<String, String> {
         run(Command::new("docker").arg("-H").arg(self.endpoint()).args(args))

@@ -8,6 +8,12 @@
 const TOKEN_KEY = 'drover.token';
 const MAX_PAGES = 20;
 
+// Where the API is: the page's own origin, unless the page names another in
+// <meta name="drover-api" content="https://drover.example.com"> (the
+// dashboard's files served from another origin, which drover then lists in
+// --cors-allowed-origins; docs/dashboard.md).
+const API_BASE = (document.querySelector('meta[name="drover-api"]')?.content || '').replace(/\/+$/, '');
+
 export const token = () => sessionStorage.getItem(TOKEN_KEY);
 export const setToken = (value) => sessionStorage.setItem(TOKEN_KEY, value);
 export const forgetToken = () => sessionStorage.removeItem(TOKEN_KEY);
@@ -48,7 +54,7 @@ export async function authorizedFetch(path, init = {}) {
     throw new Problem(401, 'Not signed in', '');
   }
   const headers = { ...(init.headers || {}), Authorization: `Bearer ${t}` };
-  const res = await fetch(path, { cache: 'no-store', ...init, headers });
+  const res = await fetch(API_BASE + path, { cache: 'no-store', ...init, headers });
   if (res.status === 401) {
     const p = await problemOf(res);
     unauthorized(`The server did not accept the token (${p.title}). Sign in again.`);

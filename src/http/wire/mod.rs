@@ -1,7 +1,19 @@
 //! Wire types shared by more than one resource module: what clients send
 //! and receive. Resource modules import these, never each other.
 
+pub mod events;
 pub mod pools;
 pub mod upgrades;
 
-pub use pools::{EventList, PoolView};
+pub use events::EventList;
+pub use pools::PoolView;
+
+use axum::http::HeaderValue;
+
+/// The `Location` of a resource at `path` (`/v1/pools/web`). Paths are
+/// built from names that passed their rules (DNS labels, numbers), so they
+/// are always valid header values; a path that is not falls back to the
+/// API's root rather than failing an answer whose change has committed.
+pub fn location(path: &str) -> HeaderValue {
+    HeaderValue::from_str(path).unwrap_or(HeaderValue::from_static("/v1"))
+}

@@ -6,11 +6,11 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::db::{self, upgrades::Job};
-use crate::domain::upgrade::{Component, JobState};
+use crate::db::upgrade_components::ComponentSteps;
+use crate::db::upgrades::StepRecord;
+use crate::domain::upgrade::{Component, ComponentState, JobState, StepState};
 use crate::domain::version::KubeVersion;
-use crate::error::{ApiError, ApiResult};
-use crate::state::AppState;
+use crate::upgrade::service::JobDetail;
 
 /// Where a running job is.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -38,7 +38,7 @@ pub struct StepView {
     pub name: String,
     /// running, succeeded or failed.
     #[schema(schema_with = step_state_schema)]
-    pub state: String,
+    pub state: StepState,
     /// Times the step was started; more than one after a restart resumed it.
     pub attempts: i64,
     /// API calls of the step that failed and were tried again.
@@ -50,11 +50,10 @@ pub struct StepView {
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ComponentProgress {
-    #[schema(value_type = Component)]
-    pub component: String,
+    pub component: Component,
     /// pending, upgrading, upgraded, rolled_back, cancelled, failed or skipped (the job ended before it).
     #[schema(schema_with = component_state_schema)]
-    pub state: String,
+    pub state: ComponentState,
     pub old_image: Option<String>,
     pub new_image: String,
     /// The pod the upgrade replaces, found by step 0.
@@ -79,8 +78,7 @@ pub struct UpgradeView {
     /// Why the job failed, or what a cancel left; names upgraded components.
     pub error: Option<String>,
     /// Components that run the target version because of this job.
-    #[schema(value_type = Vec<Component>)]
-    pub upgraded_components: Vec<String>,
+    pub upgraded_components: Vec<Component>,
     pub progress: Vec<ComponentProgress>,
     pub created_at: DateTime<Utc>,
     pub started_at: Option<DateTime<Utc>>,
@@ -88,68 +86,67 @@ pub struct UpgradeView {
     pub updated_at: DateTime<Utc>,
 }
 
-impl From<&db::upgrades::StepRecord> for StepView {
-    fn from(s: &db::upgrades::StepRecord) -> Self {
+impl From<StepRecord> for StepView {
+    fn from(s: StepRecord) -> Self {
         StepView {
             step: s.step,
-            name: s.name.clone(),
-            state: s.state.clone(),
+            name: s.name,
+            state: s.state,
             attempts: s.attempts,
             api_retries: s.api_retries,
             started_at: s.started_at,
             finished_at: s.finished_at,
-            error: s.error.clone(),
+            error: s.error,
         }
     }
 }
 
-/// The job as the API shows it: its components' progress and steps read
-/// from the store.
-pub async fn view(state: &AppState, job: Job) -> ApiResult<UpgradeView> {
-    let comps = db::upgrades::components(state.db.read(), job.id).await?;
-    let steps = db::upgrades::steps(state.db.read(), job.id).await?;
-    let version = job.version.parse().map_err(|e| ApiError::Internal(anyhow::anyhow!("stored version: {e}")))?;
-    let current = job.state.is_active().then(|| Position {
-        component: job.components.get(job.component_index).copied().unwrap_or(Component::KubeApiserver),
-        step: job.step.number(),
-        step_name: job.step.name().to_owned(),
-    });
-    let progress = comps
-        .into_iter()
-        .map(|c| ComponentProgress {
-            steps: steps.iter().filter(|s| s.position == c.position).map(StepView::from).collect(),
-            component: c.component,
-            state: c.state,
-            old_image: c.old_image,
-            new_image: c.new_image,
-            old_pod: c.old_pod,
-        })
-        .collect::<Vec<_>>();
-    Ok(UpgradeView {
-        upgraded_components: progress.iter().filter(|p| p.state == "upgraded").map(|p| p.component.clone()).collect(),
-        id: job.id,
-        cluster: job.cluster,
-        version,
-        from_version: job.from_version,
-        components: job.components,
-        image_repository: job.image_repository,
-        force: job.force,
-        state: job.state,
-        current,
-        cancel_requested: job.cancel_requested,
-        error: job.error,
-        progress,
-        created_at: job.created_at,
-        started_at: job.started_at,
-        finished_at: job.finished_at,
-        updated_at: job.updated_at,
-    })
+impl From<ComponentSteps> for ComponentProgress {
+    fn from(c: ComponentSteps) -> Self {
+        let ComponentSteps { component: record, steps } = c;
+        ComponentProgress {
+            component: record.component,
+            state: record.state,
+            old_image: record.old_image,
+            new_image: record.new_image,
+            old_pod: record.old_pod,
+            steps: steps.into_iter().map(StepView::from).collect(),
+        }
+    }
 }
 
-pub fn parse_id(id: &str) -> ApiResult<i64> {
-    id.parse().map_err(|_| ApiError::not_found("upgrade job", id))
-}
-
-pub async fn load(state: &AppState, id: &str) -> ApiResult<Job> {
-    db::upgrades::get(state.db.read(), parse_id(id)?).await?.ok_or_else(|| ApiError::not_found("upgrade job", id))
+/// The job as the API shows it: where it is, and its components' progress.
+impl From<JobDetail> for UpgradeView {
+    fn from(d: JobDetail) -> Self {
+        let JobDetail { job, components } = d;
+        let current = job.state.is_active().then(|| Position {
+            component: job.components.get(job.component_index).copied().unwrap_or(Component::KubeApiserver),
+            step: job.step.number(),
+            step_name: job.step.name().to_owned(),
+        });
+        let progress: Vec<ComponentProgress> = components.into_iter().map(ComponentProgress::from).collect();
+        UpgradeView {
+            upgraded_components: progress
+                .iter()
+                .filter(|p| p.state == ComponentState::Upgraded)
+                .map(|p| p.component)
+                .collect(),
+            id: job.id,
+            cluster: job.cluster,
+            version: job.version,
+            from_version: job.from_version,
+            components: job.components,
+            image_repository: job.image_repository,
+            force: job.force,
+            state: job.state,
+            current,
+            cancel_requested: job.cancel_requested,
+            error: job.error,
+            progress,
+            created_at: job.created_at,
+            started_at: job.started_at,
+            finished_at: job.finished_at,
+            updated_at: job.updated_at,
+        }
+    }
 }

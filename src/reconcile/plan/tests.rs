@@ -4,23 +4,7 @@ use super::*;
 use MachinePhase::*;
 
 fn m(name: &str, up_to_date: bool, ready: bool) -> Observed {
-    Observed {
-        name: name.into(),
-        container_id: format!("id-{name}"),
-        engine: "e0".into(),
-        phase: if ready { Running } else { Starting },
-        up_to_date,
-        ready,
-        available: ready,
-        stuck: false,
-        delete_requested: false,
-        deleting: false,
-        lost: false,
-        repair_due: false,
-        failed_restarts: 0,
-        failure_domain: None,
-        created_at: 0,
-    }
+    Observed::for_test(name, up_to_date, ready)
 }
 
 fn with(mut o: Observed, change: impl FnOnce(&mut Observed)) -> Observed {
@@ -49,8 +33,8 @@ fn on(o: Observed, engine: &str) -> Observed {
     with(o, |o| o.engine = engine.into())
 }
 
-/// The seed's behaviour: surge 100%, unavailable 0, one engine.
-fn seed(replicas: u32) -> Desired {
+/// Cluster API's behaviour: surge 100%, unavailable 0, one engine.
+fn full_surge(replicas: u32) -> Desired {
     Desired {
         replicas,
         failure_domains: vec![],
@@ -75,30 +59,30 @@ fn repaired(p: &Plan) -> Vec<(&str, RepairAction)> {
 
 #[test]
 fn creates_replicas_minus_up_to_date_machines() {
-    let p = plan(&[], &seed(5));
+    let p = plan(&[], &full_surge(5));
     assert_eq!(p.create.len(), 5);
     assert!(p.delete.is_empty());
-    let p = plan(&[m("a", true, true), m("b", true, false)], &seed(5));
+    let p = plan(&[m("a", true, true), m("b", true, false)], &full_surge(5));
     assert_eq!(p.create.len(), 3, "machines still starting count as up to date");
 }
 
 #[test]
 fn a_converged_pool_plans_nothing() {
     let world = [m("a", true, true), m("b", true, true)];
-    assert!(plan(&world, &seed(2)).is_empty());
-    assert!(plan(&[], &seed(0)).is_empty());
+    assert!(plan(&world, &full_surge(2)).is_empty());
+    assert!(plan(&[], &full_surge(0)).is_empty());
 }
 
 #[test]
 fn scale_down_removes_outdated_machines_first() {
     let world = [m("new1", true, true), m("old", false, true), m("new2", true, true)];
-    assert_eq!(deleted(&plan(&world, &seed(2))), [("old", DeleteReason::Outdated)]);
+    assert_eq!(deleted(&plan(&world, &full_surge(2))), [("old", DeleteReason::Outdated)]);
 }
 
 #[test]
 fn delete_requested_machines_go_after_outdated_and_before_the_rest() {
     let world = [m("a", true, true), requested(m("b", true, true)), m("c", false, true), m("d", true, true)];
-    let p = plan(&world, &seed(1));
+    let p = plan(&world, &full_surge(1));
     assert_eq!(
         deleted(&p),
         [("c", DeleteReason::Outdated), ("b", DeleteReason::DeleteRequested), ("a", DeleteReason::Excess)],
@@ -109,7 +93,10 @@ fn delete_requested_machines_go_after_outdated_and_before_the_rest() {
 #[test]
 fn excess_up_to_date_machines_go_newest_first() {
     let world = [born(m("old", true, true), 1), born(m("young", true, true), 9), born(m("mid", true, true), 5)];
-    assert_eq!(deleted(&plan(&world, &seed(1))), [("young", DeleteReason::Excess), ("mid", DeleteReason::Excess)]);
+    assert_eq!(
+        deleted(&plan(&world, &full_surge(1))),
+        [("young", DeleteReason::Excess), ("mid", DeleteReason::Excess)]
+    );
 }
 
 #[test]
@@ -122,7 +109,7 @@ fn scale_down_takes_from_the_fullest_engine_first() {
         born(on(m("b2", true, true), "b"), 8),
         born(on(m("c1", true, true), "c"), 7),
     ];
-    let d = Desired { engines: vec!["a".into(), "b".into(), "c".into()], ..seed(3) };
+    let d = Desired { engines: vec!["a".into(), "b".into(), "c".into()], ..full_surge(3) };
     let p = plan(&world, &d);
     let gone: Vec<&str> = p.delete.iter().map(|x| x.machine.as_str()).collect();
     assert_eq!(gone, ["a3", "b1", "a2"], "3/2/1 becomes 1/1/1: fullest engine, then newest");
@@ -132,7 +119,7 @@ fn scale_down_takes_from_the_fullest_engine_first() {
 fn never_deletes_below_replicas_ready_machines() {
     // A rolling update whose new machines are not ready yet: nothing old goes.
     let world = [m("old1", false, true), m("old2", false, true), m("new1", true, false), m("new2", true, false)];
-    let p = plan(&world, &seed(2));
+    let p = plan(&world, &full_surge(2));
     assert!(p.is_empty(), "{p:?}");
 }
 
@@ -140,7 +127,7 @@ fn never_deletes_below_replicas_ready_machines() {
 fn a_crashing_new_machine_never_pays_for_a_healthy_old_one() {
     // max_unavailable 0: the new machine exited at once, so it is not ready.
     let world = [m("o1", false, true), m("o2", false, true), m("o3", false, true), phase(m("n1", true, false), Exited)];
-    let d = Desired { max_surge: 1, ..seed(3) };
+    let d = Desired { max_surge: 1, ..full_surge(3) };
     let p = plan(&world, &d);
     assert!(p.delete.is_empty(), "{p:?}");
     assert!(p.create.is_empty(), "the surge slot is taken by the broken machine");
@@ -155,7 +142,7 @@ fn not_ready_surplus_goes_first_and_at_no_cost() {
         m("starting", true, false),
         phase(m("paused", true, false), Paused),
     ];
-    let p = plan(&world, &seed(2));
+    let p = plan(&world, &full_surge(2));
     let mut gone: Vec<&str> = p.delete.iter().map(|d| d.machine.as_str()).collect();
     gone.sort_unstable();
     assert_eq!(gone, ["exited", "paused", "starting"], "ready machines stay; {p:?}");
@@ -165,23 +152,23 @@ fn not_ready_surplus_goes_first_and_at_no_cost() {
 #[test]
 fn not_ready_up_to_date_machines_within_replicas_are_kept() {
     let world = [m("a", true, true), m("b", true, false), m("c", true, false)];
-    let p = plan(&world, &seed(3));
+    let p = plan(&world, &full_surge(3));
     assert!(p.delete.is_empty(), "{p:?}");
 }
 
 #[test]
 fn not_ready_outdated_machines_go_at_no_cost() {
     let world = [m("a", true, true), phase(m("broken-old", false, false), Exited)];
-    assert_eq!(deleted(&plan(&world, &seed(1))), [("broken-old", DeleteReason::Outdated)]);
+    assert_eq!(deleted(&plan(&world, &full_surge(1))), [("broken-old", DeleteReason::Outdated)]);
 }
 
 #[test]
 fn broken_machines_are_restarted_in_place_once_their_backoff_passed() {
     let exited = phase(m("x", true, false), Exited);
-    let waiting = plan(&[m("a", true, true), exited.clone()], &seed(2));
+    let waiting = plan(&[m("a", true, true), exited.clone()], &full_surge(2));
     assert!(waiting.is_empty(), "backoff not over: wait; {waiting:?}");
     let due = with(exited, |o| o.repair_due = true);
-    let p = plan(&[m("a", true, true), due], &seed(2));
+    let p = plan(&[m("a", true, true), due], &full_surge(2));
     assert_eq!(repaired(&p), [("x", RepairAction::Restart)]);
     assert!(p.create.is_empty() && p.delete.is_empty(), "a machine being repaired is not replaced too");
 }
@@ -191,7 +178,7 @@ fn paused_machines_are_unpaused_and_interrupted_creations_started() {
     let paused = with(phase(m("p", true, false), Paused), |o| o.repair_due = true);
     let creating = phase(m("c", true, false), Creating);
     let stale = phase(m("stale", false, false), Creating);
-    let p = plan(&[paused, creating, stale, m("ok", true, true)], &seed(3));
+    let p = plan(&[paused, creating, stale, m("ok", true, true)], &full_surge(3));
     assert_eq!(repaired(&p), [("p", RepairAction::Unpause), ("c", RepairAction::Start)]);
     assert_eq!(deleted(&p), [("stale", DeleteReason::Outdated)]);
     assert!(p.create.is_empty(), "the half-created machine counts toward replicas");
@@ -204,7 +191,7 @@ fn machines_that_keep_failing_or_are_dead_are_replaced() {
         o.repair_due = true;
     });
     let dead = phase(m("dead", true, false), Dead);
-    let p = plan(&[m("ok", true, true), looping, dead], &Desired { max_surge: 1, ..seed(3) });
+    let p = plan(&[m("ok", true, true), looping, dead], &Desired { max_surge: 1, ..full_surge(3) });
     assert_eq!(deleted(&p), [("loop", DeleteReason::Broken), ("dead", DeleteReason::Broken)]);
     assert_eq!(p.create.len(), 2, "their replacements are created at once (termination_started)");
     assert!(p.repair.is_empty());
@@ -214,7 +201,7 @@ fn machines_that_keep_failing_or_are_dead_are_replaced() {
 fn terminating_machines_are_finished_and_count_toward_nothing_by_default() {
     let world =
         [m("a", true, true), phase(m("t1", true, false), Terminating), phase(m("t2", false, false), Terminating)];
-    let d = Desired { max_surge: 1, ..seed(3) };
+    let d = Desired { max_surge: 1, ..full_surge(3) };
     let p = plan(&world, &d);
     let finished: Vec<&str> = p.finish.iter().map(|f| f.machine.as_str()).collect();
     assert_eq!(finished, ["t1", "t2"]);
@@ -227,7 +214,7 @@ fn terminating_machines_are_finished_and_count_toward_nothing_by_default() {
 #[test]
 fn a_rollout_under_termination_complete_counts_its_own_deletions() {
     let world: Vec<_> = (0..4).map(|i| m(&format!("o{i}"), false, true)).chain([m("n0", true, true)]).collect();
-    let d = Desired { max_surge: 1, replacement: ReplacementPolicy::TerminationComplete, ..seed(4) };
+    let d = Desired { max_surge: 1, replacement: ReplacementPolicy::TerminationComplete, ..full_surge(4) };
     let p = plan(&world, &d);
     assert_eq!(p.delete.len(), 1);
     assert!(p.create.is_empty(), "the old machine still stops: no room yet");
@@ -238,7 +225,7 @@ fn a_rollout_under_termination_complete_counts_its_own_deletions() {
 #[test]
 fn machines_on_an_unreachable_engine_count_but_are_left_alone() {
     let unknown = on(phase(m("far", true, false), Unknown), "e1");
-    let d = Desired { engines: vec!["e0".into()], ..seed(2) };
+    let d = Desired { engines: vec!["e0".into()], ..full_surge(2) };
     let p = plan(&[m("a", true, true), unknown.clone()], &d);
     assert!(p.is_empty(), "not replaced before the engine is given up; {p:?}");
     let outdated_unknown = with(unknown, |o| o.up_to_date = false);
@@ -249,7 +236,7 @@ fn machines_on_an_unreachable_engine_count_but_are_left_alone() {
 #[test]
 fn machines_of_a_lost_engine_are_replaced_and_trimmed_when_it_returns() {
     let lost = |n: &str| with(on(phase(m(n, true, false), Unknown), "e1"), |o| o.lost = true);
-    let d = Desired { engines: vec!["e0".into(), "e2".into()], max_surge: 1, ..seed(4) };
+    let d = Desired { engines: vec!["e0".into(), "e2".into()], max_surge: 1, ..full_surge(4) };
     let world = [on(m("a", true, true), "e0"), on(m("b", true, true), "e2"), lost("c"), lost("d")];
     let p = plan(&world, &d);
     assert_eq!(p.create.len(), 2, "lost machines count toward nothing");
@@ -277,24 +264,24 @@ fn creations_spread_over_engines_and_failure_domains() {
     let d = Desired {
         engines: vec!["e0".into(), "e1".into(), "e2".into()],
         failure_domains: vec!["a".into(), "b".into()],
-        ..seed(6)
+        ..full_surge(6)
     };
     let p = plan(&[on(m("x", true, true), "e1")], &d);
     let engines: Vec<&str> = p.create.iter().map(|c| c.engine.as_str()).collect();
     assert_eq!(engines, ["e0", "e2", "e0", "e1", "e2"]);
     let domains: Vec<&str> = p.create.iter().filter_map(|c| c.failure_domain.as_deref()).collect();
     assert_eq!(domains, ["a", "b", "a", "b", "a"]);
-    assert!(plan(&[], &Desired { engines: vec![], ..seed(3) }).create.is_empty(), "no engine answers: wait");
+    assert!(plan(&[], &Desired { engines: vec![], ..full_surge(3) }).create.is_empty(), "no engine answers: wait");
 }
 
 #[test]
-fn seed_rollout_creates_all_new_machines_then_deletes_all_old() {
+fn a_full_surge_rollout_creates_all_new_machines_then_deletes_all_old() {
     let old = [m("o1", false, true), m("o2", false, true), m("o3", false, true)];
-    let p = plan(&old, &seed(3));
+    let p = plan(&old, &full_surge(3));
     assert_eq!((p.create.len(), p.delete.len()), (3, 0));
     let mut world = old.to_vec();
     world.extend([m("n1", true, true), m("n2", true, true), m("n3", true, true)]);
-    let p = plan(&world, &seed(3));
+    let p = plan(&world, &full_surge(3));
     assert_eq!(p.delete.len(), 3);
     assert!(p.delete.iter().all(|d| d.reason == DeleteReason::Outdated));
 }
@@ -302,14 +289,14 @@ fn seed_rollout_creates_all_new_machines_then_deletes_all_old() {
 #[test]
 fn surge_bounds_creation() {
     let old = [m("o1", false, true), m("o2", false, true), m("o3", false, true)];
-    let d = Desired { max_surge: 1, ..seed(3) };
+    let d = Desired { max_surge: 1, ..full_surge(3) };
     assert_eq!(plan(&old, &d).create.len(), 1);
 }
 
 #[test]
 fn unavailability_lets_old_machines_go_before_new_ones_exist() {
     let old: Vec<_> = (0..6).map(|i| m(&format!("o{i}"), false, true)).collect();
-    let d = Desired { max_surge: 0, max_unavailable: 2, ..seed(6) };
+    let d = Desired { max_surge: 0, max_unavailable: 2, ..full_surge(6) };
     let p = plan(&old, &d);
     assert_eq!(p.delete.len(), 2);
     assert_eq!(p.create.len(), 2, "deletions make room under the surge bound");
@@ -320,7 +307,7 @@ fn machines_not_yet_available_do_not_count_toward_the_floor() {
     // Two new machines are ready but have not been ready for min_ready_seconds.
     let fresh = |n: &str| with(m(n, true, true), |o| o.available = false);
     let world = [m("o1", false, true), m("o2", false, true), fresh("n1"), fresh("n2")];
-    let d = Desired { max_surge: 2, ..seed(2) };
+    let d = Desired { max_surge: 2, ..full_surge(2) };
     assert!(plan(&world, &d).delete.is_empty(), "old machines stay until the new ones are available");
 }
 
@@ -328,18 +315,18 @@ fn machines_not_yet_available_do_not_count_toward_the_floor() {
 fn stuck_machines_are_replaced_one_at_a_time_without_unavailability() {
     let stuck = |n: &str| with(m(n, true, false), |o| o.stuck = true);
     let world = [m("a", true, true), stuck("s1"), stuck("s2")];
-    let d = Desired { max_surge: 1, ..seed(3) };
+    let d = Desired { max_surge: 1, ..full_surge(3) };
     let p = plan(&world, &d);
     assert_eq!(deleted(&p), [("s1", DeleteReason::Unready)]);
     assert_eq!(p.create.len(), 1);
-    let d = Desired { max_surge: 1, max_unavailable: 2, ..seed(3) };
+    let d = Desired { max_surge: 1, max_unavailable: 2, ..full_surge(3) };
     assert_eq!(plan(&world, &d).delete.len(), 2);
 }
 
 #[test]
 fn batch_approval_stops_a_rollout_after_each_batch() {
     let old: Vec<_> = (0..6).map(|i| m(&format!("o{i}"), false, true)).collect();
-    let d = Desired { max_surge: 2, max_updated: Some(2), ..seed(6) };
+    let d = Desired { max_surge: 2, max_updated: Some(2), ..full_surge(6) };
     let p = plan(&old, &d);
     assert_eq!((p.create.len(), p.delete.len()), (2, 0));
     let mut world = old.clone();
@@ -353,7 +340,7 @@ fn batch_approval_stops_a_rollout_after_each_batch() {
 #[test]
 fn a_deleting_pool_removes_everything_it_can_reach_and_creates_nothing() {
     let world = [m("a", true, true), phase(m("b", false, false), Exited), phase(m("far", true, false), Unknown)];
-    let p = plan(&world, &Desired { deleting: true, ..seed(3) });
+    let p = plan(&world, &Desired { deleting: true, ..full_surge(3) });
     assert_eq!(deleted(&p), [("a", DeleteReason::PoolDeleting), ("b", DeleteReason::PoolDeleting)]);
     assert!(p.create.is_empty());
 }
@@ -361,7 +348,7 @@ fn a_deleting_pool_removes_everything_it_can_reach_and_creates_nothing() {
 #[test]
 fn a_paused_pool_changes_nothing_but_finishes_deletions() {
     let world = [m("a", false, true), phase(m("t", true, false), Terminating)];
-    let p = plan(&world, &Desired { paused: true, ..seed(3) });
+    let p = plan(&world, &Desired { paused: true, ..full_surge(3) });
     assert!(p.delete.is_empty() && p.create.is_empty() && p.repair.is_empty());
     assert_eq!(p.finish.len(), 1);
 }
@@ -399,6 +386,8 @@ fn world() -> impl Strategy<Value = Vec<Observed>> {
                     failed_restarts: failed,
                     failure_domain: fd.map(|f| format!("fd{f}")),
                     created_at: t,
+                    engine_failing: false,
+                    start_in_flight: phase == Creating && flag && up,
                 }
             })
             .collect()
@@ -460,7 +449,78 @@ fn apply(world: &[Observed], p: &Plan) -> Vec<Observed> {
     next
 }
 
+/// What an engine can be, as a pass sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EngineState {
+    Answering,
+    /// Does not answer (or never did), not lost yet.
+    Silent,
+    Lost,
+    /// Answers, but its placement breaker is open.
+    Failing,
+    /// Answers, but the pool may no longer place there (draining, or its
+    /// placement changed): its machines are outdated.
+    Disallowed,
+}
+
+const ENGINE_STATES: [EngineState; 5] =
+    [EngineState::Answering, EngineState::Silent, EngineState::Lost, EngineState::Failing, EngineState::Disallowed];
+
+/// A world whose machines sit on three engines in random states, with the
+/// desired engines those that take new machines.
+fn engines_world() -> impl Strategy<Value = (Vec<Observed>, Desired)> {
+    (world(), desired(), prop::array::uniform3(0usize..ENGINE_STATES.len())).prop_map(|(w, d, states)| {
+        let state = |engine: &str| ENGINE_STATES[states[engine[1..].parse::<usize>().unwrap_or(0)]];
+        let w = w
+            .into_iter()
+            .map(|mut o| {
+                match state(&o.engine) {
+                    EngineState::Silent | EngineState::Lost if o.phase != Terminating => {
+                        o.phase = Unknown;
+                        o.ready = false;
+                        o.available = false;
+                        o.stuck = false;
+                    }
+                    EngineState::Failing => o.engine_failing = true,
+                    EngineState::Disallowed => o.up_to_date = false,
+                    _ => {}
+                }
+                o.lost = state(&o.engine) == EngineState::Lost;
+                o
+            })
+            .collect();
+        let placeable = |e: &String| matches!(state(e), EngineState::Answering);
+        let d = Desired { engines: d.engines.iter().filter(|e| placeable(e)).cloned().collect(), ..d };
+        (w, d)
+    })
+}
+
 proptest! {
+    /// Spread is a preference: whatever the engines' states, a ready machine
+    /// goes only when the pool has more than `replicas` up-to-date machines,
+    /// when a rollout replaces it (it is outdated), or when it was asked for.
+    #[test]
+    fn a_ready_machine_is_deleted_only_as_excess_rollout_or_request((w, d) in engines_world()) {
+        let p = plan(&w, &d);
+        let up_to_date = active(&w).filter(|m| m.up_to_date).count();
+        for x in &p.delete {
+            let Some(m) = w.iter().find(|m| m.name == x.machine) else { continue };
+            if !m.ready {
+                continue;
+            }
+            prop_assert!(
+                !m.up_to_date || m.delete_requested || up_to_date > d.replicas as usize,
+                "ready {} deleted ({:?}) with {up_to_date} up to date of {} replicas", m.name, x.reason, d.replicas
+            );
+        }
+        prop_assert!(p.create.iter().all(|c| d.engines.contains(&c.engine)), "placed off the placeable engines");
+        if d.engines.is_empty() {
+            prop_assert!(p.create.is_empty());
+        } else {
+            prop_assert_eq!(p.unplaced, 0);
+        }
+    }
+
     #[test]
     fn plans_never_break_the_availability_floor(w in world(), d in desired()) {
         let after = apply(&w, &plan(&w, &d));
@@ -583,6 +643,35 @@ proptest! {
         prop_assert_eq!(world.len(), d.replicas as usize);
         prop_assert!(world.iter().all(|m| m.up_to_date && m.ready));
     }
+}
+
+#[test]
+fn with_no_engine_to_place_on_the_shortfall_is_counted_not_created() {
+    let p = plan(&[m("a", true, true)], &Desired { engines: vec![], ..full_surge(3) });
+    assert!(p.create.is_empty());
+    assert_eq!(p.unplaced, 2);
+    let p = plan(&[m("a", true, true)], &Desired { engines: vec!["e1".into()], ..full_surge(3) });
+    assert_eq!((p.create.len(), p.unplaced), (2, 0));
+    assert!(p.create.iter().all(|c| c.engine == "e1"), "new machines go where placement allows: {p:?}");
+}
+
+#[test]
+fn a_never_started_container_on_a_failing_engine_is_replaced_not_started() {
+    let failing = with(phase(m("c", true, false), Creating), |o| o.engine_failing = true);
+    let d = Desired { engines: vec!["e1".into()], max_surge: 1, ..full_surge(2) };
+    let p = plan(&[m("a", true, true), failing], &d);
+    assert_eq!(deleted(&p), [("c", DeleteReason::Broken)]);
+    assert!(p.repair.is_empty());
+    assert_eq!(p.create, [Creation { engine: "e1".into(), failure_domain: None }]);
+}
+
+#[test]
+fn a_start_in_flight_is_neither_started_again_nor_replaced() {
+    let starting = with(phase(m("c", true, false), Creating), |o| o.start_in_flight = true);
+    let p = plan(&[m("a", true, true), starting.clone()], &full_surge(2));
+    assert!(p.is_empty(), "{p:?}");
+    let p = plan(&[m("a", true, true), with(starting, |o| o.engine_failing = true)], &full_surge(2));
+    assert!(p.is_empty(), "its start decides: {p:?}");
 }
 
 #[test]

@@ -1,5 +1,6 @@
 // #/engines: the Docker engines drover drives (GET /v1/engines), each a
-// failure domain: where it is, whether it answers, and what it holds.
+// failure domain: where it is, whether it answers, what it holds, and
+// whether new machines go there.
 
 import { listAll } from '../api.js';
 import { $, el, fmtAgo, renderInto } from '../dom.js';
@@ -7,6 +8,16 @@ import { clearProblemIfStale } from '../feedback.js';
 import { poll } from '../live.js';
 
 const labelsText = (labels) => Object.entries(labels || {}).map(([k, v]) => `${k}=${v}`).join(', ');
+
+// Whether new machines go there, and why not: placement never takes a
+// machine away, so an engine that takes none keeps what it has.
+function placementCell(p) {
+  const refused = (p.refused_images || []).map((r) => `${r.image} refused: ${r.error}`);
+  const why = p.eligible ? 'yes' : `no: ${p.blocked.replace('_', ' ')}${p.message ? ` (${p.message})` : ''}`;
+  return el('td', { class: p.eligible && refused.length === 0 ? '' : 'bad', 'data-testid': 'engine-placement',
+    'data-blocked': p.blocked || '' },
+  why, ...refused.map((r) => el('div', { class: 'muted', text: r })));
+}
 
 function row(e) {
   const s = e.status;
@@ -22,6 +33,7 @@ function row(e) {
   el('td', { text: s.version || '—' }),
   el('td', { class: 'num', 'data-testid': 'engine-machines', text: s.machines }),
   el('td', { class: e.draining ? 'bad' : '', text: e.draining ? 'draining' : 'no' }),
+  placementCell(s.placement),
   el('td', { text: labelsText(e.labels) || '—' }),
   el('td', {}, s.last_seen ? el('time', { datetime: s.last_seen, title: new Date(s.last_seen).toLocaleString(),
     text: fmtAgo(s.last_seen) }) : '—'),

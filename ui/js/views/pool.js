@@ -30,6 +30,7 @@ function renderSummary(p) {
     ['Paused', p.paused ? 'yes' : 'no'],
     ['Generation', `${p.generation} (observed ${s.observed_generation ?? '—'})`],
     ['Last error', s.last_error || 'none'],
+    ['Driven by', s.driver || 'this server (one replica)'],
   ]);
 }
 

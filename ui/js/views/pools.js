@@ -44,7 +44,8 @@ export const poolsView = {
       clearProblemIfStale();
       $('pools-empty').hidden = pools.length > 0;
       const rows = pools.map((p) => [p.name, p.replicas, p.status.ready_replicas, p.status.updated_replicas,
-        p.status.terminating_replicas ?? 0, engineSpread(p.status), health(p.status), p.phase, rolloutState(p)]);
+        p.status.terminating_replicas ?? 0, engineSpread(p.status), health(p.status), p.phase, rolloutState(p),
+        p.status.driver || 'this server']);
       renderInto($('pools-body'), JSON.stringify(rows), () => rows.map(([name, ...rest]) => el('tr',
         { 'data-testid': 'pool-row', 'data-pool': name },
         el('td', {}, el('a', { href: `#/pools/${encodeURIComponent(name)}`, 'data-testid': 'pool-link', text: name })),

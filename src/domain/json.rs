@@ -1,4 +1,5 @@
-//! One reading of JSON request bodies, the same for every route.
+//! One reading of JSON documents, the same for every request body and
+//! for every document drover derives from another (a patched pool spec).
 //!
 //! serde_json on its own is lenient in two ways an API should not be: an
 //! object with the same key twice keeps the last one (so two parsers, say a
@@ -15,6 +16,8 @@ use serde::de::value::StringDeserializer;
 use serde::de::{self, DeserializeOwned, DeserializeSeed, IntoDeserializer, MapAccess, SeqAccess, Visitor};
 use serde::forward_to_deserialize_any;
 use serde_json::{Map, Number, Value};
+
+use super::ValidationErrors;
 
 /// A JSON error and where in the document it is.
 #[derive(Debug)]
@@ -42,6 +45,70 @@ pub fn parse_value(bytes: &[u8]) -> Result<Value, JsonError> {
 /// Reads `T` from a parsed value; structs only from objects.
 pub fn from_value<T: DeserializeOwned>(value: Value) -> Result<T, JsonError> {
     Ok(serde_path_to_error::deserialize(Strict(value))?)
+}
+
+/// Reads `T` from a parsed value, every shape error as the field at fault
+/// and the rule it broke (`type`, `required`, `unknown_field`, ...).
+pub fn document<T: DeserializeOwned>(value: Value) -> Result<T, ValidationErrors> {
+    from_value(value).map_err(|e| e.into_validation())
+}
+
+impl JsonError {
+    /// Whether the text was not JSON at all (as opposed to JSON of the
+    /// wrong shape).
+    pub fn is_syntax(&self) -> bool {
+        use serde_json::error::Category;
+        matches!(self.error.classify(), Category::Syntax | Category::Eof | Category::Io)
+    }
+
+    /// The field at fault and the rule it broke.
+    pub fn into_validation(self) -> ValidationErrors {
+        let message = strip_position(&self.error.to_string());
+        let path = self.path.as_str();
+        let field = named_field(&message).map_or_else(
+            || if path == "." || path.is_empty() { "body".to_owned() } else { path.to_owned() },
+            |name| join_path(path, name),
+        );
+        let rule = if message.starts_with("unknown field") {
+            "unknown_field"
+        } else if message.starts_with("duplicate") {
+            "duplicate_key"
+        } else if message.starts_with("missing field") {
+            "required"
+        } else {
+            "type"
+        };
+        ValidationErrors::single(field, rule, message)
+    }
+}
+
+/// serde_json appends " at line L column C" to data errors; a field path
+/// says more to the reader than a position does.
+fn strip_position(message: &str) -> String {
+    match message.rfind(" at line ") {
+        Some(i) => message[..i].to_owned(),
+        None => message.to_owned(),
+    }
+}
+
+/// The field an "unknown field `x`" or "missing field `x`" error is about.
+fn named_field(message: &str) -> Option<&str> {
+    let rest = ["unknown field `", "missing field `", "duplicate key `", "duplicate field `"]
+        .iter()
+        .find_map(|prefix| message.strip_prefix(prefix))?;
+    rest.split('`').next()
+}
+
+/// serde_path_to_error already ends the path with an unknown field's name,
+/// but not with a missing one's.
+fn join_path(parent: &str, field: &str) -> String {
+    if parent == "." || parent.is_empty() {
+        field.to_owned()
+    } else if parent == field || parent.ends_with(&format!(".{field}")) {
+        parent.to_owned()
+    } else {
+        format!("{parent}.{field}")
+    }
 }
 
 /// A JSON value whose objects never repeat a key.

@@ -1,0 +1,192 @@
+//! The `replicas` and `leases` tables (PostgreSQL only; see docs/ha.md).
+//!
+//! Every time here is the database's (`now()`): replicas on different
+//! hosts agree on it, whatever their own clocks say. A lease is renewed
+//! and a heartbeat stamped in one transaction, so a replica counts as alive
+//! exactly as long as the leases it renewed last.
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+
+use super::exec::Exec;
+use super::gate::WriteTx;
+
+/// A lease as its holder knows it.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct Held {
+    pub name: String,
+    pub token: i64,
+}
+
+fn seconds(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+/// A replica alive now, and how long it stays so unless it renews.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Alive {
+    pub id: String,
+    pub remaining: f64,
+}
+
+/// Stamps `me` alive and renews every pool lease it still holds (unexpired),
+/// in one transaction. Returns the leases renewed and the replicas alive
+/// now (`me` among them), in id order.
+pub async fn renew(db: &PgPool, me: &str, lease: Duration) -> sqlx::Result<(Vec<Held>, Vec<Alive>)> {
+    let mut tx = db.begin().await?;
+    sqlx::query(
+        "insert into replicas (id, started_at, heartbeat_at) values ($1, now(), now())
+         on conflict (id) do update set heartbeat_at = now()",
+    )
+    .bind(me)
+    .execute(&mut *tx)
+    .await?;
+    let held: Vec<Held> = sqlx::query_as(
+        "update leases set expires_at = now() + make_interval(secs => $2)
+         where kind = 'pool' and holder = $1 and expires_at > now()
+         returning name, token",
+    )
+    .bind(me)
+    .bind(seconds(lease))
+    .fetch_all(&mut *tx)
+    .await?;
+    let alive: Vec<Alive> = sqlx::query_as(
+        "select id, extract(epoch from heartbeat_at + make_interval(secs => $1) - now())::double precision as remaining
+         from replicas where heartbeat_at > now() - make_interval(secs => $1) order by id",
+    )
+    .bind(seconds(lease))
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok((held, alive))
+}
+
+/// Takes the leases of `names` that nobody holds (never taken, released,
+/// or expired) for `me`; each taken lease's token is one more than the
+/// last. Returns the leases taken, and how long until the first of the
+/// others (held by someone else) expires, if any of them does.
+pub async fn acquire(
+    db: &PgPool,
+    me: &str,
+    names: &[String],
+    lease: Duration,
+) -> sqlx::Result<(Vec<Held>, Option<Duration>)> {
+    if names.is_empty() {
+        return Ok((Vec::new(), None));
+    }
+    let mut tx = db.begin().await?;
+    // New rows for leases never taken; released or expired ones change
+    // hands. A row locked by another transaction is skipped, never waited
+    // for: its holder may be frozen inside a write that proved the lease
+    // (until the server ends that session), and one such pool must not
+    // hold up this round, whose next step is renewing every other lease.
+    let taken: Vec<Held> = sqlx::query_as(
+        "with fresh as (
+            insert into leases (kind, name, holder, token, expires_at)
+            select 'pool', n, $2, 1, now() + make_interval(secs => $3) from unnest($1::text[]) as n
+            on conflict (kind, name) do nothing
+            returning name, token
+         ), freed as (
+            update leases set holder = $2, token = token + 1, expires_at = now() + make_interval(secs => $3)
+            where (kind, name) in (
+                select kind, name from leases
+                where kind = 'pool' and name = any($1) and expires_at <= now()
+                for update skip locked)
+            returning name, token
+         )
+         select name, token from fresh union all select name, token from freed",
+    )
+    .bind(names)
+    .bind(me)
+    .bind(seconds(lease))
+    .fetch_all(&mut *tx)
+    .await?;
+    let next: Option<f64> = sqlx::query_scalar(
+        "select extract(epoch from min(expires_at) - now())::double precision from leases
+         where kind = 'pool' and name = any($1) and holder != $2 and expires_at > now()",
+    )
+    .bind(names)
+    .bind(me)
+    .fetch_one(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok((taken, next.map(|s| Duration::from_secs_f64(s.max(0.0)))))
+}
+
+/// Gives up `me`'s leases of `names` at once: they expire now and keep
+/// their token, so the next holder's is higher.
+pub async fn release(db: &PgPool, me: &str, names: &[String]) -> sqlx::Result<u64> {
+    let done = sqlx::query(
+        "update leases set expires_at = now()
+         where kind = 'pool' and name = any($1) and holder = $2 and expires_at > now()",
+    )
+    .bind(names)
+    .bind(me)
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// `me` stops: every lease it holds expires now and it is no longer alive,
+/// so the others take its pools at their next look instead of a lease
+/// duration later.
+pub async fn leave(db: &PgPool, me: &str) -> sqlx::Result<()> {
+    let mut tx = db.begin().await?;
+    sqlx::query("update leases set expires_at = now() where holder = $1 and expires_at > now()")
+        .bind(me)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("delete from replicas where id = $1").bind(me).execute(&mut *tx).await?;
+    tx.commit().await
+}
+
+/// Every pool's name, for spreading them over the replicas.
+pub async fn pool_names(db: &PgPool) -> sqlx::Result<Vec<String>> {
+    sqlx::query_scalar("select name from pools order by name").fetch_all(db).await
+}
+
+/// Inside a write transaction: whether `holder` still holds the lease of
+/// `name` with `token`, unexpired. The row is locked for share until the
+/// transaction ends, so no other replica can take the lease over before
+/// this transaction's writes are committed. (SQLite has no leases: one
+/// process holds the store.)
+pub async fn prove(tx: &mut WriteTx, name: &str, holder: &str, token: i64) -> sqlx::Result<bool> {
+    let Exec::Pg(tx) = tx.exec() else { return Ok(true) };
+    let row: Option<i32> = sqlx::query_scalar(
+        "select 1 from leases where kind = 'pool' and name = $1 and holder = $2 and token = $3
+            and expires_at > now() for share",
+    )
+    .bind(name)
+    .bind(holder)
+    .bind(token)
+    .fetch_optional(tx)
+    .await?;
+    Ok(row.is_some())
+}
+
+/// Pool leases held now by each replica alive (those holding none
+/// included), in id order.
+pub async fn counts(db: &PgPool, lease: Duration) -> sqlx::Result<Vec<(String, i64)>> {
+    sqlx::query_as(
+        "select r.id, count(l.name) from replicas r
+         left join leases l on l.holder = r.id and l.kind = 'pool' and l.expires_at > now()
+         where r.heartbeat_at > now() - make_interval(secs => $1)
+         group by r.id order by r.id",
+    )
+    .bind(seconds(lease))
+    .fetch_all(db)
+    .await
+}
+
+/// Forgets the leases of pools deleted over an hour ago (a pool created
+/// again within the hour keeps counting tokens up).
+pub async fn forget_deleted(db: &PgPool) -> sqlx::Result<u64> {
+    let done = sqlx::query(
+        "delete from leases where kind = 'pool' and expires_at < now() - interval '1 hour'
+         and not exists (select 1 from pools where pools.name = leases.name)",
+    )
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected())
+}

@@ -1,0 +1,28 @@
+//! Events as the event streams read them: what a subject's history holds
+//! after an id, and where it ends now. Pages of a history are read through
+//! the service of the subject (pools, upgrades, engines), which first checks
+//! that the subject exists.
+
+use crate::db::{self, Db};
+use crate::domain::event::{Event, SubjectKind};
+
+#[derive(Clone)]
+pub struct Events {
+    db: Db,
+}
+
+impl Events {
+    pub fn new(db: Db) -> Self {
+        Self { db }
+    }
+
+    /// Up to `limit` events of a subject with ids above `after`, oldest first.
+    pub async fn after(&self, kind: SubjectKind, subject: &str, after: i64, limit: u32) -> sqlx::Result<Vec<Event>> {
+        db::events::after(self.db.read(), kind, subject, after, limit).await
+    }
+
+    /// The id of a subject's newest event, 0 when it has none.
+    pub async fn last_id(&self, kind: SubjectKind, subject: &str) -> sqlx::Result<i64> {
+        db::events::last_id(self.db.read(), kind, subject).await
+    }
+}

@@ -1,0 +1,12 @@
+//! The pools API's wire types. The spec's documents (`PoolSpecInput` sent,
+//! `PoolSpecView` shown, `PoolPatch` the shape of a merge patch) live with
+//! the spec in `domain::pool`; here are the rest:
+//! - [`create`]: the create body (a name beside the spec) and the scale body;
+//! - [`view`]: a pool as answered, with its status, and its `ETag`.
+
+pub mod create;
+pub mod view;
+
+pub use crate::domain::pool::{PoolPatch, PoolSpecInput, PoolSpecView, StrategyInput, StrategyPatch, StrategyView};
+pub use create::{CreatePool, DNS_LABEL_PATTERN, Scale};
+pub use view::{PoolList, PoolPhase, PoolView, etag, pool_response};

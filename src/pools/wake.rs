@@ -1,0 +1,15 @@
+//! Waking the reconciler and the event streams after a committed change.
+
+/// Wakes the reconciler and the event streams of a pool.
+#[derive(Clone)]
+pub struct Wake {
+    pub queue: crate::reconcile::worker::PoolQueue,
+    pub changes: crate::changes::Changes,
+}
+
+impl Wake {
+    pub fn pool(&self, name: &str) {
+        self.queue.enqueue(name);
+        self.changes.pool(name);
+    }
+}

@@ -1,0 +1,188 @@
+//! The lease keeper: one task per replica (PostgreSQL only) that keeps the
+//! replica's share of the pools leased to it.
+//!
+//! Each round, every third of the lease duration (sooner when a lease it
+//! wants expires sooner):
+//! 1. heartbeat and renewal, one transaction: the leases renewed are the
+//!    ones still held; any other this replica thought it held is lost;
+//! 2. the replicas alive and the pools: each pool's share is its
+//!    rendezvous owner among the replicas alive;
+//! 3. leases of this replica's share that nobody holds are taken (each
+//!    gained pool is woken for a pass); a dead replica's leases are free
+//!    once they expire, and the round is timed to that moment;
+//! 4. leases that are now another replica's share are handed over, at most
+//!    [`HANDOVER_SHARE`] of them per round and only while no pass of the
+//!    pool is in flight, so a replica that joins takes its share over a few
+//!    rounds instead of every pool moving at once.
+//!
+//! A round that fails (the store unreachable) is retried; meanwhile the
+//! leases run out on their own and every fence fails with them.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::{Held, Leases, owner};
+use crate::db::{self, Db};
+use crate::runtime::Wake;
+
+/// The largest share of its leases a replica hands over in one round (at
+/// least [`HANDOVER_MIN`]).
+const HANDOVER_SHARE: f64 = 0.25;
+const HANDOVER_MIN: usize = 32;
+/// How long a stopping replica waits for its passes in flight before it
+/// gives its leases up anyway.
+const LEAVE_WAIT: Duration = Duration::from_secs(5);
+
+/// What one round did, for the log and the tests.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Round {
+    pub alive: usize,
+    pub held: usize,
+    pub gained: usize,
+    pub lost: usize,
+    pub handed_over: usize,
+}
+
+pub async fn run(leases: Arc<Leases>, db: Db, wakes: mpsc::UnboundedSender<Wake>, cancel: CancellationToken) {
+    let Some(store) = db.shared_store().cloned() else { return };
+    let tick = leases.duration / 3;
+    let mut failing = false;
+    loop {
+        let next = match round(&leases, &store, &wakes).await {
+            Ok((r, next)) => {
+                if failing || r.gained + r.lost + r.handed_over > 0 {
+                    tracing::info!(replica = %leases.me, alive = r.alive, held = r.held, gained = r.gained,
+                        lost = r.lost, handed_over = r.handed_over, "leases");
+                }
+                failing = false;
+                next.map_or(tick, |n| n.min(tick))
+            }
+            Err(e) => {
+                if !failing {
+                    tracing::warn!(replica = %leases.me, error = %e,
+                        "renewing the leases failed; this replica stops acting on its pools when they run out");
+                }
+                failing = true;
+                tick / 3
+            }
+        };
+        tokio::select! {
+            _ = cancel.cancelled() => break,
+            _ = tokio::time::sleep(next) => {}
+        }
+    }
+    leave(&leases, &store).await;
+}
+
+/// One round; answers when the next should come, if sooner than a tick.
+async fn round(
+    leases: &Leases,
+    store: &sqlx::PgPool,
+    wakes: &mpsc::UnboundedSender<Wake>,
+) -> sqlx::Result<(Round, Option<Duration>)> {
+    let sent = Instant::now();
+    let (renewed, alive) = db::leases::renew(store, &leases.me, leases.duration).await?;
+    let valid_until = sent + leases.act_for();
+    // When the first other replica dies unless it renews: its share is
+    // then spread again (its leases expire at that very moment).
+    let next_death = alive.iter().filter(|a| *a.id != *leases.me).map(|a| a.remaining).reduce(f64::min);
+    let alive: Vec<String> = alive.into_iter().map(|a| a.id).collect();
+    let renewed: HashMap<String, i64> = renewed.into_iter().map(|h| (h.name, h.token)).collect();
+    let mut r = Round { alive: alive.len(), ..Round::default() };
+    let stray: Vec<String> = {
+        let mut held = leases.lock();
+        held.retain(|name, h| match renewed.get(name) {
+            Some(&token) if token == h.token => {
+                h.valid_until = valid_until;
+                true
+            }
+            _ => {
+                r.lost += 1;
+                tracing::warn!(pool = %name, "lease lost: another replica drives the pool now");
+                false
+            }
+        });
+        // Held in the store but not here (a hand-over whose release did not
+        // reach the store): given up now, or nobody could take them.
+        renewed.keys().filter(|name| !held.contains_key(*name)).cloned().collect()
+    };
+    if !stray.is_empty() {
+        db::leases::release(store, &leases.me, &stray).await?;
+    }
+
+    let pools = db::leases::pool_names(store).await?;
+    if rand::random::<u8>() == 0 {
+        // Now and then (every ~256 rounds of each replica) is plenty.
+        db::leases::forget_deleted(store).await?;
+    }
+    let share: HashSet<&str> =
+        pools.iter().map(String::as_str).filter(|p| owner(&alive, p) == Some(&*leases.me)).collect();
+    let (wanted, leaving) = {
+        let mut held = leases.lock();
+        let wanted: Vec<String> = share.iter().filter(|p| !held.contains_key(**p)).map(|p| (*p).to_owned()).collect();
+        let cap = ((held.len() as f64 * HANDOVER_SHARE) as usize).max(HANDOVER_MIN);
+        let mut leaving = Vec::new();
+        for (name, h) in held.iter_mut() {
+            if share.contains(name.as_str()) {
+                h.leaving = false;
+                continue;
+            }
+            h.leaving = true;
+            // Idle: no fence of it is in use, so no pass is in flight.
+            if Arc::strong_count(&h.in_use) == 1 && leaving.len() < cap {
+                leaving.push(name.clone());
+            }
+        }
+        for name in &leaving {
+            held.remove(name);
+        }
+        (wanted, leaving)
+    };
+    if !leaving.is_empty() {
+        r.handed_over = db::leases::release(store, &leases.me, &leaving).await? as usize;
+    }
+
+    let sent = Instant::now();
+    let (taken, next_expiry) = db::leases::acquire(store, &leases.me, &wanted, leases.duration).await?;
+    let valid_until = sent + leases.act_for();
+    r.gained = taken.len();
+    {
+        let mut held = leases.lock();
+        for t in &taken {
+            held.insert(t.name.clone(), Held::new(t.token, valid_until));
+        }
+        r.held = held.len();
+    }
+    for t in taken {
+        let _ = wakes.send(Wake::Pool(t.name));
+    }
+    // A lease another holds, or another replica's life, that ends before
+    // the next tick: look again just after, to take over at once if its
+    // holder is gone.
+    let next_death = next_death.map(|s| Duration::from_secs_f64(s.max(0.0)));
+    let next = [next_expiry, next_death].into_iter().flatten().min();
+    Ok((r, next.map(|d| d + Duration::from_millis(50))))
+}
+
+/// Stopping: waits (briefly) for passes in flight, then gives every lease
+/// up and leaves the replicas alive, so the others take over at once.
+async fn leave(leases: &Leases, store: &sqlx::PgPool) {
+    let deadline = Instant::now() + LEAVE_WAIT;
+    {
+        let mut held = leases.lock();
+        held.values_mut().for_each(|h| h.leaving = true);
+    }
+    while Instant::now() < deadline && leases.lock().values().any(|h| Arc::strong_count(&h.in_use) > 1) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    leases.lock().clear();
+    match db::leases::leave(store, &leases.me).await {
+        Ok(()) => tracing::info!(replica = %leases.me, "left: leases handed over"),
+        Err(e) => tracing::warn!(replica = %leases.me, error = %e, "leaving failed; the leases run out on their own"),
+    }
+}
