@@ -34,13 +34,17 @@ pub use context::{Context, ReconcileError};
 pub use decide::{Outcome, counts};
 pub use status::record_failure;
 
+use std::collections::HashSet;
+
 use chrono::{DateTime, Utc};
+use futures_util::future::join_all;
 
 use crate::clusters::ConnectError;
 use crate::db::{self, pools::Pool};
 use crate::domain::event::SubjectKind;
 use crate::domain::placement::Block;
 use crate::domain::rollout::Counts;
+use crate::runtime::{Container, RuntimeError};
 use observe::{EngineView, Observation, World};
 use plan::{Observed, Plan};
 
@@ -109,13 +113,48 @@ impl Look {
 
 async fn look(ctx: &Context, pool: &Pool, now: DateTime<Utc>) -> Result<Look, ReconcileError> {
     let engines = engine_views(ctx, pool, now);
-    let containers: Vec<(String, crate::runtime::Container)> =
-        ctx.engines.containers_of(&pool.name).into_iter().map(|(e, c)| (e.name.clone(), c)).collect();
+    let containers_of = || -> Vec<(String, Container)> {
+        ctx.engines.containers_of(&pool.name).into_iter().map(|(e, c)| (e.name.clone(), c)).collect()
+    };
+    let mut containers = containers_of();
     let records = db::machines::list_for_pool(ctx.db.background(), &pool.name).await?;
+    let due = observe::to_confirm(&containers, &records, &engines, &ctx.timing, now);
+    let unconfirmed = if due.is_empty() {
+        HashSet::new()
+    } else {
+        let unconfirmed = confirm(ctx, due).await;
+        containers = containers_of();
+        unconfirmed
+    };
     let starting = ctx.starter.in_flight_ids();
-    let world = World { containers: &containers, records: &records, engines: &engines, starting: &starting };
+    let world = World {
+        containers: &containers,
+        records: &records,
+        engines: &engines,
+        starting: &starting,
+        unconfirmed: &unconfirmed,
+    };
     let obs = observe::observe(&pool.name, &world, &pool.spec, &ctx.timing, now);
     Ok(Look { observed: obs.observed(), obs, engines, records })
+}
+
+/// Asks the engines again about the containers due to settle (engine, id),
+/// see [`observe::to_confirm`]; answers those that could not be asked.
+async fn confirm(ctx: &Context, due: Vec<(String, String)>) -> HashSet<String> {
+    let rereads = due.into_iter().map(|(engine, id)| async move {
+        let reread = match ctx.engines.get(&engine) {
+            Some(e) => e.reread(&id).await,
+            None => Err(RuntimeError::Unavailable(format!("engine {engine} was removed"))),
+        };
+        match reread {
+            Ok(()) => None,
+            Err(e) => {
+                tracing::debug!(engine, container = %id, error = %e, "a settling container could not be read again");
+                Some(id)
+            }
+        }
+    });
+    join_all(rereads).await.into_iter().flatten().collect()
 }
 
 /// Observes a pool and plans a pass without changing anything: the dry run.

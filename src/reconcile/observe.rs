@@ -104,11 +104,42 @@ pub struct World<'a> {
     pub engines: &'a [EngineView],
     /// Containers whose first start runs in the background now.
     pub starting: &'a HashSet<String>,
+    /// Containers due to settle whose engine could not be asked again
+    /// (see [`to_confirm`]): they do not count as ready yet.
+    pub unconfirmed: &'a HashSet<String>,
+}
+
+/// The containers (engine, id) that settle in this look: running without a
+/// health check, past their settle time, and not ready in their record.
+/// The engine is asked about each again before it counts as ready: what the
+/// cache holds may be a read sent before the settle moment (the answer to
+/// its own start, say) while the event of its death is still on its way,
+/// and a process that died at once must never count as ready.
+pub fn to_confirm(
+    containers: &[(String, Container)],
+    records: &[Machine],
+    engines: &[EngineView],
+    timing: &Timing,
+    now: DateTime<Utc>,
+) -> Vec<(String, String)> {
+    let ready: HashSet<&str> = records.iter().filter(|r| r.ready).map(|r| r.name.as_str()).collect();
+    let reachable = |name: &str| engines.iter().any(|e| e.name == name && e.reachable);
+    containers
+        .iter()
+        .filter(|(engine, c)| {
+            c.state == ContainerState::Running
+                && c.health == HealthState::None
+                && now >= after(c.started_at.unwrap_or(c.created_at), timing.settle)
+                && !ready.contains(c.name.as_str())
+                && reachable(engine)
+        })
+        .map(|(engine, c)| (engine.clone(), c.id.clone()))
+        .collect()
 }
 
 /// Joins containers (with the engine each runs on) and records.
 pub fn observe(pool: &str, world: &World<'_>, spec: &PoolSpec, timing: &Timing, now: DateTime<Utc>) -> Observation {
-    let World { containers, records, engines, starting } = *world;
+    let World { containers, records, engines, starting, unconfirmed } = *world;
     let mut obs = Observation::default();
     let engine = |name: &str| engines.iter().find(|e| e.name == name);
     let by_name: HashMap<&str, &Machine> = records.iter().map(|r| (r.name.as_str(), r)).collect();
@@ -123,6 +154,7 @@ pub fn observe(pool: &str, world: &World<'_>, spec: &PoolSpec, timing: &Timing, 
             allowed: view.is_some_and(|e| e.allowed),
             failing: view.is_some_and(|e| e.failing),
             starting: starting.contains(&c.id),
+            confirmed: !unconfirmed.contains(&c.id),
         };
         let look = Look { pool, spec, timing, now };
         let seen = machine(look, found, c, by_name.get(c.name.as_str()).copied(), &mut obs);
@@ -188,6 +220,7 @@ fn from_record(r: &Machine, engine: &EngineView, spec: &PoolSpec) -> Observed {
 fn running_phase(
     c: &Container,
     record: Option<&Machine>,
+    confirmed: bool,
     timing: &Timing,
     now: DateTime<Utc>,
 ) -> (MachinePhase, Option<DateTime<Utc>>, Option<DateTime<Utc>>) {
@@ -199,8 +232,11 @@ fn running_phase(
         HealthState::None => {
             let started = c.started_at.unwrap_or(c.created_at);
             let settled = after(started, timing.settle);
-            if now >= settled {
+            if now >= settled && confirmed {
                 (MachinePhase::Running, Some(settled), None)
+            } else if now >= settled {
+                // Its engine could not be asked again: ask on the next look.
+                (MachinePhase::Starting, None, Some(after(now, timing.settle)))
             } else {
                 (MachinePhase::Starting, None, Some(settled))
             }
@@ -219,6 +255,8 @@ struct Found<'a> {
     failing: bool,
     /// The container's first start runs in the background now.
     starting: bool,
+    /// Not among the containers whose settling could not be confirmed.
+    confirmed: bool,
 }
 
 /// The pool being observed, its rules and the moment of the look.
@@ -232,7 +270,7 @@ struct Look<'a> {
 
 fn machine(look: Look<'_>, found: Found<'_>, c: &Container, record: Option<&Machine>, obs: &mut Observation) -> Seen {
     let Look { pool, spec, timing, now } = look;
-    let Found { engine, reachable, lost, allowed, failing, starting } = found;
+    let Found { engine, reachable, lost, allowed, failing, starting, confirmed } = found;
     let terminating = record.and_then(|r| r.terminating_since).is_some();
     let (mut phase, mut ready_since) = (MachinePhase::Unknown, None);
     if reachable {
@@ -240,7 +278,7 @@ fn machine(look: Look<'_>, found: Found<'_>, c: &Container, record: Option<&Mach
             ContainerState::Created => (MachinePhase::Creating, None),
             ContainerState::Restarting => (MachinePhase::Starting, None),
             ContainerState::Running => {
-                let (p, since, settles_at) = running_phase(c, record, timing, now);
+                let (p, since, settles_at) = running_phase(c, record, confirmed, timing, now);
                 if let Some(t) = settles_at {
                     obs.change_at(t);
                 }
@@ -328,4 +366,86 @@ fn machine(look: Look<'_>, found: Found<'_>, c: &Container, record: Option<&Mach
         start_in_flight: starting,
     };
     Seen { observed, record }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reconcile::testing::{engine, pool, t0};
+    use crate::runtime::labels;
+
+    /// A container of pool `p` on engine `e`, running since `t0`.
+    fn running(id: &str) -> (String, Container) {
+        let c = Container {
+            id: id.into(),
+            name: format!("worker-{id}"),
+            image: "img:1".into(),
+            labels: [(labels::POOL.to_owned(), "p".to_owned())].into(),
+            state: ContainerState::Running,
+            health: HealthState::None,
+            exit_code: None,
+            oom_killed: false,
+            created_at: t0(),
+            started_at: Some(t0()),
+            finished_at: None,
+        };
+        ("e".into(), c)
+    }
+
+    fn at_ms(ms: i64) -> DateTime<Utc> {
+        t0() + chrono::Duration::milliseconds(ms)
+    }
+
+    fn look(
+        containers: &[(String, Container)],
+        records: &[Machine],
+        unconfirmed: &[&str],
+        now: DateTime<Utc>,
+    ) -> Observation {
+        let (engines, starting) = ([engine("e")], HashSet::new());
+        let unconfirmed = unconfirmed.iter().map(|id| (*id).to_owned()).collect();
+        let world = World { containers, records, engines: &engines, starting: &starting, unconfirmed: &unconfirmed };
+        observe(
+            "p",
+            &world,
+            &pool(serde_json::json!({"replicas": 1, "version": "v1.29.2", "image": "img:1"})).spec,
+            &Timing::default(),
+            now,
+        )
+    }
+
+    #[test]
+    fn a_container_is_read_again_once_settled_until_its_record_is_ready() {
+        let mut health_checked = running("h");
+        health_checked.1.health = HealthState::Healthy;
+        let mut exited = running("x");
+        exited.1.state = ContainerState::Exited;
+        let mut elsewhere = running("o");
+        elsewhere.0 = "gone".into();
+        let containers = [running("a"), health_checked, exited, elsewhere];
+        let due = |records: &[Machine], now| to_confirm(&containers, records, &[engine("e")], &Timing::default(), now);
+        assert_eq!(due(&[], at_ms(499)), vec![], "not settled yet");
+        assert_eq!(
+            due(&[], at_ms(500)),
+            vec![("e".to_owned(), "a".to_owned())],
+            "only the settled one without a health check"
+        );
+        let records: Vec<Machine> =
+            look(&containers, &[], &[], at_ms(600)).machines.into_iter().map(|s| s.record).collect();
+        assert!(records.iter().any(|r| r.name == "worker-a" && r.ready));
+        assert_eq!(due(&records, at_ms(700)), vec![], "once ready in its record it is not asked about again");
+    }
+
+    #[test]
+    fn a_settled_container_that_could_not_be_read_again_is_not_ready_and_is_looked_at_again() {
+        let containers = [running("a")];
+        let now = at_ms(600);
+        let obs = look(&containers, &[], &["a"], now);
+        let m = &obs.machines[0].observed;
+        assert_eq!((m.phase, m.ready), (MachinePhase::Starting, false));
+        assert_eq!(obs.next_change, Some(at_ms(1100)));
+        let obs = look(&containers, &[], &[], now);
+        let m = &obs.machines[0].observed;
+        assert_eq!((m.phase, m.ready), (MachinePhase::Running, true));
+    }
 }

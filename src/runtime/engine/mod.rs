@@ -211,6 +211,16 @@ impl Engine {
         Ok(())
     }
 
+    /// Reads one container from the engine again, so that what the cache
+    /// holds of it is no older than this call; nothing to do for a
+    /// simulated engine (its cache is the engine).
+    pub async fn reread(&self, id: &str) -> Result<(), RuntimeError> {
+        match &self.backend {
+            Backend::Docker(d) => self.refresh(d, id).await.map(drop),
+            Backend::Simulated(_) => Ok(()),
+        }
+    }
+
     /// Starts a created or exited container: a restart in place.
     pub async fn start(&self, id: &str, gate: Gate<'_>) -> Result<(), RuntimeError> {
         match &self.backend {
