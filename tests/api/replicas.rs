@@ -95,6 +95,28 @@ async fn leases_held(client: &reqwest::Client, r: &Replica) -> HashMap<String, f
         .collect()
 }
 
+/// Creates a pool of one machine per name through `a`, waits until each
+/// machine is ready, and answers the names of those that `b` drives.
+async fn create_and_find_driven_by(
+    client: &reqwest::Client,
+    a: &Replica,
+    b: &Replica,
+    names: &[String],
+) -> Vec<String> {
+    for n in names {
+        let spec = json!({"name": n, "replicas": 1, "version": V1});
+        assert_eq!(client.post(a.url("/v1/pools")).json(&spec).send().await.unwrap().status(), StatusCode::CREATED);
+    }
+    let mut of_b = Vec::new();
+    for n in names {
+        let p = a.proc.wait_pool(client, n, LIMIT, "one machine", |p| p["status"]["ready_replicas"] == 1).await;
+        if b.is(&p["status"]["driver"]) {
+            of_b.push(n.clone());
+        }
+    }
+    of_b
+}
+
 fn patch(client: &reqwest::Client, url: String, body: Value) -> reqwest::RequestBuilder {
     client.patch(url).header("content-type", "application/merge-patch+json").body(body.to_string())
 }
@@ -237,17 +259,7 @@ async fn a_replica_paused_past_its_leases_changes_nothing_when_it_resumes() {
     // none is between its lease check and the engine (below).
     let mut b = Replica::start(&db, true, &["--max-parallel", "1"]).await;
     let client = client_with_token(&token(&[&a, &b]));
-    for n in &names {
-        let spec = json!({"name": n, "replicas": 1, "version": V1});
-        assert_eq!(client.post(a.url("/v1/pools")).json(&spec).send().await.unwrap().status(), StatusCode::CREATED);
-    }
-    let mut of_b = Vec::new();
-    for n in &names {
-        let p = a.proc.wait_pool(&client, n, LIMIT, "one machine", |p| p["status"]["ready_replicas"] == 1).await;
-        if b.is(&p["status"]["driver"]) {
-            of_b.push(n.clone());
-        }
-    }
+    let of_b = create_and_find_driven_by(&client, &a, &b, &names).await;
     assert!(!of_b.is_empty(), "the paused replica drives some pool");
     let logs: Vec<EventLog> = of_b.iter().map(|n| EventLog::start(&d, n)).collect();
     let mut first = HashMap::new();
@@ -366,17 +378,7 @@ async fn a_replica_cut_off_from_postgres_stops_acting_within_the_lease() {
     let a = Replica::start(&db, true, &[]).await;
     let b = Replica::start(&through_proxy, true, &[]).await;
     let client = client_with_token(&token(&[&a, &b]));
-    for n in &names {
-        let spec = json!({"name": n, "replicas": 1, "version": V1});
-        assert_eq!(client.post(a.url("/v1/pools")).json(&spec).send().await.unwrap().status(), StatusCode::CREATED);
-    }
-    let mut of_b = Vec::new();
-    for n in &names {
-        let p = a.proc.wait_pool(&client, n, LIMIT, "one machine", |p| p["status"]["ready_replicas"] == 1).await;
-        if b.is(&p["status"]["driver"]) {
-            of_b.push(n.clone());
-        }
-    }
+    let of_b = create_and_find_driven_by(&client, &a, &b, &names).await;
     assert!(!of_b.is_empty(), "the cut-off replica drives some pool");
 
     let cut = Instant::now();
