@@ -95,26 +95,58 @@ async fn leases_held(client: &reqwest::Client, r: &Replica) -> HashMap<String, f
         .collect()
 }
 
-/// Creates a pool of one machine per name through `a`, waits until each
-/// machine is ready, and answers the names of those that `b` drives.
-async fn create_and_find_driven_by(
+/// `count` pool names starting with `prefix`, half of which `b` is to
+/// drive (answered second) and the rest `a`, chosen by the same rendezvous
+/// hash the replicas use once both are alive: left to chance, six pools
+/// all land on one replica once in 64 runs.
+async fn names_split(
     client: &reqwest::Client,
     a: &Replica,
     b: &Replica,
-    names: &[String],
-) -> Vec<String> {
+    prefix: &str,
+    count: usize,
+) -> (Vec<String>, Vec<String>) {
+    let mut alive = Vec::new();
+    wait_for(LIMIT, "both replicas alive on the store", async || {
+        alive = leases_held(client, a).await.into_keys().collect();
+        alive.len() == 2
+    })
+    .await;
+    let id_of = |r: &Replica| alive.iter().find(|id| r.is(&json!(id))).cloned();
+    let (Some(_), Some(id_b)) = (id_of(a), id_of(b)) else { panic!("the replicas alive are a and b: {alive:?}") };
+    let (mut of_a, mut of_b) = (Vec::new(), Vec::new());
+    for i in 0..1000 {
+        let name = unique(&format!("{prefix}{i}"));
+        let (side, wanted) = if drover::replicas::owner(&alive, &name) == Some(id_b.as_str()) {
+            (&mut of_b, count / 2)
+        } else {
+            (&mut of_a, count - count / 2)
+        };
+        if side.len() < wanted {
+            side.push(name);
+        }
+    }
+    assert_eq!(of_a.len() + of_b.len(), count, "a thousand names hold {count} split between {alive:?}");
+    let all = of_a.iter().chain(&of_b).cloned().collect();
+    (all, of_b)
+}
+
+/// Creates a pool of one machine per name through `a`, and waits until
+/// each machine is ready and the pools of `of_b` are driven by `b`, the
+/// others by `a`.
+async fn create_ready(client: &reqwest::Client, a: &Replica, b: &Replica, names: &[String], of_b: &[String]) {
     for n in names {
         let spec = json!({"name": n, "replicas": 1, "version": V1});
         assert_eq!(client.post(a.url("/v1/pools")).json(&spec).send().await.unwrap().status(), StatusCode::CREATED);
     }
-    let mut of_b = Vec::new();
     for n in names {
-        let p = a.proc.wait_pool(client, n, LIMIT, "one machine", |p| p["status"]["ready_replicas"] == 1).await;
-        if b.is(&p["status"]["driver"]) {
-            of_b.push(n.clone());
-        }
+        let driver = if of_b.contains(n) { b } else { a };
+        a.proc
+            .wait_pool(client, n, LIMIT, "one machine, driven by its replica", |p| {
+                p["status"]["ready_replicas"] == 1 && driver.is(&p["status"]["driver"])
+            })
+            .await;
     }
-    of_b
 }
 
 fn patch(client: &reqwest::Client, url: String, body: Value) -> reqwest::RequestBuilder {
@@ -250,8 +282,6 @@ async fn sigkill_of_the_replica_driving_a_50_machine_rollout_another_finishes_it
 #[cfg_attr(skip_docker_tests, ignore = "DROVER_SKIP_DOCKER_TESTS is set")]
 async fn a_replica_paused_past_its_leases_changes_nothing_when_it_resumes() {
     require_docker();
-    let names: Vec<String> = (0..6).map(|i| unique(&format!("ha-stop{i}"))).collect();
-    let _cleanup = Cleanup(names.clone());
     let d = docker::client().await;
     let db = database();
     let a = Replica::start(&db, true, &[]).await;
@@ -259,8 +289,9 @@ async fn a_replica_paused_past_its_leases_changes_nothing_when_it_resumes() {
     // none is between its lease check and the engine (below).
     let mut b = Replica::start(&db, true, &["--max-parallel", "1"]).await;
     let client = client_with_token(&token(&[&a, &b]));
-    let of_b = create_and_find_driven_by(&client, &a, &b, &names).await;
-    assert!(!of_b.is_empty(), "the paused replica drives some pool");
+    let (names, of_b) = names_split(&client, &a, &b, "ha-stop", 6).await;
+    let _cleanup = Cleanup(names.clone());
+    create_ready(&client, &a, &b, &names, &of_b).await;
     let logs: Vec<EventLog> = of_b.iter().map(|n| EventLog::start(&d, n)).collect();
     let mut first = HashMap::new();
     for n in &of_b {
@@ -369,8 +400,6 @@ async fn postgres_restarted_under_load_replicas_recover_by_themselves_and_nothin
 #[cfg_attr(skip_docker_tests, ignore = "DROVER_SKIP_DOCKER_TESTS is set")]
 async fn a_replica_cut_off_from_postgres_stops_acting_within_the_lease() {
     require_docker();
-    let names: Vec<String> = (0..6).map(|i| unique(&format!("ha-cut{i}"))).collect();
-    let _cleanup = Cleanup(names.clone());
     let d = docker::client().await;
     let db = database();
     let proxy = TcpProxy::start(postgres::shared().port()).await;
@@ -378,8 +407,9 @@ async fn a_replica_cut_off_from_postgres_stops_acting_within_the_lease() {
     let a = Replica::start(&db, true, &[]).await;
     let b = Replica::start(&through_proxy, true, &[]).await;
     let client = client_with_token(&token(&[&a, &b]));
-    let of_b = create_and_find_driven_by(&client, &a, &b, &names).await;
-    assert!(!of_b.is_empty(), "the cut-off replica drives some pool");
+    let (names, of_b) = names_split(&client, &a, &b, "ha-cut", 6).await;
+    let _cleanup = Cleanup(names.clone());
+    create_ready(&client, &a, &b, &names, &of_b).await;
 
     let cut = Instant::now();
     proxy.cut();
