@@ -125,6 +125,9 @@ impl Application {
         }
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
+        if let Some(verifier) = &oidc {
+            verifier.keep_fresh(&tasks, &shutdown);
+        }
         let (changes, notices) = if shared_store {
             let (changes, notices) = crate::changes::Changes::default().with_peers();
             (changes, Some(notices))

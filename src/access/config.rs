@@ -51,11 +51,16 @@ pub struct IssuerConfig {
     /// Clock skew allowed on `exp` and `nbf`, in seconds.
     #[serde(default = "default_leeway")]
     pub leeway_seconds: u64,
-    /// Least time between two key refreshes caused by unknown key ids, in
+    /// Least time between two key fetches, whatever causes them, in
     /// seconds: tokens with made-up key ids cannot make drover hammer the
     /// issuer.
     #[serde(default = "default_refresh")]
     pub min_refresh_seconds: u64,
+    /// Longest time cached keys are used without fetching them again, in
+    /// seconds: a key the issuer retires or revokes stops working within
+    /// this time, even when no token names an unknown key id.
+    #[serde(default = "default_max_key_age")]
+    pub max_key_age_seconds: u64,
     /// Rules in order; the first that matches gives the role.
     pub rules: Vec<ClaimRule>,
 }
@@ -66,6 +71,10 @@ fn default_leeway() -> u64 {
 
 fn default_refresh() -> u64 {
     30
+}
+
+fn default_max_key_age() -> u64 {
+    3600
 }
 
 /// Longest leeway accepted: past it, an expired token would live on.
@@ -103,6 +112,9 @@ impl AccessConfig {
             }
             if issuer.leeway_seconds > MAX_LEEWAY {
                 return Err(format!("{at}: leeway_seconds is at most {MAX_LEEWAY}"));
+            }
+            if issuer.max_key_age_seconds == 0 {
+                return Err(format!("{at}: max_key_age_seconds is at least 1"));
             }
             for (j, rule) in issuer.rules.iter().enumerate() {
                 rule.check().map_err(|e| format!("{at}: rules[{j}]: {e}"))?;
@@ -148,6 +160,7 @@ mod tests {
         let c = AccessConfig::parse(EXAMPLE).unwrap_or_else(|_| panic!("parses"));
         assert_eq!(c.oidc_issuer.len(), 1);
         assert_eq!(c.oidc_issuer[0].leeway_seconds, 30);
+        assert_eq!(c.oidc_issuer[0].max_key_age_seconds, 3600, "keys are fetched again every hour");
         assert_eq!(c.subject_role("CN=ci-runner,O=example"), Some(Role::Operator));
         assert_eq!(c.subject_role("CN=other"), None);
     }
@@ -168,5 +181,8 @@ mod tests {
         let no_claims = r#"{"oidc_issuer": [{"issuer": "https://i", "audience": ["a"],
                            "rules": [{"claims": {}, "role": "viewer"}]}]}"#;
         assert!(err(no_claims).contains("rules[0]"));
+        let never_stale = r#"{"oidc_issuer": [{"issuer": "https://i", "audience": ["a"], "max_key_age_seconds": 0,
+                           "rules": [{"claims": {"a": "b"}, "role": "viewer"}]}]}"#;
+        assert!(err(never_stale).contains("max_key_age_seconds is at least 1"), "{}", err(never_stale));
     }
 }

@@ -6,7 +6,11 @@
 //! triggers one refresh, unless the last refresh is more recent than the
 //! issuer's `min_refresh_seconds`: issuers rotate keys by publishing the
 //! new one first, so a refresh finds it, while a stream of made-up key ids
-//! costs the issuer at most one request per interval.
+//! costs the issuer at most one request per interval. Keys are also
+//! fetched again once they are older than the issuer's
+//! `max_key_age_seconds` ([`super::Verifier::keep_fresh`]), so that a key
+//! the issuer retired or revoked stops working even if no token ever
+//! names an unknown key id.
 
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
@@ -55,6 +59,8 @@ pub struct KeyCache {
     source: KeySource,
     http: reqwest::Client,
     keys: RwLock<Arc<Vec<Key>>>,
+    /// When the cached keys were fetched (`None` before the first success).
+    loaded_at: std::sync::Mutex<Option<Instant>>,
     /// When keys were last fetched; held while a refresh runs, so that
     /// concurrent requests with the same new key id cause one fetch.
     last_refresh: Mutex<Option<Instant>>,
@@ -75,8 +81,14 @@ impl KeyCache {
             .timeout(FETCH_TIMEOUT)
             .build()
             .map_err(|source| KeyError::Fetch { url: "(client setup)".into(), source })?;
-        let cache =
-            Self { source, http, keys: RwLock::new(Arc::new(Vec::new())), last_refresh: Mutex::new(None), min_refresh };
+        let cache = Self {
+            source,
+            http,
+            keys: RwLock::new(Arc::new(Vec::new())),
+            loaded_at: std::sync::Mutex::new(None),
+            last_refresh: Mutex::new(None),
+            min_refresh,
+        };
         match cache.load().await {
             Ok(keys) => cache.store(keys),
             Err(e @ KeyError::File { .. }) | Err(e @ KeyError::Shape { .. }) if cache.is_file() => return Err(e),
@@ -96,6 +108,18 @@ impl KeyCache {
     fn store(&self, keys: Vec<Key>) {
         let mut slot = self.keys.write().unwrap_or_else(|p| p.into_inner());
         *slot = Arc::new(keys);
+        *self.loaded_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+    }
+
+    /// How long ago the cached keys were fetched; `None` when no fetch has
+    /// succeeded yet.
+    pub fn age(&self) -> Option<Duration> {
+        self.loaded_at.lock().unwrap_or_else(|p| p.into_inner()).map(|at| at.elapsed())
+    }
+
+    /// The least time between two fetches.
+    pub fn min_refresh(&self) -> Duration {
+        self.min_refresh
     }
 
     /// The cached keys.

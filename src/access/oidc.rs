@@ -7,7 +7,9 @@
 //!    used as an HMAC secret;
 //! 2. the unverified `iss` names a configured issuer (it only chooses the
 //!    keys; the signature and the `iss` check below decide);
-//! 3. the key: by `kid` (one refresh of the issuer's keys when unknown);
+//! 3. the key: by `kid` (one refresh of the issuer's keys when unknown;
+//!    and keys older than `max_key_age_seconds` are fetched again in the
+//!    background, see [`Verifier::keep_fresh`]);
 //!    a key whose JWKS entry names an algorithm must be used with it;
 //! 4. signature, `iss`, `aud`, `exp` and `nbf` (with the issuer's leeway),
 //!    by jsonwebtoken;
@@ -17,18 +19,24 @@
 //! ([`super::verdicts`]), so the same token sent again costs a hash and a
 //! lookup. The token itself is never stored or logged.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use jsonwebtoken::{Algorithm, Validation};
 use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::config::{AccessConfig, IssuerConfig};
 use super::keys::{Key, KeyCache, KeyError, KeySource};
 use super::rules::{ClaimRule, first_match};
 pub use super::verdicts::Verified;
 use super::verdicts::{Verdict, Verdicts, digest};
+
+/// Least wait before stale keys that could not be fetched are tried again.
+pub const STALE_RETRY: Duration = Duration::from_secs(5);
 
 /// The algorithms drover accepts.
 pub const ALGORITHMS: [Algorithm; 2] = [Algorithm::RS256, Algorithm::ES256];
@@ -54,6 +62,8 @@ pub enum OidcError {
 struct Issuer {
     issuer: String,
     keys: KeyCache,
+    /// Keys older than this are fetched again.
+    max_key_age: Duration,
     validation: Validation,
     rules: Vec<ClaimRule>,
 }
@@ -70,13 +80,51 @@ impl Verifier {
         let mut issuers = Vec::with_capacity(config.oidc_issuer.len());
         for c in &config.oidc_issuer {
             let keys = KeyCache::start(source_of(c), Duration::from_secs(c.min_refresh_seconds)).await?;
-            issuers.push(Issuer { issuer: c.issuer.clone(), keys, validation: validation(c), rules: c.rules.clone() });
+            issuers.push(Issuer {
+                issuer: c.issuer.clone(),
+                keys,
+                max_key_age: Duration::from_secs(c.max_key_age_seconds),
+                validation: validation(c),
+                rules: c.rules.clone(),
+            });
         }
         Ok(Self { issuers, verdicts: Verdicts::default() })
     }
 
     pub fn is_empty(&self) -> bool {
         self.issuers.is_empty()
+    }
+
+    /// Until `cancel`, fetches each issuer's keys again once they are
+    /// older than its `max_key_age_seconds`. A key the issuer retired or
+    /// revoked then stops working within that time, and so do the cached
+    /// verdicts of the tokens it signed (they are forgotten at each fetch).
+    /// A fetch that fails keeps the cached keys and is tried again after
+    /// `min_refresh_seconds` (at least [`STALE_RETRY`]).
+    pub fn keep_fresh(self: &Arc<Self>, tasks: &TaskTracker, cancel: &CancellationToken) {
+        for index in 0..self.issuers.len() {
+            tasks.spawn(Arc::clone(self).keep_issuer_fresh(index, cancel.clone()));
+        }
+    }
+
+    async fn keep_issuer_fresh(self: Arc<Self>, index: usize, cancel: CancellationToken) {
+        let Some(issuer) = self.issuers.get(index) else { return };
+        let retry = issuer.keys.min_refresh().max(STALE_RETRY);
+        loop {
+            let wait = match issuer.keys.age() {
+                Some(age) if age < issuer.max_key_age => issuer.max_key_age - age,
+                _ => retry,
+            };
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = tokio::time::sleep(wait) => {}
+            }
+            // A refresh caused by an unknown key id may have come first.
+            let stale = issuer.keys.age().is_none_or(|age| age >= issuer.max_key_age);
+            if stale && issuer.keys.refresh().await {
+                self.verdicts.forget_issuer(index);
+            }
+        }
     }
 
     /// Verifies `token` and maps it to a role.

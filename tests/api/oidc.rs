@@ -2,11 +2,13 @@
 //! and JWKS on 127.0.0.1, keys generated here): accepted tokens map to
 //! their rule's role; expired, not-yet-valid, wrong audience, wrong
 //! issuer, unknown key, `alg: none`, HS256 signed with the public key and
-//! tokens no rule matches are refused; keys rotate during a run; the audit
+//! tokens no rule matches are refused; keys rotate during a run, and a
+//! revoked key stops working once the cached keys are too old; the audit
 //! trail keeps the subject and the rule's claims, never the token.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use axum::Json;
 use axum::extract::State;
@@ -21,7 +23,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
-use crate::helpers::{TestApp, config, start};
+use crate::helpers::{TestApp, config, start, wait_for};
 
 /// A signing key and its public JWK.
 pub struct SigningKey {
@@ -285,6 +287,26 @@ async fn keys_rotated_during_a_run_are_picked_up_and_retired_keys_stop_working()
     assert_eq!(issuer.fetches(), fetches + 1);
     assert_eq!(status(&app, &old.sign(&issuer.claims())).await, StatusCode::UNAUTHORIZED, "the retired key");
     assert_eq!(status(&app, &new.sign(&issuer.claims())).await, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_revoked_key_stops_working_once_the_cached_keys_are_too_old_without_any_unknown_key_id() {
+    let revoked = SigningKey::rsa("revoked");
+    let kept = SigningKey::ec("kept");
+    let issuer = Issuer::start(&[&revoked, &kept]).await;
+    let app = app_for(&issuer, json!({"max_key_age_seconds": 1})).await;
+    let token = revoked.sign(&issuer.claims());
+    assert_eq!(status(&app, &token).await, StatusCode::OK, "accepted, and its verdict cached");
+    // The issuer drops the key. No token names an unknown key id, so only
+    // the age of the cached keys can make drover look again.
+    issuer.publish(&[&kept]);
+    let fetches = issuer.fetches();
+    wait_for(Duration::from_secs(30), "the revoked key's token to be refused", async || {
+        status(&app, &token).await == StatusCode::UNAUTHORIZED
+    })
+    .await;
+    assert!(issuer.fetches() > fetches, "drover fetched the keys again by itself");
+    assert_eq!(status(&app, &kept.sign(&issuer.claims())).await, StatusCode::OK, "the kept key still works");
 }
 
 #[tokio::test]
