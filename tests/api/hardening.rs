@@ -171,6 +171,18 @@ async fn token_less_requests_add_one_audit_record_per_burst_with_a_short_path() 
 #[tokio::test]
 async fn the_pruner_removes_what_is_past_its_retention() {
     let app = spawn_app().await;
+    // The app's own pruner makes a pass at start, idempotency keys last:
+    // the rows below must not be inserted while that pass still runs (it
+    // would take the old key before the pass under test could).
+    wait_for(Duration::from_secs(30), "the app's own first pruning pass to end", async || {
+        app.get("/metrics")
+            .await
+            .text()
+            .await
+            .unwrap_or_default()
+            .contains(r#"drover_pruned_rows_total{table="idempotency"}"#)
+    })
+    .await;
     app.create_pool_ok("hist", 0, json!({"image": "sim/app:1", "paused": true})).await;
     for i in 2..=6 {
         assert_eq!(
