@@ -125,9 +125,6 @@ impl Application {
         }
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
-        if let Some(verifier) = &oidc {
-            verifier.keep_fresh(&tasks, &shutdown);
-        }
         let (changes, notices) = if shared_store {
             let (changes, notices) = crate::changes::Changes::default().with_peers();
             (changes, Some(notices))
@@ -229,6 +226,9 @@ impl Application {
             tasks.spawn(crate::engines::follow(state.registry.clone(), cancel.clone()));
         }
         state.engines.start(&cancel, &tasks);
+        if let Some(verifier) = &state.oidc {
+            verifier.keep_fresh(&tasks, &cancel);
+        }
 
         let upgrades = crate::upgrade::Context::new(
             state.db.clone(),

@@ -58,9 +58,9 @@ pub struct Key {
 pub struct KeyCache {
     source: KeySource,
     http: reqwest::Client,
-    keys: RwLock<Arc<Vec<Key>>>,
-    /// When the cached keys were fetched (`None` before the first success).
-    loaded_at: std::sync::Mutex<Option<Instant>>,
+    /// The cached keys, and when they were fetched (`None` before the
+    /// first success).
+    keys: RwLock<(Arc<Vec<Key>>, Option<Instant>)>,
     /// When keys were last fetched; held while a refresh runs, so that
     /// concurrent requests with the same new key id cause one fetch.
     last_refresh: Mutex<Option<Instant>>,
@@ -84,8 +84,7 @@ impl KeyCache {
         let cache = Self {
             source,
             http,
-            keys: RwLock::new(Arc::new(Vec::new())),
-            loaded_at: std::sync::Mutex::new(None),
+            keys: RwLock::new((Arc::new(Vec::new()), None)),
             last_refresh: Mutex::new(None),
             min_refresh,
         };
@@ -107,14 +106,13 @@ impl KeyCache {
 
     fn store(&self, keys: Vec<Key>) {
         let mut slot = self.keys.write().unwrap_or_else(|p| p.into_inner());
-        *slot = Arc::new(keys);
-        *self.loaded_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        *slot = (Arc::new(keys), Some(Instant::now()));
     }
 
     /// How long ago the cached keys were fetched; `None` when no fetch has
     /// succeeded yet.
     pub fn age(&self) -> Option<Duration> {
-        self.loaded_at.lock().unwrap_or_else(|p| p.into_inner()).map(|at| at.elapsed())
+        self.keys.read().unwrap_or_else(|p| p.into_inner()).1.map(|at| at.elapsed())
     }
 
     /// The least time between two fetches.
@@ -124,7 +122,7 @@ impl KeyCache {
 
     /// The cached keys.
     pub fn current(&self) -> Arc<Vec<Key>> {
-        Arc::clone(&self.keys.read().unwrap_or_else(|p| p.into_inner()))
+        Arc::clone(&self.keys.read().unwrap_or_else(|p| p.into_inner()).0)
     }
 
     /// Fetches the keys again unless that happened less than
