@@ -282,6 +282,9 @@ async fn sigkill_of_the_replica_driving_a_50_machine_rollout_another_finishes_it
 #[cfg_attr(skip_docker_tests, ignore = "DROVER_SKIP_DOCKER_TESTS is set")]
 async fn a_replica_paused_past_its_leases_changes_nothing_when_it_resumes() {
     require_docker();
+    // Declared before the replicas, so dropped after them: swept while a
+    // replica still runs, a pool's machines would be created again.
+    let mut cleanup = Cleanup(Vec::new());
     let d = docker::client().await;
     let db = database();
     let a = Replica::start(&db, true, &[]).await;
@@ -290,7 +293,7 @@ async fn a_replica_paused_past_its_leases_changes_nothing_when_it_resumes() {
     let mut b = Replica::start(&db, true, &["--max-parallel", "1"]).await;
     let client = client_with_token(&token(&[&a, &b]));
     let (names, of_b) = names_split(&client, &a, &b, "ha-stop", 6).await;
-    let _cleanup = Cleanup(names.clone());
+    cleanup.0.clone_from(&names);
     create_ready(&client, &a, &b, &names, &of_b).await;
     let logs: Vec<EventLog> = of_b.iter().map(|n| EventLog::start(&d, n)).collect();
     let mut first = HashMap::new();
@@ -400,6 +403,9 @@ async fn postgres_restarted_under_load_replicas_recover_by_themselves_and_nothin
 #[cfg_attr(skip_docker_tests, ignore = "DROVER_SKIP_DOCKER_TESTS is set")]
 async fn a_replica_cut_off_from_postgres_stops_acting_within_the_lease() {
     require_docker();
+    // Declared before the replicas, so dropped after them: swept while a
+    // replica still runs, a pool's machines would be created again.
+    let mut cleanup = Cleanup(Vec::new());
     let d = docker::client().await;
     let db = database();
     let proxy = TcpProxy::start(postgres::shared().port()).await;
@@ -408,7 +414,7 @@ async fn a_replica_cut_off_from_postgres_stops_acting_within_the_lease() {
     let b = Replica::start(&through_proxy, true, &[]).await;
     let client = client_with_token(&token(&[&a, &b]));
     let (names, of_b) = names_split(&client, &a, &b, "ha-cut", 6).await;
-    let _cleanup = Cleanup(names.clone());
+    cleanup.0.clone_from(&names);
     create_ready(&client, &a, &b, &names, &of_b).await;
 
     let cut = Instant::now();
