@@ -78,11 +78,11 @@ impl Application {
         let shared_store = matches!(location, db::Location::Postgres(_));
         // One process per SQLite store; replicas share a PostgreSQL one.
         let lock = if shared_store { None } else { Some(lock::DataDirLock::acquire(&config.data_dir)?) };
-        let db = db::connect_with_leases(&location, config.lease_duration).await?;
+        let replica: Arc<str> = crate::replicas::replica_id().into();
+        let db = db::connect_with_leases(&location, config.lease_duration, &replica).await?;
         if let db::Location::Sqlite(path) = &location {
             restrict_database_files(path)?;
         }
-        let replica: Arc<str> = crate::replicas::replica_id().into();
         let leases = shared_store.then(|| crate::replicas::Leases::new(replica.clone(), config.lease_duration));
         crate::auth::bootstrap(&db, &config.data_dir).await?;
         let tokens = Arc::new(crate::auth::cache::TokenCache::load(&db).await.context("loading the tokens")?);

@@ -30,4 +30,4 @@ mod store;
 
 pub use crate::config::Location;
 pub use gate::{Priority, WriteTx};
-pub use store::{Db, connect, connect_with_leases, run_checkpoints};
+pub use store::{Db, connect, connect_with_leases, run_checkpoints, session_name};

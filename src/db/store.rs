@@ -197,7 +197,7 @@ pub async fn run_checkpoints(db: Db, cancel: tokio_util::sync::CancellationToken
 /// pending migration. A database written by a newer drover (a migration
 /// this binary does not know) is refused, untouched.
 pub async fn connect(location: &Location) -> anyhow::Result<Db> {
-    connect_with_leases(location, DEFAULT_LEASE).await
+    connect_with_leases(location, DEFAULT_LEASE, "drover").await
 }
 
 /// [`connect`] for replicas whose leases last `lease`: on PostgreSQL, a
@@ -205,11 +205,27 @@ pub async fn connect(location: &Location) -> anyhow::Result<Db> {
 /// after it began) is ended by the server within half a lease, so that
 /// the row locks it holds (a lease proven `for share`, a pool's row) never
 /// keep another replica from taking the pool over when the lease expires.
-pub async fn connect_with_leases(location: &Location, lease: Duration) -> anyhow::Result<Db> {
+/// Its sessions are named after `replica` (`application_name`
+/// `drover/<replica>`), so that `pg_stat_activity` says which replica
+/// holds each one.
+pub async fn connect_with_leases(location: &Location, lease: Duration, replica: &str) -> anyhow::Result<Db> {
     match location {
         Location::Sqlite(path) => connect_sqlite(path).await,
-        Location::Postgres(url) => connect_postgres(url, lease / 2).await,
+        Location::Postgres(url) => connect_postgres(url, lease / 2, replica).await,
     }
+}
+
+/// The `application_name` of a replica's sessions: PostgreSQL keeps 63
+/// bytes of it, so a long host name is cut (the pid and the random part of
+/// the replica id come last, and are kept).
+pub fn session_name(replica: &str) -> String {
+    let name = format!("drover/{replica}");
+    if name.len() <= 63 {
+        return name;
+    }
+    let tail_start = replica.len() - (63 - "drover/".len());
+    let tail_start = (tail_start..=replica.len()).find(|&i| replica.is_char_boundary(i)).unwrap_or(replica.len());
+    format!("drover/{}", &replica[tail_start..])
 }
 
 /// `--lease-duration`'s default.
@@ -278,11 +294,11 @@ async fn connect_sqlite(path: &Path) -> anyhow::Result<Db> {
 static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/sqlite");
 static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/postgres");
 
-async fn connect_postgres(url: &str, idle_in_transaction: Duration) -> anyhow::Result<Db> {
+async fn connect_postgres(url: &str, idle_in_transaction: Duration, replica: &str) -> anyhow::Result<Db> {
     let shown = redact(url);
     let opts = PgConnectOptions::from_str(url)
         .map_err(|e| anyhow::anyhow!("--database-url {shown} is not a PostgreSQL URL: {}", redact(&e.to_string())))?
-        .application_name("drover")
+        .application_name(&session_name(replica))
         .options([("idle_in_transaction_session_timeout", format!("{}ms", idle_in_transaction.as_millis().max(1)))]);
     // One connection first, so that a refusal says why (a pool would only
     // say it timed out): the server down, a wrong password, a missing
@@ -319,4 +335,18 @@ async fn connect_postgres(url: &str, idle_in_transaction: Duration) -> anyhow::R
         leases: pool(PG_LEASE_CONNECTIONS),
     };
     Ok(Db { stores: std::sync::Arc::new(stores), pools: None })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::session_name;
+
+    #[test]
+    fn a_session_is_named_after_its_replica_and_a_long_host_keeps_the_pid_and_random_part() {
+        assert_eq!(session_name("web-1-12-ab09"), "drover/web-1-12-ab09");
+        let long = format!("{}-4242-beef", "h".repeat(80));
+        let name = session_name(&long);
+        assert_eq!(name.len(), 63);
+        assert!(name.starts_with("drover/") && name.ends_with("-4242-beef"), "{name}");
+    }
 }
