@@ -26,7 +26,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{Held, Leases, owner};
+use super::{Held, Key, Kind, Leases, owner};
 use crate::db::{self, Db};
 use crate::runtime::Wake;
 
@@ -86,33 +86,42 @@ async fn round(
     wakes: &mpsc::UnboundedSender<Wake>,
 ) -> sqlx::Result<(Round, Option<Duration>)> {
     let sent = Instant::now();
-    let (renewed, alive) = db::leases::renew(store, &leases.me, leases.duration).await?;
+    let jobs: Vec<String> = leases.lock().keys().filter(|k| k.kind == Kind::Job).map(|k| k.name.clone()).collect();
+    let (renewed, alive) = db::leases::renew(store, &leases.me, leases.duration, &jobs).await?;
     let valid_until = sent + leases.act_for();
     // When the first other replica dies unless it renews: its share is
     // then spread again (its leases expire at that very moment).
     let next_death = alive.iter().filter(|a| *a.id != *leases.me).map(|a| a.remaining).reduce(f64::min);
     let alive: Vec<String> = alive.into_iter().map(|a| a.id).collect();
-    let renewed: HashMap<String, i64> = renewed.into_iter().map(|h| (h.name, h.token)).collect();
+    let renewed: HashMap<Key, i64> = renewed
+        .into_iter()
+        .filter_map(|h| Some((Key { kind: Kind::parse(&h.kind)?, name: h.name }, h.token)))
+        .collect();
     let mut r = Round { alive: alive.len(), ..Round::default() };
     let stray: Vec<String> = {
         let mut held = leases.lock();
-        held.retain(|name, h| match renewed.get(name) {
+        held.retain(|key, h| match renewed.get(key) {
             Some(&token) if token == h.token => {
                 h.valid_until = valid_until;
                 true
             }
             _ => {
                 r.lost += 1;
-                tracing::warn!(pool = %name, "lease lost: another replica drives the pool now");
+                tracing::warn!(lease = %key, "lease lost: another replica drives it now");
                 false
             }
         });
-        // Held in the store but not here (a hand-over whose release did not
-        // reach the store): given up now, or nobody could take them.
-        renewed.keys().filter(|name| !held.contains_key(*name)).cloned().collect()
+        // Pools held in the store but not here (a hand-over whose release
+        // did not reach the store): given up now, or nobody could take
+        // them. (Only the jobs held here were renewed.)
+        renewed
+            .keys()
+            .filter(|key| key.kind == Kind::Pool && !held.contains_key(*key))
+            .map(|key| key.name.clone())
+            .collect()
     };
     if !stray.is_empty() {
-        db::leases::release(store, &leases.me, &stray).await?;
+        db::leases::release(store, &leases.me, Kind::Pool, &stray).await?;
     }
 
     let pools = db::leases::pool_names(store).await?;
@@ -124,27 +133,30 @@ async fn round(
         pools.iter().map(String::as_str).filter(|p| owner(&alive, p) == Some(&*leases.me)).collect();
     let (wanted, leaving) = {
         let mut held = leases.lock();
-        let wanted: Vec<String> = share.iter().filter(|p| !held.contains_key(**p)).map(|p| (*p).to_owned()).collect();
-        let cap = ((held.len() as f64 * HANDOVER_SHARE) as usize).max(HANDOVER_MIN);
+        let wanted: Vec<String> =
+            share.iter().filter(|p| !held.contains_key(&Key::pool(p))).map(|p| (*p).to_owned()).collect();
+        let pools = held.keys().filter(|k| k.kind == Kind::Pool).count();
+        let cap = ((pools as f64 * HANDOVER_SHARE) as usize).max(HANDOVER_MIN);
         let mut leaving = Vec::new();
-        for (name, h) in held.iter_mut() {
-            if share.contains(name.as_str()) {
+        // Jobs are not spread: the replica that claimed one keeps it.
+        for (key, h) in held.iter_mut().filter(|(k, _)| k.kind == Kind::Pool) {
+            if share.contains(key.name.as_str()) {
                 h.leaving = false;
                 continue;
             }
             h.leaving = true;
             // Idle: no fence of it is in use, so no pass is in flight.
             if Arc::strong_count(&h.in_use) == 1 && leaving.len() < cap {
-                leaving.push(name.clone());
+                leaving.push(key.name.clone());
             }
         }
         for name in &leaving {
-            held.remove(name);
+            held.remove(&Key::pool(name));
         }
         (wanted, leaving)
     };
     if !leaving.is_empty() {
-        r.handed_over = db::leases::release(store, &leases.me, &leaving).await? as usize;
+        r.handed_over = db::leases::release(store, &leases.me, Kind::Pool, &leaving).await? as usize;
     }
 
     let sent = Instant::now();
@@ -154,9 +166,9 @@ async fn round(
     {
         let mut held = leases.lock();
         for t in &taken {
-            held.insert(t.name.clone(), Held::new(t.token, valid_until));
+            held.insert(Key::pool(&t.name), Held::new(t.token, valid_until));
         }
-        r.held = held.len();
+        r.held = held.keys().filter(|k| k.kind == Kind::Pool).count();
     }
     for t in taken {
         let _ = wakes.send(Wake::Pool(t.name));
