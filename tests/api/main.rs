@@ -3,6 +3,7 @@
 mod cli;
 mod clusters;
 mod connections;
+mod consistency;
 mod cors;
 mod crashes;
 mod docker;
