@@ -16,6 +16,7 @@ mod hardening;
 mod helpers;
 #[path = "../support/images.rs"]
 mod images;
+mod job_leases;
 
 #[path = "../support/kube_sim.rs"]
 mod kube_sim;
