@@ -88,17 +88,33 @@ pub struct Alive {
     pub remaining: f64,
 }
 
+/// What a renewal renewed: the pool leases, in full or summed up, and
+/// the job leases in full.
+#[derive(Debug, Default)]
+pub struct Renewal {
+    /// Every pool lease renewed, when asked for.
+    pub pools: Option<Vec<Held>>,
+    /// How many pool leases were renewed, and the sum of their tokens: a
+    /// holder that knows which it holds can tell that none was lost
+    /// without reading them all.
+    pub pool_count: i64,
+    pub pool_tokens: i64,
+    pub jobs: Vec<Held>,
+}
+
 /// Stamps `me` alive and renews every pool lease it still holds
 /// (unexpired) and its leases of the upgrade jobs in `jobs`, in one
-/// transaction. Returns the leases renewed and the replicas alive now
-/// (`me` among them), in id order. A job's lease whose run has ended
-/// without giving it up is not renewed: it runs out.
+/// transaction. Returns what was renewed (the pool leases listed only
+/// with `list_pools`) and the replicas alive now (`me` among them), in id
+/// order. A job's lease whose run has ended without giving it up is not
+/// renewed: it runs out.
 pub async fn renew(
     db: &PgPool,
     me: &str,
     lease: Duration,
     jobs: &[String],
-) -> sqlx::Result<(Vec<Renewed>, Vec<Alive>)> {
+    list_pools: bool,
+) -> sqlx::Result<(Renewal, Vec<Alive>)> {
     let mut tx = db.begin().await?;
     sqlx::query(
         "insert into replicas (id, started_at, heartbeat_at) values ($1, now(), now())
@@ -107,16 +123,34 @@ pub async fn renew(
     .bind(me)
     .execute(&mut *tx)
     .await?;
-    let held: Vec<Renewed> = sqlx::query_as(
-        "update leases set expires_at = now() + make_interval(secs => $2)
-         where holder = $1 and expires_at > now() and (kind = 'pool' or name = any($3))
-         returning kind, name, token",
+    let renewed: Vec<Renewed> = sqlx::query_as(
+        "with renewed as (
+            update leases set expires_at = now() + make_interval(secs => $2)
+            where holder = $1 and expires_at > now() and (kind = 'pool' or name = any($3))
+            returning kind, name, token
+         )
+         select kind, name, token from renewed where kind = 'job' or $4
+         union all
+         select 'pools', '', count(*) from renewed where kind = 'pool'
+         union all
+         select 'tokens', '', coalesce(sum(token), 0)::bigint from renewed where kind = 'pool'",
     )
     .bind(me)
     .bind(seconds(lease))
     .bind(jobs)
+    .bind(list_pools)
     .fetch_all(&mut *tx)
     .await?;
+    let mut held = Renewal { pools: list_pools.then(Vec::new), ..Renewal::default() };
+    for r in renewed {
+        let lease = Held { name: r.name, token: r.token };
+        match r.kind.as_str() {
+            "pools" => held.pool_count = lease.token,
+            "tokens" => held.pool_tokens = lease.token,
+            "job" => held.jobs.push(lease),
+            _ => held.pools.get_or_insert_with(Vec::new).push(lease),
+        }
+    }
     let alive: Vec<Alive> = sqlx::query_as(
         "select id, extract(epoch from heartbeat_at + make_interval(secs => $1) - now())::double precision as remaining
          from replicas where heartbeat_at > now() - make_interval(secs => $1) order by id",
@@ -246,6 +280,12 @@ pub async fn leave(db: &PgPool, me: &str) -> sqlx::Result<()> {
         .await?;
     sqlx::query("delete from replicas where id = $1").bind(me).execute(&mut *tx).await?;
     tx.commit().await
+}
+
+/// A summary of the pools that exist (how many, and a checksum of their
+/// names): the pools are read again, and spread again, only when it moves.
+pub async fn pools_checksum(db: &PgPool) -> sqlx::Result<(i64, i64)> {
+    sqlx::query_as("select count(*), coalesce(sum(hashtext(name)), 0)::bigint from pools").fetch_one(db).await
 }
 
 /// Every pool's name, for spreading them over the replicas.
