@@ -149,6 +149,16 @@ impl WriteTx {
         Ok(())
     }
 
+    /// The store's clock: PostgreSQL's (the same for every replica,
+    /// whatever their own clocks say), or this process's on SQLite (the one
+    /// process that writes it). For times that other replicas compare.
+    pub async fn now(&mut self) -> sqlx::Result<chrono::DateTime<chrono::Utc>> {
+        match &mut self.inner {
+            Inner::Sqlite { .. } => Ok(chrono::Utc::now()),
+            Inner::Postgres { tx, .. } => sqlx::query_scalar("select now()").fetch_one(&mut **tx).await,
+        }
+    }
+
     /// Notes that this transaction writes `pool`'s row.
     pub fn touched_pool(&mut self, pool: &str) {
         if self.cache.is_some() && !self.touched.iter().any(|p| p == pool) {
