@@ -252,6 +252,22 @@ async fn stores(pg: &postgres::PgServer) -> anyhow::Result<()> {
         "\ncreate p99, PostgreSQL / SQLite: {:.2}x (target at most 2x)",
         rows[1].creates.1 / rows[0].creates.1.max(0.001)
     );
+    let (pg, token) = &servers[1];
+    let metrics = client(token)?.get(format!("{}/metrics", pg.base)).send().await?.text().await?;
+    let sum = |family: &str| -> f64 {
+        metrics
+            .lines()
+            .filter(|l| l.starts_with(family))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    println!(
+        "PostgreSQL: {:.0} pool reads from the cache, {:.0} from the store, {:.0} read barriers ({:.1} reads each)",
+        sum("drover_pool_reads_total{source=\"cache\"}"),
+        sum("drover_pool_reads_total{source=\"store"),
+        sum("drover_read_barriers_total"),
+        sum("drover_pool_reads_total") / sum("drover_read_barriers_total").max(1.0)
+    );
     Ok(())
 }
 

@@ -32,12 +32,14 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 /// How long a read waits for the listener to catch up before it reads
 /// the store instead: a few round trips on a healthy store, short enough
 /// that a stalled listener costs a read little more than the store itself.
 pub const CATCH_UP: Duration = Duration::from_millis(500);
+
+/// The shortest time between two barriers (see [`Freshness::wanted`]).
+pub const GAP: Duration = Duration::from_millis(1);
 
 /// What the listener has applied.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -99,20 +101,41 @@ pub struct SourceLabels {
 }
 
 /// Counted for `/metrics`.
-#[derive(Default)]
 pub struct ReadStats {
     /// Pool reads by where they were answered from: `cache`, `store`
     /// (a miss), `store_listener_down`, `store_slow`.
     pub reads: Family<SourceLabels, Counter>,
+    /// The counters of `reads`, one per source, looked up once.
+    by_source: [(&'static str, Counter); 4],
     /// 1 while the change listener is connected.
     pub listener_connected: Gauge,
     /// Connections of the listener made since start (the first included).
     pub listener_connections: Counter,
+    /// Barriers sent: each serves every read that wanted it.
+    pub barriers: Counter,
+}
+
+impl Default for ReadStats {
+    fn default() -> Self {
+        let reads: Family<SourceLabels, Counter> = Family::default();
+        let by_source = ["cache", "store", "store_listener_down", "store_slow"]
+            .map(|source| (source, reads.get_or_create(&SourceLabels { source }).clone()));
+        Self {
+            reads,
+            by_source,
+            listener_connected: Gauge::default(),
+            listener_connections: Counter::default(),
+            barriers: Counter::default(),
+        }
+    }
 }
 
 impl ReadStats {
     pub fn read(&self, source: &'static str) {
-        self.reads.get_or_create(&SourceLabels { source }).inc();
+        match self.by_source.iter().find(|(s, _)| *s == source) {
+            Some((_, counter)) => counter.inc(),
+            None => self.reads.get_or_create(&SourceLabels { source }).inc(),
+        };
     }
 
     /// Registers these in a replica's metrics.
@@ -126,6 +149,11 @@ impl ReadStats {
             "drover_change_listener_connected",
             "1 while this replica listens for other replicas' changes (else reads go to the store)",
             self.listener_connected.clone(),
+        );
+        r.register(
+            "drover_read_barriers",
+            "Read barriers sent (each serves every read waiting for it)",
+            self.barriers.clone(),
         );
         r.register(
             "drover_change_listener_connections",
@@ -209,34 +237,29 @@ impl Freshness {
         self.seen.borrow().connected
     }
 
-    /// Sends a barrier whenever a read wants one, one at a time: reads that
-    /// arrive while one is on its way wait for the next, which covers them
-    /// all. `send` delivers barrier `n` to this replica's listener.
-    pub async fn send_barriers<F, Fut>(&self, cancel: CancellationToken, mut send: F)
-    where
-        F: FnMut(u64) -> Fut,
-        Fut: std::future::Future<Output = sqlx::Result<()>>,
-    {
+    /// Waits until a read wants a barrier, and at least [`GAP`] after the
+    /// last one was issued; then the number to send. Reads that arrive
+    /// meanwhile take the same number: on a busy replica a barrier serves
+    /// every read of its millisecond, and the store is asked a thousand
+    /// times a second at most, however many reads there are; an idle
+    /// replica's read waits for no gap.
+    pub async fn wanted(&self, last: Option<Instant>) -> u64 {
         loop {
-            tokio::select! {
-                () = cancel.cancelled() => return,
-                () = self.wanted.notified() => {}
+            self.wanted.notified().await;
+            if let Some(last) = last {
+                tokio::time::sleep_until(last + GAP).await;
             }
-            let n = {
-                let mut t = self.lock();
-                if !t.wanted {
-                    continue;
-                }
-                t.wanted = false;
-                t.next += 1;
-                t.next - 1
-            };
+            let mut t = self.lock();
+            if !t.wanted {
+                continue;
+            }
+            t.wanted = false;
+            t.next += 1;
+            let n = t.next - 1;
+            drop(t);
             self.unheard().get_or_insert((n, Instant::now()));
-            if let Err(e) = send(n).await {
-                // The reads waiting for it give up after CATCH_UP and read
-                // the store; the listener notices a lost connection itself.
-                tracing::debug!(error = %e, barrier = n, "sending a read barrier failed");
-            }
+            self.stats.barriers.inc();
+            return n;
         }
     }
 }
@@ -246,23 +269,22 @@ mod tests {
     use super::*;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU64, Ordering};
+    use tokio_util::sync::CancellationToken;
 
     /// A listener that hears every barrier at once, counting them.
     fn echoing(f: &Arc<Freshness>, sent: &Arc<AtomicU64>) -> CancellationToken {
         let cancel = CancellationToken::new();
         let (f, sent, stop) = (f.clone(), sent.clone(), cancel.clone());
         tokio::spawn(async move {
-            let echo = f.clone();
-            f.send_barriers(stop, move |n| {
+            loop {
+                let n = tokio::select! {
+                    () = stop.cancelled() => return,
+                    n = f.wanted(None) => n,
+                };
                 sent.fetch_add(1, Ordering::SeqCst);
-                let echo = echo.clone();
-                async move {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                    echo.barrier_seen(n);
-                    Ok(())
-                }
-            })
-            .await;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                f.barrier_seen(n);
+            }
         });
         cancel
     }

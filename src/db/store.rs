@@ -137,13 +137,14 @@ impl Db {
         }
     }
 
-    /// The connections of requests (PostgreSQL only): for the read
-    /// barriers, which are part of requests' reads.
-    pub fn request_pool(&self) -> Option<&PgPool> {
-        match &*self.stores {
-            Stores::Sqlite { .. } => None,
-            Stores::Postgres { api, .. } => Some(api),
-        }
+    /// A new connection for the read barriers ([`super::freshness`]):
+    /// its commits do not wait for the disk. `None` on SQLite.
+    pub async fn barrier_connection(&self) -> Option<sqlx::Result<sqlx::PgConnection>> {
+        let Stores::Postgres { options, .. } = &*self.stores else { return None };
+        let options = (**options).clone().options([("synchronous_commit", "off")]);
+        Some(
+            tokio::time::timeout(PG_ACQUIRE_TIMEOUT, options.connect()).await.unwrap_or(Err(sqlx::Error::PoolTimedOut)),
+        )
     }
 
     /// The cache of pools, for the change listener.

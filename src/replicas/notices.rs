@@ -202,17 +202,38 @@ async fn send_hints(store: &PgPool, me: &str, batch: &mut Vec<Subject>) {
     }
 }
 
-/// Sends this replica's read barriers (see [`crate::db::freshness`]), on
-/// the requests' connections: a barrier is a read's round trip.
+/// Sends this replica's read barriers (see [`crate::db::freshness`]) on a
+/// connection of their own: no wait for a pooled connection, nor a check
+/// of it, between a read and its barrier; and commits that do not wait for
+/// the disk, since a barrier is worth nothing after a crash.
 pub async fn send_barriers(db: Db, me: Arc<str>, cancel: CancellationToken) {
-    let (Some(fresh), Some(api)) = (db.freshness().cloned(), db.request_pool().cloned()) else { return };
+    let Some(fresh) = db.freshness().cloned() else { return };
     let channel = notices::barrier_channel(&me);
-    fresh
-        .send_barriers(cancel, |n| {
-            let (api, channel) = (api.clone(), channel.clone());
-            async move {
-                sqlx::query("select pg_notify($1, $2)").bind(channel).bind(n.to_string()).execute(&api).await.map(drop)
+    let mut conn: Option<sqlx::PgConnection> = None;
+    let mut last = None;
+    loop {
+        let n = tokio::select! {
+            () = cancel.cancelled() => break,
+            n = fresh.wanted(last) => n,
+        };
+        last = Some(tokio::time::Instant::now());
+        if conn.is_none() {
+            match db.barrier_connection().await {
+                Some(Ok(c)) => conn = Some(c),
+                Some(Err(e)) => tracing::debug!(error = %e, "connecting to send read barriers failed"),
+                None => return,
             }
-        })
-        .await;
+        }
+        let Some(c) = conn.as_mut() else { continue };
+        let sent = sqlx::query("select pg_notify($1, $2)").bind(&channel).bind(n.to_string()).execute(&mut *c).await;
+        if let Err(e) = sent {
+            // The reads waiting for it give up after CATCH_UP and read the
+            // store; the next barrier connects again.
+            tracing::debug!(error = %e, barrier = n, "sending a read barrier failed");
+            conn = None;
+        }
+    }
+    if let Some(c) = conn {
+        let _ = sqlx::Connection::close(c).await;
+    }
 }
