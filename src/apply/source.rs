@@ -25,10 +25,11 @@ pub const MAX_FILE_BYTES: u64 = 8 * 1024 * 1024;
 pub const MAX_DEPTH: usize = 32;
 
 /// Most events aliases may replay in one file. An alias repeats a block
-/// (shared labels, a common strategy) in each of a few thousand documents;
-/// a bomb multiplies one block into billions. 200,000 events is the first
-/// with room to spare and refuses the second after a few kilobytes.
-pub const MAX_ALIAS_EVENTS: usize = 200_000;
+/// (shared labels, a common strategy: under ten events) in each of a few
+/// thousand documents; a bomb multiplies one block into billions. 100,000
+/// events is the first with room to spare, and stops the second once it
+/// has cost some 20 MB.
+pub const MAX_ALIAS_EVENTS: usize = 100_000;
 
 /// Most nodes (values) in one file: a few thousand documents of a few
 /// dozen values each.

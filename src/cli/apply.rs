@@ -106,6 +106,15 @@ async fn apply(client: &Client, out: OutputFormat, args: ApplyArgs) -> Result<u8
         "force": fleet_args.force,
         "adopt": fleet_args.adopt,
     });
+    let size = body.to_string().len();
+    if size > crate::http::extract::MAX_BODY_BYTES {
+        return Err(CliError::Input(format!(
+            "the {} documents make a request of {size} bytes, over the server's limit of {} bytes: split the \
+             fleet into several apply sets",
+            fleet.documents.len(),
+            crate::http::extract::MAX_BODY_BYTES
+        )));
+    }
     let answer = client.post("/v1/apply", Some(&body)).await.map_err(|e| located(e, &fleet.origins))?;
     let result: ApplyResult = Client::decode("POST /v1/apply", answer.clone())?;
     match out {

@@ -227,3 +227,15 @@ async fn apply(
     let etag = crate::http::wire::pools::etag(result.revision.unwrap_or(0));
     Ok((StatusCode::OK, [(header::ETAG, etag)], Json(result)).into_response())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The document's bound on `documents` is the one the service enforces.
+    #[test]
+    fn the_documents_limit_is_stated_as_enforced() {
+        let schema = serde_json::to_value(<ApplyRequest as utoipa::PartialSchema>::schema()).expect("schema");
+        assert_eq!(schema["properties"]["documents"]["maxItems"], crate::apply::document::MAX_DOCUMENTS);
+    }
+}
