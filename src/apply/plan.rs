@@ -83,6 +83,10 @@ pub struct Wanted {
     /// Its index in the request's `documents`.
     pub document: usize,
     pub view: Value,
+    /// What a creation lists: the fields the document wrote, when they
+    /// are all shown (a pool's: its view would list every default too);
+    /// `None`: the view.
+    pub written: Option<Value>,
 }
 
 /// How the request asked to treat what it finds.
@@ -320,7 +324,7 @@ fn step_for(world: &World, w: &Wanted, opts: &Options<'_>) -> Step {
             return conflicted(step, ConflictReason::DeletedElsewhere, message, Some(Resolution::Force));
         }
         step.action = Action::Create;
-        step.changes = diff(None, Some(&w.view), secrets(key.kind));
+        step.changes = diff(None, Some(w.written.as_ref().unwrap_or(&w.view)), secrets(key.kind));
         step.needs_role = Role::Admin;
         step.ownership = Ownership::Record { seen };
         return step;

@@ -168,6 +168,11 @@ impl Apply {
     /// errors of all of them at once.
     async fn desired(&self, documents: Vec<Value>) -> Result<Desired, ApplyError> {
         let rules = Rules { limits: self.pools.limits(), simulated_engines: self.registry.simulated };
+        // A pool's creation lists the fields its document wrote, not every default.
+        let written: Vec<Option<Value>> = documents
+            .iter()
+            .map(|d| (d.get("kind").and_then(Value::as_str) == Some("Pool")).then(|| d.get("spec").cloned()).flatten())
+            .collect();
         let checked = document::check_all(documents, &rules)?;
         let mut errs = ValidationErrors::default();
         let mut desired = Desired { objects: BTreeMap::new(), wanted: Vec::new() };
@@ -190,7 +195,8 @@ impl Apply {
                 Wish::Engine(spec) => engine_view(&spec.address, &spec.labels, spec.tls.as_ref()),
                 Wish::Cluster(p) => cluster_view(&p.server, p.credentials.kind(), &p.fingerprint()),
             };
-            desired.wanted.push(Wanted { key: key.clone(), document: index, view });
+            let written = written.get(index).cloned().flatten();
+            desired.wanted.push(Wanted { key: key.clone(), document: index, view, written });
             desired.objects.insert(key, wish);
         }
         errs.into_result(desired).map_err(ApplyError::Invalid)

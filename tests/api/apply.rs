@@ -222,18 +222,32 @@ async fn prune_deletes_only_the_sets_own_objects_and_never_takes_what_it_did_not
 
 #[tokio::test]
 async fn two_applies_of_one_set_at_once_one_wins_and_the_loser_changes_nothing() {
-    let app = spawn_app().await;
+    race(&spawn_app().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(skip_docker_tests, ignore = "DROVER_SKIP_DOCKER_TESTS is set")]
+async fn two_applies_of_one_set_at_once_on_docker_one_wins_and_the_loser_changes_nothing() {
+    crate::docker::require_docker();
+    // Pools of no machines: the race is the store's, and no container is made.
+    race(&crate::helpers::spawn_docker_app().await).await;
+}
+
+/// Two applies of one set, each of 150 pools of its own, sent at once,
+/// until one loses: the loser answers 409 and none of its pools exist; the
+/// winner's all do.
+async fn race(app: &TestApp) {
     let fleet = |prefix: &str| (0..150).map(|i| pool(&format!("{prefix}{i}"), 0)).collect::<Vec<_>>();
     let mut raced = false;
     for round in 0..5 {
         let (a, b) = (format!("a{round}-"), format!("b{round}-"));
-        let (ra, rb) = tokio::join!(post(&app, body("race", fleet(&a))), post(&app, body("race", fleet(&b))));
+        let (ra, rb) = tokio::join!(post(app, body("race", fleet(&a))), post(app, body("race", fleet(&b))));
         let (sa, sb) = (ra.status(), rb.status());
         assert!([sa, sb].iter().all(|s| *s == StatusCode::OK || *s == StatusCode::CONFLICT), "{sa} {sb}");
         assert!(sa == StatusCode::OK || sb == StatusCode::OK, "one of the two always wins");
         for (status, prefix, res) in [(sa, &a, ra), (sb, &b, rb)] {
             let answer: Value = res.json().await.expect("JSON");
-            let exist = futures_exist(&app, prefix).await;
+            let exist = existing(app, prefix).await;
             if status == StatusCode::CONFLICT {
                 raced = true;
                 assert_eq!(answer["type"], "https://drover.dev/problems/conflict", "{answer:#}");
@@ -249,15 +263,18 @@ async fn two_applies_of_one_set_at_once_one_wins_and_the_loser_changes_nothing()
     assert!(raced, "in five rounds of two simultaneous applies, none lost the race: the guard never ran");
 }
 
-/// How many pools named `prefix...` exist.
-async fn futures_exist(app: &TestApp, prefix: &str) -> usize {
-    let list: Value = app.get("/v1/pools?limit=500").await.json().await.expect("list");
-    list["items"]
-        .as_array()
-        .expect("items")
-        .iter()
-        .filter(|p| p["name"].as_str().is_some_and(|n| n.starts_with(prefix)))
-        .count()
+/// How many pools named `prefix...` exist (every page).
+async fn existing(app: &TestApp, prefix: &str) -> usize {
+    let (mut count, mut path) = (0, "/v1/pools?limit=500".to_owned());
+    loop {
+        let page: Value = app.get(&path).await.json().await.expect("list");
+        let items = page["items"].as_array().expect("items");
+        count += items.iter().filter(|p| p["name"].as_str().is_some_and(|n| n.starts_with(prefix))).count();
+        match page["next_cursor"].as_str() {
+            Some(next) => path = format!("/v1/pools?limit=500&cursor={next}"),
+            None => return count,
+        }
+    }
 }
 
 #[tokio::test]
@@ -458,6 +475,35 @@ async fn drover_apply_prune_and_wait_follow_the_files() {
     );
 }
 
+#[tokio::test]
+async fn drover_apply_wait_fails_when_a_rollout_stalls_or_is_rolled_back() {
+    let app = spawn_app().await;
+    let fleet = |image: &str| {
+        format!(
+            "kind: Pool\nname: web\nspec:\n  replicas: 1\n  version: v1.29.2\n  image: {image}\n  \
+             progress_deadline_seconds: 1\n  strategy: {{auto_rollback: true}}\n"
+        )
+    };
+    let dir = fleet_dir(&[("fleet.yaml", &fleet("example/node:1"))]);
+    let path = dir.path().to_str().expect("utf-8").to_owned();
+    let apply = |extra: &'static [&'static str]| {
+        let (addr, token, path) = (app.addr.clone(), app.admin_token.clone(), path.clone());
+        async move {
+            let mut argv = vec!["apply", "--apply-set", "fleet", "-f", path.as_str(), "--wait", "--timeout", "60s"];
+            argv.extend_from_slice(extra);
+            drover_at(&addr, Some(&token), &argv).await
+        }
+    };
+    apply(&[]).await.ok();
+    std::fs::write(dir.path().join("fleet.yaml"), fleet("example/crash:1")).expect("write");
+    let failed = apply(&[]).await;
+    assert_eq!(failed.code, 3, "{}{}", failed.stdout, failed.stderr);
+    assert!(failed.stderr.contains("pool web: "), "{}", failed.stderr);
+    assert!(failed.stderr.contains("rolled back") || failed.stderr.contains("stalled"), "{}", failed.stderr);
+    let detailed = apply(&["--detailed-exitcode", "--force"]).await;
+    assert_eq!(detailed.code, 1, "a failed wait is an error: {}{}", detailed.stdout, detailed.stderr);
+}
+
 /// Runs `drover apply --dry-run -f <file>` on `text` and answers (exit code, stderr).
 async fn dry_run_of(app: &TestApp, name: &str, text: &str) -> (i32, String) {
     let dir = fleet_dir(&[(name, text)]);
@@ -656,8 +702,14 @@ async fn a_fleet_on_docker_is_created_rolled_pruned_and_another_sets_pool_is_unt
     std::fs::write(dir.path().join("fleet.yaml"), text(V2, true)).expect("write");
     let rolled = apply("fleet", path.clone(), &["--wait", "--timeout", "120s"]).await;
     assert_eq!(rolled.code, 2, "{}{}", rolled.stdout, rolled.stderr);
-    let seen = pool_containers(&d, &web).await;
-    assert!(seen.len() == 1 && seen[0].image == format!("kindest/node:{V2}"), "the pool rolled to {V2}: {seen:?}");
+    let running = pool_containers(&d, &web).await;
+    assert!(running.iter().any(|c| c.image == format!("kindest/node:{V2}")), "the pool rolled to {V2}: {running:?}");
+    // The old machine may still be stopping when the rollout counts as done.
+    crate::helpers::wait_for(Duration::from_secs(60), "the old machine to go", async || {
+        let seen = pool_containers(&d, &web).await;
+        seen.len() == 1 && seen[0].image == format!("kindest/node:{V2}")
+    })
+    .await;
 
     std::fs::write(dir.path().join("fleet.yaml"), text(V2, false)).expect("write");
     let pruned = apply("fleet", path.clone(), &["--prune", "--wait", "--timeout", "120s"]).await;

@@ -21,7 +21,7 @@ fn key(name: &str) -> Key {
 }
 
 fn wanted(name: &str, view: Value) -> Wanted {
-    Wanted { key: key(name), document: 0, view }
+    Wanted { key: key(name), document: 0, view, written: None }
 }
 
 fn opts() -> Options<'static> {
@@ -306,8 +306,12 @@ fn an_engine_change_is_a_conflict_since_engines_do_not_change_in_place() {
     let mut world = World::default();
     world.existing.insert(engine.clone(), existing(json!({"endpoint": "sim://b", "labels": {}, "tls": null}), "t"));
     world.owners.insert(engine.clone(), owner(SET, "t"));
-    let want =
-        Wanted { key: engine, document: 0, view: json!({"endpoint": "sim://b", "labels": {"zone": "a"}, "tls": null}) };
+    let want = Wanted {
+        key: engine,
+        document: 0,
+        view: json!({"endpoint": "sim://b", "labels": {"zone": "a"}, "tls": null}),
+        written: None,
+    };
     let plan = plan(&world, &[want], &Options { force: true, ..opts() });
     assert_eq!(plan.steps[0].conflict.as_ref().map(|c| c.reason), Some(ConflictReason::Immutable));
 }
@@ -322,7 +326,7 @@ fn pools_must_name_a_cluster_that_exists_or_is_in_the_documents() {
     staged["cluster"] = json!("stage");
     let mut missing = pool(1);
     missing["cluster"] = json!("nowhere");
-    let stage = Wanted { key: Key::new(Kind::Cluster, "stage"), document: 3, view: json!({}) };
+    let stage = Wanted { key: Key::new(Kind::Cluster, "stage"), document: 3, view: json!({}), written: None };
     let wanted = [
         Wanted { document: 0, ..wanted("a", named) },
         Wanted { document: 1, ..wanted("b", staged) },
@@ -342,4 +346,13 @@ fn a_plan_that_only_notes_stamps_still_writes_but_changes_nothing() {
     let plan = plan(&world, &[wanted("web", pool(3))], &opts());
     assert!(!plan.changes_anything() && plan.writes());
     assert_eq!(plan.needs_role(), Role::Operator);
+}
+
+#[test]
+fn a_creation_lists_what_the_document_wrote() {
+    let mut w = wanted("web", pool(3));
+    w.written = Some(json!({"replicas": 3, "version": "v1.29.2"}));
+    let plan = plan(&World::default(), &[w], &opts());
+    let paths: Vec<&str> = plan.steps[0].changes.iter().map(|c| c.path.as_str()).collect();
+    assert_eq!(paths, ["replicas", "version"], "defaults are not listed");
 }
