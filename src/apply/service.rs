@@ -126,8 +126,11 @@ impl Apply {
     pub async fn apply(&self, req: Request) -> Result<Applied, ApplyError> {
         let set = req.apply_set.clone();
         check_request(&req)?;
-        let desired = self.desired(req.documents).await?;
-        let found = self.found(&set).await?;
+        // Comparing secrets tells whether a guess equals the stored one:
+        // only admins, who may replace them, have them compared.
+        let secrets = Secrets { compared: req.role >= Role::Admin };
+        let desired = self.desired(req.documents, secrets).await?;
+        let found = self.found(&set, secrets).await?;
         plan::check_references(&found.world, &desired.wanted)?;
         let revision = found.revision;
         if let Some(tags) = &req.if_revision
@@ -166,7 +169,7 @@ impl Apply {
 
     /// Every document checked, and every cluster's credentials; all the
     /// errors of all of them at once.
-    async fn desired(&self, documents: Vec<Value>) -> Result<Desired, ApplyError> {
+    async fn desired(&self, documents: Vec<Value>, secrets: Secrets) -> Result<Desired, ApplyError> {
         let rules = Rules { limits: self.pools.limits(), simulated_engines: self.registry.simulated };
         // A pool's creation lists the fields its document wrote, not every default.
         let written: Vec<Option<Value>> = documents
@@ -192,8 +195,8 @@ impl Apply {
             };
             let view = match &wish {
                 Wish::Pool(spec) => spec.view().to_json(),
-                Wish::Engine(spec) => engine_view(&spec.address, &spec.labels, spec.tls.as_ref()),
-                Wish::Cluster(p) => cluster_view(&p.server, p.credentials.kind(), &p.fingerprint()),
+                Wish::Engine(spec) => engine_view(&spec.address, &spec.labels, spec.tls.as_ref(), secrets),
+                Wish::Cluster(p) => cluster_view(&p.server, p.credentials.kind(), &p.fingerprint(), secrets),
             };
             let written = written.get(index).cloned().flatten();
             desired.wanted.push(Wanted { key: key.clone(), document: index, view, written });
@@ -205,7 +208,7 @@ impl Apply {
     /// What exists, and who owns it. The set's revision is read first: an
     /// apply that commits after it makes this one's transaction fail, so a
     /// plan is never applied over a world it did not see.
-    async fn found(&self, set: &str) -> Result<Found, ApplyError> {
+    async fn found(&self, set: &str, secrets: Secrets) -> Result<Found, ApplyError> {
         let revision = db::apply_sets::revision(self.db.read(), set).await?;
         let mut world = World::default();
         let pools: BTreeMap<String, Pool> =
@@ -227,7 +230,7 @@ impl Apply {
             let undeletable = self.registry.held(&engine.name).await.map_err(engine_error)?;
             let existing = Existing {
                 stamp: micros(engine.created_at),
-                view: engine_view(&engine.endpoint, &engine.labels, engine.tls.as_ref()),
+                view: engine_view(&engine.endpoint, &engine.labels, engine.tls.as_ref(), secrets),
                 deleting: false,
                 undeletable,
             };
@@ -248,7 +251,12 @@ impl Apply {
                 }
                 let existing = Existing {
                     stamp: format!("{}/{}", micros(cluster.created_at), micros(cluster.updated_at)),
-                    view: cluster_view(&cluster.server, &cluster.auth_kind, fingerprint.as_deref().unwrap_or("")),
+                    view: cluster_view(
+                        &cluster.server,
+                        &cluster.auth_kind,
+                        fingerprint.as_deref().unwrap_or(""),
+                        secrets,
+                    ),
                     deleting: false,
                     undeletable: (!why.is_empty()).then(|| why.join("; ")),
                 };
@@ -473,12 +481,24 @@ fn fingerprint(parts: &[&str]) -> String {
     hasher.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn engine_view(endpoint: &str, labels: &BTreeMap<String, String>, tls: Option<&Tls>) -> Value {
-    let tls = tls.map(|t| fingerprint(&[&t.cert, &t.key, &t.ca]));
+/// Whether secret fields are compared (by their fingerprints), or only
+/// their presence, which every viewer sees anyway.
+#[derive(Debug, Clone, Copy)]
+struct Secrets {
+    compared: bool,
+}
+
+fn engine_view(endpoint: &str, labels: &BTreeMap<String, String>, tls: Option<&Tls>, secrets: Secrets) -> Value {
+    let tls = match tls {
+        Some(t) if secrets.compared => json!(fingerprint(&[&t.cert, &t.key, &t.ca])),
+        Some(_) => json!("set"),
+        None => Value::Null,
+    };
     json!({"endpoint": endpoint, "labels": labels, "tls": tls})
 }
 
-fn cluster_view(server: &str, auth: &str, credentials: &str) -> Value {
+fn cluster_view(server: &str, auth: &str, credentials: &str, secrets: Secrets) -> Value {
+    let credentials = if secrets.compared { credentials } else { "set" };
     json!({"server": server, "auth": auth, "credentials": credentials})
 }
 

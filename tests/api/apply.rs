@@ -367,6 +367,25 @@ async fn engines_and_clusters_are_created_pruned_when_unused_and_never_changed_i
 }
 
 #[tokio::test]
+async fn only_an_admins_apply_compares_secrets_so_a_dry_run_is_no_oracle_for_guesses() {
+    let app = spawn_app().await;
+    let cluster = |token: &str| json!({"kind": "Cluster", "name": "prod", "spec": {"server": "http://127.0.0.1:1", "token": token}});
+    applied(&app, body("infra", vec![cluster("the-real-token")])).await;
+    let viewer = crate::helpers::client_with_token(&crate::hardening::make_token(&app, "view", "viewer").await);
+    let mut guess = body("infra", vec![cluster("a-guess")]);
+    guess["dry_run"] = json!(true);
+    let res = viewer.post(app.url("/v1/apply")).json(&guess).send().await.expect("sent");
+    let answer: Value = res.json().await.expect("JSON");
+    assert_eq!(
+        actions(&answer),
+        [pair("Cluster prod", "unchanged")],
+        "a viewer learns nothing of the token: {answer:#}"
+    );
+    let as_admin = applied(&app, guess).await;
+    assert_eq!(actions(&as_admin), [pair("Cluster prod", "update")], "an admin sees the rotation: {as_admin:#}");
+}
+
+#[tokio::test]
 async fn a_cluster_a_pool_uses_is_not_pruned() {
     let app = spawn_app().await;
     let cluster = json!({"kind": "Cluster", "name": "prod", "spec": {"server": "http://127.0.0.1:1", "token": "t"}});
