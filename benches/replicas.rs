@@ -1,25 +1,33 @@
 //! drover on PostgreSQL, and several replicas of it, measured in one run
-//! beside what a user would pick instead (one drover on SQLite):
+//! beside what a user would pick instead (one drover on SQLite) and the
+//! ceiling of the stack (a bare axum handler):
 //!
 //! - `stores`: one `drover serve --runtime simulated` on SQLite, then one on
 //!   PostgreSQL, each fresh: 1,000 pools of 10 machines created by 8
 //!   concurrent clients (every create's latency kept), the time until every
 //!   machine is ready, and `GET /v1/pools/{name}` at 64 connections with
-//!   `wrk` (3 turns of 5 s, SQLite and PostgreSQL alternating; the median).
-//! - `failover`: two replicas on the Docker engine with the default lease
-//!   (15 s); a pool of 3 machines; its driver is SIGKILLed and the pool is
-//!   scaled to 4 through the other replica at once. Measured: from the
-//!   SIGKILL to the 4th machine ready, driven by the survivor. 3 trials.
-//! - `scale`: 3 replicas, 10,000 pools of 10 simulated machines created
-//!   through all three: the time until every machine is ready (counted in
-//!   the database), each replica's CPU over 60 s of idling once converged,
-//!   and whether any pool is driven twice (an unexpired lease per pool, and
-//!   every pool's `status.driver` is its lease's holder).
+//!   `wrk`: 3 turns of 8 s of SQLite, PostgreSQL and a bare axum handler
+//!   serving the same bytes, alternating; the median turn of each.
+//! - `visibility`: two replicas on PostgreSQL; 1,000 writes (a label of one
+//!   pool) through the first, each followed at once by reads through the
+//!   second until it shows the write: the time from the write's answer to
+//!   its first sight through the other replica.
+//! - `failover`: two replicas on the Docker engine with `--lease-duration`
+//!   `DROVER_BENCH_LEASE` (default 3s); a pool of 3 machines; its driver is
+//!   SIGKILLed and the pool is scaled to 4 through the other replica at
+//!   once. Measured: from the SIGKILL to the 4th machine ready, driven by
+//!   the survivor. `DROVER_BENCH_TRIALS` trials (default 5).
+//! - `scale`: 3 replicas (`--lease-duration` `DROVER_BENCH_LEASE`),
+//!   10,000 pools of 10 simulated machines created through all three: the
+//!   time until every machine is ready (counted in the database), each
+//!   replica's CPU over 60 s of idling once converged, and whether any pool
+//!   is driven twice (an unexpired lease per pool, and every pool's
+//!   `status.driver` is its lease's holder).
 //!
 //! Run: `cargo bench --bench replicas` (needs `wrk` and Docker; starts its
 //! own PostgreSQL server, as the tests do). `DROVER_BENCH_PARTS` (default
-//! `stores,failover,scale`), `DROVER_BENCH_POOLS` (scale, default 10000),
-//! `DROVER_BENCH_IDLE` (seconds, default 60).
+//! `stores,visibility,failover,scale`), `DROVER_BENCH_POOLS` (scale,
+//! default 10000), `DROVER_BENCH_IDLE` (seconds, default 60).
 
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -38,7 +46,7 @@ mod images;
 #[path = "../tests/support/postgres.rs"]
 mod postgres;
 
-use measure::{percentile, usage, wrk};
+use measure::{bare, percentile, usage, wrk};
 
 const MACHINES: u32 = 10;
 const CREATORS: usize = 8;
@@ -164,6 +172,10 @@ struct StoreRow {
     get: (f64, f64),
 }
 
+/// Seconds of each `wrk` turn, and turns of each server.
+const TURN_SECS: u32 = 8;
+const TURNS: usize = 3;
+
 /// One drover on each store, the GET turns alternating between them.
 async fn stores(pg: &postgres::PgServer) -> anyhow::Result<()> {
     const POOLS: usize = 1000;
@@ -193,31 +205,100 @@ async fn stores(pg: &postgres::PgServer) -> anyhow::Result<()> {
         });
         servers.push((server, token));
     }
-    let mut turns: Vec<Vec<(f64, f64)>> = vec![Vec::new(), Vec::new()];
-    for _ in 0..3 {
-        for (i, (server, token)) in servers.iter().enumerate() {
-            turns[i].push(wrk(&format!("{}/v1/pools/{}", server.base, name(10)), Some(token), 5)?);
+    // The bare handler serves the bytes drover answers for the same pool.
+    let (sqlite, token) = &servers[0];
+    let path = format!("/v1/pools/{}", name(10));
+    let body = client(token)?.get(format!("{}{path}", sqlite.base)).send().await?.bytes().await?;
+    let ceiling = bare(body.to_vec(), &path).await?;
+    let mut targets: Vec<(String, Option<&str>)> =
+        servers.iter().map(|(s, t)| (format!("{}{path}", s.base), Some(t.as_str()))).collect();
+    targets.push((ceiling, None));
+    let mut turns: Vec<Vec<(f64, f64)>> = vec![Vec::new(); targets.len()];
+    for _ in 0..TURNS {
+        for (i, (url, token)) in targets.iter().enumerate() {
+            turns[i].push(wrk(url, *token, TURN_SECS)?);
         }
     }
-    for (row, mut t) in rows.iter_mut().zip(turns) {
-        t.sort_by(|a, b| a.0.total_cmp(&b.0));
-        row.get = t[1];
+    let medians: Vec<(f64, f64)> = turns
+        .into_iter()
+        .map(|mut t| {
+            t.sort_by(|a, b| a.0.total_cmp(&b.0));
+            t[TURNS / 2]
+        })
+        .collect();
+    for (row, median) in rows.iter_mut().zip(&medians) {
+        row.get = *median;
     }
     println!(
-        "\n| store | create p50 / p99 / max | all 10,000 machines ready after the last create | GET at 64 conn (median of 3) |"
+        "\n| store | create p50 / p99 / max | all 10,000 machines ready after the last create | GET at 64 conn (median of {TURNS} turns of {TURN_SECS} s) | GET / SQLite's | GET / bare axum's |"
     );
-    println!("|---|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|");
+    let (sqlite_get, bare_get) = (rows[0].get.0, medians[2].0);
     for (label, r) in ["SQLite (embedded)", "PostgreSQL (same host)"].iter().zip(&rows) {
         println!(
-            "| {label} | {:.1} / {:.1} / {:.1} ms | {:.1} s | {:.0} req/s, p99 {:.2} ms |",
+            "| {label} | {:.1} / {:.1} / {:.1} ms | {:.1} s | {:.0} req/s, p99 {:.2} ms | {:.0}% | {:.0}% |",
             r.creates.0,
             r.creates.1,
             r.creates.2,
             r.converged.as_secs_f64(),
             r.get.0,
-            r.get.1
+            r.get.1,
+            r.get.0 / sqlite_get * 100.0,
+            r.get.0 / bare_get * 100.0,
         );
     }
+    println!("| bare axum handler, same bytes | | | {:.0} req/s, p99 {:.2} ms | | |", medians[2].0, medians[2].1);
+    println!(
+        "\ncreate p99, PostgreSQL / SQLite: {:.2}x (target at most 2x)",
+        rows[1].creates.1 / rows[0].creates.1.max(0.001)
+    );
+    Ok(())
+}
+
+/// Writes through one replica, read through the other: how long after
+/// its answer a write is seen.
+async fn visibility(pg: &postgres::PgServer) -> anyhow::Result<()> {
+    const WRITES: usize = 1000;
+    let url = pg.fresh_database();
+    let args = ["--runtime", "simulated", "--database-url", url.as_str(), "--lease-duration", "3s"];
+    let a = Server::start(&args).await?;
+    let b = Server::start(&args).await?;
+    let token = a.token().or_else(|| b.token()).ok_or_else(|| anyhow::anyhow!("no admin token"))?;
+    let http = client(&token)?;
+    let body = json!({"name": "seen", "replicas": 0, "version": "v1.29.2"});
+    let res = http.post(format!("{}/v1/pools", a.base)).json(&body).send().await?;
+    anyhow::ensure!(res.status().as_u16() == 201, "create: {}", res.status());
+    let (mut lags, mut first_read_current) = (Vec::with_capacity(WRITES), 0);
+    for i in 0..WRITES {
+        let res = http
+            .patch(format!("{}/v1/pools/seen", a.base))
+            .header("content-type", "application/merge-patch+json")
+            .body(json!({"labels": {"write": i.to_string()}}).to_string())
+            .send()
+            .await?;
+        anyhow::ensure!(res.status().is_success(), "write {i}: {}", res.status());
+        let written = res.json::<Value>().await?["generation"].as_i64().unwrap_or(i64::MAX);
+        let answered = Instant::now();
+        for read in 0.. {
+            let seen = pool(&http, &b.base, "seen").await["generation"].as_i64().unwrap_or(0);
+            if seen >= written {
+                first_read_current += usize::from(read == 0);
+                break;
+            }
+            anyhow::ensure!(answered.elapsed() < Duration::from_secs(10), "write {i} never seen through b");
+        }
+        lags.push(answered.elapsed().as_secs_f64() * 1000.0);
+    }
+    println!(
+        "\n| writes through replica A | seen through replica B after: p50 / p99 / max | first read through B already current | target |"
+    );
+    println!("|---:|---:|---:|---:|");
+    println!(
+        "| {WRITES} | {:.2} / {:.2} / {:.2} ms | {first_read_current} of {WRITES} | p99 < 50 ms |",
+        percentile(&mut lags, 0.5),
+        percentile(&mut lags, 0.99),
+        percentile(&mut lags, 1.0)
+    );
     Ok(())
 }
 
@@ -230,12 +311,12 @@ async fn pool(http: &reqwest::Client, base: &str, name: &str) -> Value {
 
 /// SIGKILL of a pool's driver, then a scale through the other replica: how
 /// long until the change is applied.
-async fn failover(pg: &postgres::PgServer) -> anyhow::Result<()> {
+async fn failover(pg: &postgres::PgServer, lease: &str, trials: usize) -> anyhow::Result<()> {
     images::build_once();
     let mut samples = Vec::new();
-    for trial in 0..3 {
+    for trial in 0..trials {
         let url = pg.fresh_database();
-        let args = ["--database-url", url.as_str(), "--stop-timeout", "2s"];
+        let args = ["--database-url", url.as_str(), "--stop-timeout", "2s", "--lease-duration", lease];
         let mut a = Server::start(&args).await?;
         let mut b = Server::start(&args).await?;
         let token = a.token().or_else(|| b.token()).ok_or_else(|| anyhow::anyhow!("no admin token"))?;
@@ -292,10 +373,10 @@ async fn failover(pg: &postgres::PgServer) -> anyhow::Result<()> {
             });
     }
     let mut sorted = samples.clone();
-    println!("\n| lease | SIGKILL of the driver -> the next change applied by the other replica (3 trials) | target |");
-    println!("|---:|---:|---:|");
+    println!("\n| lease | SIGKILL of the driver -> the next change applied by the other replica ({trials} trials) |");
+    println!("|---:|---:|");
     println!(
-        "| 15 s | {} (median {:.1} s, worst {:.1} s) | < 20 s |",
+        "| {lease} | {} (median {:.1} s, worst {:.1} s) |",
         samples.iter().map(|s| format!("{s:.1} s")).collect::<Vec<_>>().join(", "),
         percentile(&mut sorted, 0.5),
         percentile(&mut sorted, 1.0)
@@ -304,9 +385,9 @@ async fn failover(pg: &postgres::PgServer) -> anyhow::Result<()> {
 }
 
 /// 3 replicas, thousands of pools.
-async fn scale(pg: &postgres::PgServer, pools: usize, idle: Duration) -> anyhow::Result<()> {
+async fn scale(pg: &postgres::PgServer, pools: usize, idle: Duration, lease: &str) -> anyhow::Result<()> {
     let url = pg.fresh_database();
-    let args = ["--runtime", "simulated", "--database-url", url.as_str()];
+    let args = ["--runtime", "simulated", "--database-url", url.as_str(), "--lease-duration", lease];
     let mut replicas = Vec::new();
     for _ in 0..3 {
         replicas.push(Server::start(&args).await?);
@@ -368,17 +449,20 @@ async fn scale(pg: &postgres::PgServer, pools: usize, idle: Duration) -> anyhow:
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let parts = std::env::var("DROVER_BENCH_PARTS").unwrap_or_else(|_| "stores,failover,scale".into());
+    let parts = std::env::var("DROVER_BENCH_PARTS").unwrap_or_else(|_| "stores,visibility,failover,scale".into());
     let pools = std::env::var("DROVER_BENCH_POOLS").ok().and_then(|s| s.parse().ok()).unwrap_or(10_000);
     let idle = Duration::from_secs(std::env::var("DROVER_BENCH_IDLE").ok().and_then(|s| s.parse().ok()).unwrap_or(60));
+    let lease = std::env::var("DROVER_BENCH_LEASE").unwrap_or_else(|_| "3s".into());
+    let trials = std::env::var("DROVER_BENCH_TRIALS").ok().and_then(|s| s.parse().ok()).unwrap_or(5);
     // Durable, as in production: the comparison with SQLite is fair.
     let pg = postgres::PgServer::start_durable().map_err(|e| anyhow::anyhow!(e))?;
     for part in parts.split(',').map(str::trim) {
         match part {
             "stores" => stores(&pg).await?,
-            "failover" => failover(&pg).await?,
-            "scale" => scale(&pg, pools, idle).await?,
-            other => anyhow::bail!("unknown part {other:?}: stores, failover or scale"),
+            "visibility" => visibility(&pg).await?,
+            "failover" => failover(&pg, &lease, trials).await?,
+            "scale" => scale(&pg, pools, idle, &lease).await?,
+            other => anyhow::bail!("unknown part {other:?}: stores, visibility, failover or scale"),
         }
     }
     Ok(())

@@ -25,7 +25,7 @@ use serde_json::json;
 
 #[path = "support/measure.rs"]
 mod measure;
-use measure::{Rss, percentile, usage, wrk};
+use measure::{Rss, bare, percentile, usage, wrk};
 
 const MACHINES: u32 = 10;
 const CREATORS: usize = 8;
@@ -85,20 +85,6 @@ async fn ready_machines(data: &Path) -> anyhow::Result<i64> {
     let mut conn = <sqlx::SqliteConnection as sqlx::Connection>::connect(&url).await?;
     let n: i64 = sqlx::query_scalar("select count(*) from machines where ready = 1").fetch_one(&mut conn).await?;
     Ok(n)
-}
-
-/// A bare axum server answering every request with `body`: the ceiling of
-/// what any handler on this stack can do here.
-async fn bare(body: Vec<u8>) -> anyhow::Result<String> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    let body = axum::body::Bytes::from(body);
-    let app = axum::Router::new().fallback(move || {
-        let body = body.clone();
-        async move { ([(axum::http::header::CONTENT_TYPE, "application/json")], body) }
-    });
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    Ok(format!("http://{addr}/v1/pools/p00010"))
 }
 
 struct Row {
@@ -193,7 +179,7 @@ async fn run(pools: usize, idle: Duration) -> anyhow::Result<Row> {
 
     let url = format!("{}/v1/pools/{}", server.base, name(10));
     let body = server.http.get(&url).send().await?.bytes().await?.to_vec();
-    let (token, bare) = (server.token()?, bare(body).await?);
+    let (token, bare) = (server.token()?, bare(body, "/v1/pools/p00010").await?);
     let mut pairs = Vec::with_capacity(PAIRS);
     for _ in 0..PAIRS {
         let ours = wrk(&url, Some(&token), PAIR_SECS)?;

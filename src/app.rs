@@ -100,7 +100,11 @@ impl Application {
             RuntimeKind::Simulated => Backend::Simulated(Default::default()),
         };
         let local = engines.add(LOCAL_ENGINE, Default::default(), local);
-        let metrics = Arc::new(crate::metrics::Metrics::default());
+        let metrics = Arc::new(crate::metrics::Metrics::default().with(|r| {
+            if let Some(fresh) = db.freshness() {
+                fresh.stats.register(r);
+            }
+        }));
         let registry = crate::engines::Registry {
             metrics: metrics.clone(),
             db: db.clone(),
@@ -217,12 +221,16 @@ impl Application {
             tasks.spawn(crate::replicas::keeper::run(leases, db, queue, cancel.clone()));
         }
         if let Some(notices) = notices {
-            tasks.spawn(crate::replicas::notices::run(
-                state.replica.clone(),
+            let listener = crate::replicas::notices::Listener {
+                me: state.replica.clone(),
+                db: state.db.clone(),
+                changes: state.changes.clone(),
+                wakes: state.queue.sender(),
+            };
+            tasks.spawn(crate::replicas::notices::run(listener, notices, cancel.clone()));
+            tasks.spawn(crate::replicas::notices::send_barriers(
                 state.db.clone(),
-                state.changes.clone(),
-                notices,
-                state.queue.sender(),
+                state.replica.clone(),
                 cancel.clone(),
             ));
             tasks.spawn(crate::engines::follow(state.registry.clone(), cancel.clone()));
@@ -238,7 +246,8 @@ impl Application {
             state.metrics.clone(),
             state.changes.clone(),
             state.replica.clone(),
-        );
+        )
+        .with_leases(state.reconcile.leases.clone());
         tasks.spawn(crate::upgrade::runner::run(upgrades, state.upgrade_queue.clone(), cancel.clone()));
         tasks.spawn(crate::auth::cache::run(
             state.tokens.clone(),

@@ -125,8 +125,27 @@ fn bearer(header: Option<&HeaderValue>) -> Option<&str> {
 /// The caller a drover token names, from the in-memory token cache: no
 /// store read. The cache is keyed by the token's SHA-256, so the lookup's
 /// timing depends on the hash, never on how much of a token was right.
-fn lookup(tokens: &TokenCache, token: &str) -> Option<Caller> {
-    tokens.lookup(&hash_token(token), Utc::now())
+/// With several replicas, a token another replica created a moment ago is
+/// not in this one's cache before its next reload: a hash the cache does
+/// not know is looked up in the store (by its unique index) before the
+/// request is refused, so a token works everywhere as soon as it is made.
+async fn lookup(state: &Gate<'_>, token: &str) -> Option<Caller> {
+    let hash = hash_token(token);
+    if let Some(caller) = state.tokens.lookup(&hash, Utc::now()) {
+        return Some(caller);
+    }
+    state.db.shared_store()?;
+    match db::tokens::by_hash(state.db.read(), &hash).await {
+        Ok(Some(stored)) => {
+            state.tokens.insert(&stored.name, stored.role, &stored.hash);
+            state.tokens.lookup(&hash, Utc::now())
+        }
+        Ok(None) => None,
+        Err(e) => {
+            tracing::warn!(error = %e, "looking up a token in the store failed");
+            None
+        }
+    }
 }
 
 /// Longest subject kept in a caller's name.
@@ -166,7 +185,7 @@ async fn identify(
                     (Identity::None, None)
                 }
             },
-            _ => (lookup(state.tokens, token).map_or(Identity::None, Identity::Known), None),
+            _ => (lookup(state, token).await.map_or(Identity::None, Identity::Known), None),
         };
     }
     let Some(cert) = cert else { return (Identity::None, None) };
@@ -267,18 +286,24 @@ where
 
 /// On first start, when no token exists, makes an admin token and writes
 /// it to `<data dir>/admin.token` (mode 0600). The log names the file,
-/// never the token.
+/// never the token. Of replicas starting together on an empty store,
+/// exactly one makes it (the check and the insert hold the table), and
+/// only that one writes the file. The file is written before the token is
+/// committed, so no valid admin token is ever without it.
 pub async fn bootstrap(db: &Db, data_dir: &Path) -> anyhow::Result<()> {
     use anyhow::Context as _;
-    if db::tokens::count(db.read()).await? > 0 {
+    let mut tx = db.begin_write().await?;
+    if db::tokens::any_locked(&mut tx).await? {
         return Ok(());
     }
     let token = new_token();
     let path = data_dir.join("admin.token");
-    write_private(&path, &format!("{token}\n")).with_context(|| format!("writing {}", path.display()))?;
-    let mut tx = db.begin_write().await?;
     db::tokens::insert(&mut tx, "bootstrap-admin", Role::Admin.as_str(), &hash_token(&token), Utc::now()).await?;
-    tx.commit().await?;
+    write_private(&path, &format!("{token}\n")).with_context(|| format!("writing {}", path.display()))?;
+    if let Err(e) = tx.commit().await {
+        let _ = std::fs::remove_file(&path);
+        return Err(e).context("storing the first admin token");
+    }
     tracing::warn!(file = %path.display(), "created an admin token (name bootstrap-admin); it is in {}", path.display());
     Ok(())
 }

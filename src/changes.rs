@@ -67,6 +67,14 @@ impl Changes {
         }
     }
 
+    /// Notices may have been lost (the listener was away): every watcher
+    /// reads its subject again.
+    pub fn heard_everything(&self) {
+        for tx in self.lock().values() {
+            tx.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+
     pub fn watch_pool(&self, name: &str) -> Watcher {
         self.watch(Subject::Pool(name.to_owned()))
     }

@@ -5,7 +5,6 @@
 
 use std::time::Duration;
 
-use chrono::Utc;
 use tokio_util::task::TaskTracker;
 
 pub use crate::db::idempotency::{Entry, Request, Stored};
@@ -40,7 +39,8 @@ impl Keys {
     /// Claims the key of a request about to run.
     pub async fn claim(&self, request: &Request<'_>) -> sqlx::Result<Claimed> {
         let mut tx = self.db.begin_write().await?;
-        let now = Utc::now();
+        // Claims are compared across replicas: by the store's clock.
+        let now = tx.now().await?;
         let stale = now - chrono::TimeDelta::from_std(self.claim_deadline).unwrap_or(chrono::TimeDelta::MAX);
         let found = db::idempotency::claim(&mut tx, request, now, stale).await?;
         tx.commit().await?;

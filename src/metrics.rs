@@ -267,6 +267,15 @@ impl Default for Metrics {
     }
 }
 
+impl Metrics {
+    /// Adds metrics kept elsewhere (their owners register them, so that
+    /// this module needs none of them).
+    pub fn with(mut self, register: impl FnOnce(&mut Registry)) -> Self {
+        register(&mut self.registry);
+        self
+    }
+}
+
 /// A label for an HTTP method: the standard ones by name, any other
 /// (clients may invent methods) as `other`.
 fn method_label(m: &Method) -> &'static str {

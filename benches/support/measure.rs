@@ -1,5 +1,6 @@
 //! Measurements shared by the benchmarks: percentiles, a process's CPU
-//! and memory from /proc, and `wrk`.
+//! and memory from /proc, `wrk`, and the bare handler drover is measured
+//! against.
 
 #![allow(dead_code)]
 
@@ -76,4 +77,19 @@ pub fn wrk(url: &str, token: Option<&str>, secs: u32) -> anyhow::Result<(f64, f6
         eprintln!("wrk {url}: {e}");
     }
     Ok((rps, p99))
+}
+
+/// A bare axum server (in this process) answering every request with
+/// `body`: the ceiling of what any handler on this stack can do here. Its
+/// URL, with `path`.
+pub async fn bare(body: Vec<u8>, path: &str) -> anyhow::Result<String> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let body = axum::body::Bytes::from(body);
+    let app = axum::Router::new().fallback(move || {
+        let body = body.clone();
+        async move { ([(axum::http::header::CONTENT_TYPE, "application/json")], body) }
+    });
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok(format!("http://{addr}{path}"))
 }

@@ -85,11 +85,18 @@ pub async fn list(db: Exec<'_>, after: Option<&str>, limit: u32) -> sqlx::Result
     .await)
 }
 
-pub async fn exists(db: Exec<'_>, name: &str) -> sqlx::Result<bool> {
-    on_store!(db, |e| sqlx::query_scalar("select exists (select 1 from clusters where name = $1)")
-        .bind(name)
-        .fetch_one(e)
-        .await)
+/// Inside a write that depends on cluster `name` existing (a pool naming
+/// it, a job on it): whether it exists, and, on PostgreSQL, its row locked
+/// for share until the transaction ends, so that a concurrent delete
+/// ([`delete_if_idle`]) waits for this write and then sees it. (SQLite's
+/// one writer runs the two one after the other anyway.)
+pub async fn hold(tx: &mut WriteTx, name: &str) -> sqlx::Result<bool> {
+    let exec = tx.exec();
+    let sql = exec
+        .dialect()
+        .pick("select 1 from clusters where name = $1", "select 1 from clusters where name = $1 for share");
+    let row: Option<i32> = on_store!(exec, |e| sqlx::query_scalar(sql).bind(name).fetch_optional(e).await)?;
+    Ok(row.is_some())
 }
 
 /// The pools whose spec names the cluster, deleting ones included (they
@@ -134,8 +141,11 @@ pub enum Deleted {
 }
 
 /// Deletes the cluster (and its job history) unless a job is active on it
-/// or a pool names it; the checks and the delete are one statement, so a
-/// job or pool accepted meanwhile cannot be orphaned.
+/// or a pool names it. The cluster's row is locked first (on PostgreSQL):
+/// a pool or job being written that names it holds the row for share
+/// ([`hold`]), so the delete waits for it to commit, and the checks that
+/// follow, each a statement of its own, see it. Nothing accepted meanwhile
+/// can be orphaned.
 pub async fn delete_if_idle(db: &super::store::Db, name: &str) -> sqlx::Result<Deleted> {
     let mut tx = db.begin_write().await?;
     let outcome = delete_if_idle_in(&mut tx, name).await?;
@@ -143,33 +153,35 @@ pub async fn delete_if_idle(db: &super::store::Db, name: &str) -> sqlx::Result<D
     Ok(outcome)
 }
 
-/// [`delete_if_idle`] in the caller's transaction.
+/// [`delete_if_idle`] in the caller's transaction (an apply's).
 pub async fn delete_if_idle_in(tx: &mut WriteTx, name: &str) -> sqlx::Result<Deleted> {
-    let sql = format!(
-        "delete from clusters where name = $1 and not exists
-         (select 1 from upgrade_jobs where cluster = $1 and state in ('pending', 'running'))
-         and not exists (select 1 from pools where {} = $1)",
-        spec_cluster(tx.exec().dialect())
-    );
-    let deleted = on_store!(tx.exec(), |e| sqlx::query(AssertSqlSafe(sql)).bind(name).execute(e).await.affected())?;
-    let outcome = if deleted > 0 {
-        // Job events are not tied to the table by a key; drop them with the jobs.
-        on_store!(tx.exec(), |e| sqlx::query(
-            "delete from events where subject_kind = 'job'
-             and subject not in (select cast(id as text) from upgrade_jobs)",
-        )
+    let exec = tx.exec();
+    let lock = exec
+        .dialect()
+        .pick("select 1 from clusters where name = $1", "select 1 from clusters where name = $1 for update");
+    let found: Option<i32> = on_store!(exec, |e| sqlx::query_scalar(lock).bind(name).fetch_optional(e).await)?;
+    if found.is_none() {
+        return Ok(Deleted::Missing);
+    }
+    if let Some(id) = crate::db::upgrades::active_for_cluster(tx.exec(), name).await? {
+        return Ok(Deleted::Busy(id));
+    }
+    let pools = pools_using(tx.exec(), name).await?;
+    if !pools.is_empty() {
+        return Ok(Deleted::InUse(pools));
+    }
+    on_store!(tx.exec(), |e| sqlx::query("delete from clusters where name = $1")
+        .bind(name)
         .execute(e)
         .await
         .affected())?;
-        Deleted::Yes
-    } else {
-        match crate::db::upgrades::active_for_cluster(tx.exec(), name).await? {
-            Some(id) => Deleted::Busy(id),
-            None => match pools_using(tx.exec(), name).await? {
-                pools if pools.is_empty() => Deleted::Missing,
-                pools => Deleted::InUse(pools),
-            },
-        }
-    };
-    Ok(outcome)
+    // Job events are not tied to the table by a key; drop them with the jobs.
+    on_store!(tx.exec(), |e| sqlx::query(
+        "delete from events where subject_kind = 'job'
+         and subject not in (select cast(id as text) from upgrade_jobs)",
+    )
+    .execute(e)
+    .await
+    .affected())?;
+    Ok(Deleted::Yes)
 }

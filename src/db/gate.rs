@@ -87,9 +87,11 @@ impl Drop for Permit {
     }
 }
 
-/// A write transaction: on SQLite it holds the gate (and the pools it
-/// touched are invalidated in the cache once it commits); on PostgreSQL it
-/// is a plain transaction. [`WriteTx::exec`] runs statements in it.
+/// A write transaction: on SQLite it holds the gate; on PostgreSQL it is
+/// a plain transaction that tells the other replicas, as it commits, which
+/// pools it wrote ([`super::notices`]). Either way the pools it touched are
+/// invalidated in this replica's cache once it commits. [`WriteTx::exec`]
+/// runs statements in it.
 pub struct WriteTx {
     inner: Inner,
     /// Pools this transaction wrote, invalidated in the cache once it commits.
@@ -104,19 +106,27 @@ enum Inner {
         /// starts once this one has committed or rolled back.
         _permit: Permit,
     },
-    Postgres(sqlx::Transaction<'static, sqlx::Postgres>),
+    Postgres {
+        tx: sqlx::Transaction<'static, sqlx::Postgres>,
+        /// This replica's id, the origin of the notices the commit sends.
+        origin: Arc<str>,
+    },
 }
 
 impl WriteTx {
-    pub(super) fn postgres(tx: sqlx::Transaction<'static, sqlx::Postgres>) -> Self {
-        Self { inner: Inner::Postgres(tx), touched: Vec::new(), cache: None }
+    pub(super) fn postgres(
+        tx: sqlx::Transaction<'static, sqlx::Postgres>,
+        origin: Arc<str>,
+        cache: Arc<super::pool_cache::PoolCache>,
+    ) -> Self {
+        Self { inner: Inner::Postgres { tx, origin }, touched: Vec::new(), cache: Some(cache) }
     }
 
     /// The transaction's connection, to run statements in.
     pub fn exec(&mut self) -> super::exec::Exec<'_> {
         match &mut self.inner {
             Inner::Sqlite { tx, .. } => super::exec::Exec::Sqlite(tx),
-            Inner::Postgres(tx) => super::exec::Exec::Pg(tx),
+            Inner::Postgres { tx, .. } => super::exec::Exec::Pg(tx),
         }
     }
 
@@ -124,12 +134,29 @@ impl WriteTx {
         let Self { inner, touched, cache } = self;
         match inner {
             Inner::Sqlite { tx, _permit } => tx.commit().await?,
-            Inner::Postgres(tx) => tx.commit().await?,
+            Inner::Postgres { mut tx, origin } => {
+                // Sent inside the transaction: delivered when it commits,
+                // in commit order, and never for a write rolled back.
+                if !touched.is_empty() {
+                    super::notices::rows(&mut tx, &origin, &touched).await?;
+                }
+                tx.commit().await?
+            }
         }
         if let Some(cache) = cache {
             cache.invalidate(&touched);
         }
         Ok(())
+    }
+
+    /// The store's clock: PostgreSQL's (the same for every replica,
+    /// whatever their own clocks say), or this process's on SQLite (the one
+    /// process that writes it). For times that other replicas compare.
+    pub async fn now(&mut self) -> sqlx::Result<chrono::DateTime<chrono::Utc>> {
+        match &mut self.inner {
+            Inner::Sqlite { .. } => Ok(chrono::Utc::now()),
+            Inner::Postgres { tx, .. } => sqlx::query_scalar("select now()").fetch_one(&mut **tx).await,
+        }
     }
 
     /// Notes that this transaction writes `pool`'s row.
@@ -146,12 +173,12 @@ impl WriteTx {
 pub async fn begin(
     gate: &Arc<WriteGate>,
     writer: &SqlitePool,
-    cache: Option<Arc<super::pool_cache::PoolCache>>,
+    cache: Arc<super::pool_cache::PoolCache>,
     priority: Priority,
 ) -> sqlx::Result<WriteTx> {
     let permit = gate.acquire(priority).await;
     let tx = writer.begin_with("BEGIN IMMEDIATE").await?;
-    Ok(WriteTx { inner: Inner::Sqlite { tx, _permit: permit }, touched: Vec::new(), cache })
+    Ok(WriteTx { inner: Inner::Sqlite { tx, _permit: permit }, touched: Vec::new(), cache: Some(cache) })
 }
 
 #[cfg(test)]

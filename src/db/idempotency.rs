@@ -43,15 +43,7 @@ pub async fn claim(
     stale: DateTime<Utc>,
 ) -> sqlx::Result<Option<Entry>> {
     let expired = now - chrono::TimeDelta::hours(RETENTION_HOURS);
-    let existing: Option<Entry> = on_store!(tx.exec(), |e| sqlx::query_as(
-        "select method, path, body_hash, status, content_type, location, etag, body, created_at
-         from idempotency where token_name = $1 and key = $2",
-    )
-    .bind(r.token)
-    .bind(r.key)
-    .fetch_optional(e)
-    .await)?;
-    if let Some(entry) = existing {
+    if let Some(entry) = find(tx, r).await? {
         let live = entry.created_at >= expired && (entry.status.is_some() || entry.created_at >= stale);
         if live {
             return Ok(Some(entry));
@@ -64,19 +56,45 @@ pub async fn claim(
             .await
             .affected())?;
     }
-    on_store!(tx.exec(), |e| {
-        sqlx::query(
-        "insert into idempotency (token_name, key, method, path, body_hash, created_at) values ($1, $2, $3, $4, $5, $6)",
+    // Another replica may claim the same key at the same moment: the
+    // insert that comes second waits for the first to commit and inserts
+    // nothing, and this request then finds the other's claim (or, should
+    // that claim have been released meanwhile, tries again).
+    for _ in 0..3 {
+        let inserted = on_store!(tx.exec(), |e| {
+            sqlx::query(
+                "insert into idempotency (token_name, key, method, path, body_hash, created_at)
+                 values ($1, $2, $3, $4, $5, $6) on conflict (token_name, key) do nothing",
+            )
+            .bind(r.token)
+            .bind(r.key)
+            .bind(r.method)
+            .bind(r.path)
+            .bind(r.body_hash)
+            .bind(now)
+            .execute(e)
+            .await
+            .affected()
+        })?;
+        if inserted == 1 {
+            return Ok(None);
+        }
+        if let Some(entry) = find(tx, r).await? {
+            return Ok(Some(entry));
+        }
+    }
+    Err(sqlx::Error::Protocol(format!("idempotency key {:?} kept changing hands while it was claimed", r.key)))
+}
+
+async fn find(tx: &mut WriteTx, r: &Request<'_>) -> sqlx::Result<Option<Entry>> {
+    on_store!(tx.exec(), |e| sqlx::query_as(
+        "select method, path, body_hash, status, content_type, location, etag, body, created_at
+         from idempotency where token_name = $1 and key = $2",
     )
     .bind(r.token)
     .bind(r.key)
-    .bind(r.method)
-    .bind(r.path)
-    .bind(r.body_hash)
-    .bind(now)
-    .execute(e).await.affected()
-    })?;
-    Ok(None)
+    .fetch_optional(e)
+    .await)
 }
 
 /// Deletes up to `limit` keys created before `cutoff`, oldest first,

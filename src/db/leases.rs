@@ -12,9 +12,67 @@ use sqlx::PgPool;
 use super::exec::Exec;
 use super::gate::WriteTx;
 
+/// What a lease is of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Pool,
+    Job,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Pool => "pool",
+            Kind::Job => "job",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Kind> {
+        match s {
+            "pool" => Some(Kind::Pool),
+            "job" => Some(Kind::Job),
+            _ => None,
+        }
+    }
+}
+
+/// One lease: a pool by name, or an upgrade job by id.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Key {
+    pub kind: Kind,
+    pub name: String,
+}
+
+impl Key {
+    pub fn pool(name: &str) -> Self {
+        Key { kind: Kind::Pool, name: name.to_owned() }
+    }
+
+    pub fn job(id: i64) -> Self {
+        Key { kind: Kind::Job, name: id.to_string() }
+    }
+}
+
+impl std::fmt::Display for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.kind {
+            Kind::Pool => write!(f, "pool {:?}", self.name),
+            Kind::Job => write!(f, "upgrade job {}", self.name),
+        }
+    }
+}
+
 /// A lease as its holder knows it.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct Held {
+    pub name: String,
+    pub token: i64,
+}
+
+/// A lease renewed: of a pool or of an upgrade job.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct Renewed {
+    pub kind: String,
     pub name: String,
     pub token: i64,
 }
@@ -30,10 +88,33 @@ pub struct Alive {
     pub remaining: f64,
 }
 
-/// Stamps `me` alive and renews every pool lease it still holds (unexpired),
-/// in one transaction. Returns the leases renewed and the replicas alive
-/// now (`me` among them), in id order.
-pub async fn renew(db: &PgPool, me: &str, lease: Duration) -> sqlx::Result<(Vec<Held>, Vec<Alive>)> {
+/// What a renewal renewed: the pool leases, in full or summed up, and
+/// the job leases in full.
+#[derive(Debug, Default)]
+pub struct Renewal {
+    /// Every pool lease renewed, when asked for.
+    pub pools: Option<Vec<Held>>,
+    /// How many pool leases were renewed, and the sum of their tokens: a
+    /// holder that knows which it holds can tell that none was lost
+    /// without reading them all.
+    pub pool_count: i64,
+    pub pool_tokens: i64,
+    pub jobs: Vec<Held>,
+}
+
+/// Stamps `me` alive and renews every pool lease it still holds
+/// (unexpired) and its leases of the upgrade jobs in `jobs`, in one
+/// transaction. Returns what was renewed (the pool leases listed only
+/// with `list_pools`) and the replicas alive now (`me` among them), in id
+/// order. A job's lease whose run has ended without giving it up is not
+/// renewed: it runs out.
+pub async fn renew(
+    db: &PgPool,
+    me: &str,
+    lease: Duration,
+    jobs: &[String],
+    list_pools: bool,
+) -> sqlx::Result<(Renewal, Vec<Alive>)> {
     let mut tx = db.begin().await?;
     sqlx::query(
         "insert into replicas (id, started_at, heartbeat_at) values ($1, now(), now())
@@ -42,15 +123,34 @@ pub async fn renew(db: &PgPool, me: &str, lease: Duration) -> sqlx::Result<(Vec<
     .bind(me)
     .execute(&mut *tx)
     .await?;
-    let held: Vec<Held> = sqlx::query_as(
-        "update leases set expires_at = now() + make_interval(secs => $2)
-         where kind = 'pool' and holder = $1 and expires_at > now()
-         returning name, token",
+    let renewed: Vec<Renewed> = sqlx::query_as(
+        "with renewed as (
+            update leases set expires_at = now() + make_interval(secs => $2)
+            where holder = $1 and expires_at > now() and (kind = 'pool' or name = any($3))
+            returning kind, name, token
+         )
+         select kind, name, token from renewed where kind = 'job' or $4
+         union all
+         select 'pools', '', count(*) from renewed where kind = 'pool'
+         union all
+         select 'tokens', '', coalesce(sum(token), 0)::bigint from renewed where kind = 'pool'",
     )
     .bind(me)
     .bind(seconds(lease))
+    .bind(jobs)
+    .bind(list_pools)
     .fetch_all(&mut *tx)
     .await?;
+    let mut held = Renewal { pools: list_pools.then(Vec::new), ..Renewal::default() };
+    for r in renewed {
+        let lease = Held { name: r.name, token: r.token };
+        match r.kind.as_str() {
+            "pools" => held.pool_count = lease.token,
+            "tokens" => held.pool_tokens = lease.token,
+            "job" => held.jobs.push(lease),
+            _ => held.pools.get_or_insert_with(Vec::new).push(lease),
+        }
+    }
     let alive: Vec<Alive> = sqlx::query_as(
         "select id, extract(epoch from heartbeat_at + make_interval(secs => $1) - now())::double precision as remaining
          from replicas where heartbeat_at > now() - make_interval(secs => $1) order by id",
@@ -114,18 +214,59 @@ pub async fn acquire(
     Ok((taken, next.map(|s| Duration::from_secs_f64(s.max(0.0)))))
 }
 
-/// Gives up `me`'s leases of `names` at once: they expire now and keep
-/// their token, so the next holder's is higher.
-pub async fn release(db: &PgPool, me: &str, names: &[String]) -> sqlx::Result<u64> {
+/// Gives up `me`'s leases of `names` (of `kind`) at once: they expire now
+/// and keep their token, so the next holder's is higher.
+pub async fn release(db: &PgPool, me: &str, kind: Kind, names: &[String]) -> sqlx::Result<u64> {
     let done = sqlx::query(
         "update leases set expires_at = now()
-         where kind = 'pool' and name = any($1) and holder = $2 and expires_at > now()",
+         where kind = $3 and name = any($1) and holder = $2 and expires_at > now()",
     )
     .bind(names)
     .bind(me)
+    .bind(kind.as_str())
     .execute(db)
     .await?;
     Ok(done.rows_affected())
+}
+
+/// Inside a write transaction: takes the lease of `key` for `me` unless
+/// another holds it unexpired (by the database's clock); its token grows
+/// by one. `None`: held by another. A row locked by another transaction
+/// (a write proving the lease) is waited for, not skipped: the lease may
+/// be free once it ends.
+pub async fn take(tx: &mut WriteTx, key: &Key, me: &str, lease: Duration) -> sqlx::Result<Option<i64>> {
+    let Exec::Pg(tx) = tx.exec() else { return Ok(Some(1)) };
+    sqlx::query_scalar(
+        "insert into leases (kind, name, holder, token, expires_at)
+         values ($1, $2, $3, 1, now() + make_interval(secs => $4))
+         on conflict (kind, name) do update
+            set holder = $3, token = leases.token + 1, expires_at = now() + make_interval(secs => $4)
+            where leases.expires_at <= now() or leases.holder = $3
+         returning token",
+    )
+    .bind(key.kind.as_str())
+    .bind(&key.name)
+    .bind(me)
+    .bind(seconds(lease))
+    .fetch_optional(tx)
+    .await
+}
+
+/// Inside a write transaction: `me`'s lease of `key` with `token` expires
+/// now (its row and token stay, so the next holder's token is higher).
+pub async fn give_up(tx: &mut WriteTx, key: &Key, me: &str, token: i64) -> sqlx::Result<()> {
+    let Exec::Pg(tx) = tx.exec() else { return Ok(()) };
+    sqlx::query(
+        "update leases set expires_at = now()
+         where kind = $1 and name = $2 and holder = $3 and token = $4 and expires_at > now()",
+    )
+    .bind(key.kind.as_str())
+    .bind(&key.name)
+    .bind(me)
+    .bind(token)
+    .execute(tx)
+    .await
+    .map(drop)
 }
 
 /// `me` stops: every lease it holds expires now and it is no longer alive,
@@ -141,25 +282,32 @@ pub async fn leave(db: &PgPool, me: &str) -> sqlx::Result<()> {
     tx.commit().await
 }
 
+/// A summary of the pools that exist (how many, and a checksum of their
+/// names): the pools are read again, and spread again, only when it moves.
+pub async fn pools_checksum(db: &PgPool) -> sqlx::Result<(i64, i64)> {
+    sqlx::query_as("select count(*), coalesce(sum(hashtext(name)), 0)::bigint from pools").fetch_one(db).await
+}
+
 /// Every pool's name, for spreading them over the replicas.
 pub async fn pool_names(db: &PgPool) -> sqlx::Result<Vec<String>> {
     sqlx::query_scalar("select name from pools order by name").fetch_all(db).await
 }
 
 /// Inside a write transaction: whether `holder` still holds the lease of
-/// `name` with `token`, unexpired. The row is locked for share until the
+/// `key` with `token`, unexpired. The row is locked for share until the
 /// transaction ends, so no other replica can take the lease over before
 /// this transaction's writes are committed. (SQLite has no leases: one
 /// process holds the store.)
-pub async fn prove(tx: &mut WriteTx, name: &str, holder: &str, token: i64) -> sqlx::Result<bool> {
+pub async fn prove(tx: &mut WriteTx, key: &Key, holder: &str, token: i64) -> sqlx::Result<bool> {
     let Exec::Pg(tx) = tx.exec() else { return Ok(true) };
     let row: Option<i32> = sqlx::query_scalar(
-        "select 1 from leases where kind = 'pool' and name = $1 and holder = $2 and token = $3
+        "select 1 from leases where kind = $4 and name = $1 and holder = $2 and token = $3
             and expires_at > now() for share",
     )
-    .bind(name)
+    .bind(&key.name)
     .bind(holder)
     .bind(token)
+    .bind(key.kind.as_str())
     .fetch_optional(tx)
     .await?;
     Ok(row.is_some())
@@ -180,11 +328,14 @@ pub async fn counts(db: &PgPool, lease: Duration) -> sqlx::Result<Vec<(String, i
 }
 
 /// Forgets the leases of pools deleted over an hour ago (a pool created
-/// again within the hour keeps counting tokens up).
+/// again within the hour keeps counting tokens up) and of jobs that ended
+/// (nobody claims them again).
 pub async fn forget_deleted(db: &PgPool) -> sqlx::Result<u64> {
     let done = sqlx::query(
-        "delete from leases where kind = 'pool' and expires_at < now() - interval '1 hour'
-         and not exists (select 1 from pools where pools.name = leases.name)",
+        "delete from leases where expires_at < now() - interval '1 hour' and (
+            (kind = 'pool' and not exists (select 1 from pools where pools.name = leases.name))
+            or (kind = 'job' and not exists (select 1 from upgrade_jobs j
+                where cast(j.id as text) = leases.name and j.state in ('pending', 'running'))))",
     )
     .execute(db)
     .await?;

@@ -24,7 +24,9 @@ pub mod upgrade_steps;
 pub mod upgrades;
 
 pub mod exec;
+pub mod freshness;
 mod gate;
+pub mod notices;
 pub mod pool_cache;
 mod pool_row;
 mod store;

@@ -1,11 +1,22 @@
 //! Pools as last committed, in memory: the one row every pool read and
-//! every reconcile pass starts from, served without a trip to SQLite.
+//! every reconcile pass starts from, served without a trip to the store.
 //!
-//! Coherent because every write of a pool goes through this process's one
-//! writer: a write transaction notes the pools it touched and, once it has
-//! committed, invalidates them. A read that missed fills the entry only if
-//! no invalidation happened while it read the store (a version per pool),
-//! so a fill can never put back what a commit made stale.
+//! Coherent because every write of a pool is followed by an invalidation:
+//!
+//! - on SQLite, every write goes through this process's one writer: a
+//!   write transaction notes the pools it touched and, once it has
+//!   committed, invalidates them;
+//! - on PostgreSQL, other replicas write too: a write transaction also
+//!   sends a change notice with each touched pool's row version before it
+//!   commits, which every replica's listener applies here
+//!   ([`PoolCache::invalidate_older`]) in commit order, and reads first
+//!   wait until the listener has caught up with the store
+//!   ([`super::freshness`]). A listener that reconnects may have missed
+//!   notices: it clears everything ([`PoolCache::invalidate_all`]).
+//!
+//! A read that missed fills the entry only if no invalidation happened
+//! while it read the store (a count per pool, and one for the whole
+//! cache), so a fill can never put back what a commit made stale.
 //!
 //! Bounded by the pools that exist: an entry is kept while it holds a pool
 //! or a read of it is under way, and dropped otherwise, so a deleted pool,
@@ -18,13 +29,21 @@ use super::pool_row::Pool;
 
 #[derive(Default)]
 pub struct PoolCache {
-    entries: Mutex<HashMap<String, Entry>>,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    entries: HashMap<String, Entry>,
+    /// Bumped by [`PoolCache::invalidate_all`]: a read that began before
+    /// keeps nothing.
+    epoch: u64,
 }
 
 #[derive(Default)]
 struct Entry {
     /// Bumped by every invalidation while a read is under way.
-    version: u64,
+    invalidations: u64,
     /// Reads of the store under way ([`Miss`]es not yet dropped).
     reading: u32,
     pool: Option<Arc<Cached>>,
@@ -37,35 +56,46 @@ pub struct Cached {
     pub rendered: std::sync::OnceLock<bytes::Bytes>,
 }
 
+impl Cached {
+    pub fn new(pool: Pool) -> Arc<Self> {
+        Arc::new(Self { pool, rendered: Default::default() })
+    }
+}
+
 /// A miss: what to fill once the store has been read. Dropping it (filled
 /// or not) ends the read.
 pub struct Miss<'a> {
     cache: &'a PoolCache,
     name: String,
-    version: u64,
+    invalidations: u64,
+    epoch: u64,
 }
 
 impl PoolCache {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub fn get(&self, name: &str) -> Result<Arc<Cached>, Miss<'_>> {
-        let mut entries = self.lock();
-        if let Some(pool) = entries.get(name).and_then(|e| e.pool.as_ref()) {
+        let mut inner = self.lock();
+        if let Some(pool) = inner.entries.get(name).and_then(|e| e.pool.as_ref()) {
             return Ok(Arc::clone(pool));
         }
-        let entry = entries.entry(name.to_owned()).or_default();
+        let epoch = inner.epoch;
+        let entry = inner.entries.entry(name.to_owned()).or_default();
         entry.reading += 1;
-        Err(Miss { cache: self, name: name.to_owned(), version: entry.version })
+        Err(Miss { cache: self, name: name.to_owned(), invalidations: entry.invalidations, epoch })
     }
 
     /// Keeps what the store answered after a miss, unless it is stale.
     pub fn fill(&self, miss: Miss<'_>, pool: Option<&Pool>) -> Option<Arc<Cached>> {
-        let cached = pool.map(|p| Arc::new(Cached { pool: p.clone(), rendered: Default::default() }));
+        let cached = pool.map(|p| Cached::new(p.clone()));
+        let mut inner = self.lock();
+        let current = inner.epoch == miss.epoch;
         if let Some(cached) = &cached
-            && let Some(entry) = self.lock().get_mut(&miss.name)
-            && entry.version == miss.version
+            && current
+            && let Some(entry) = inner.entries.get_mut(&miss.name)
+            && entry.invalidations == miss.invalidations
         {
             entry.pool = Some(Arc::clone(cached));
         }
@@ -73,33 +103,59 @@ impl PoolCache {
     }
 
     pub fn invalidate(&self, names: &[String]) {
-        let mut entries = self.lock();
+        let mut inner = self.lock();
         for name in names {
-            // No entry: nothing cached and no read to warn.
-            let Some(entry) = entries.get_mut(name) else { continue };
-            if entry.reading == 0 {
-                entries.remove(name);
-            } else {
-                entry.version += 1;
-                entry.pool = None;
-            }
+            invalidate(&mut inner.entries, name);
         }
+    }
+
+    /// A notice that `name` was written at row version `version`: the
+    /// entry goes unless it already holds that version or a later one (a
+    /// read made after the write, or this replica's own write).
+    pub fn invalidate_older(&self, name: &str, version: i64) {
+        let mut inner = self.lock();
+        let current = inner.entries.get(name).and_then(|e| e.pool.as_ref()).is_some_and(|c| c.pool.version >= version);
+        if !current {
+            invalidate(&mut inner.entries, name);
+        }
+    }
+
+    /// Forgets every pool, and every read under way keeps nothing: for a
+    /// listener that may have missed notices.
+    pub fn invalidate_all(&self) {
+        let mut inner = self.lock();
+        inner.epoch += 1;
+        inner.entries.retain(|_, entry| {
+            entry.pool = None;
+            entry.reading > 0
+        });
     }
 
     /// Pools held or being read.
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.lock().len()
+        self.lock().entries.len()
+    }
+}
+
+fn invalidate(entries: &mut HashMap<String, Entry>, name: &str) {
+    // No entry: nothing cached and no read to warn.
+    let Some(entry) = entries.get_mut(name) else { return };
+    if entry.reading == 0 {
+        entries.remove(name);
+    } else {
+        entry.invalidations += 1;
+        entry.pool = None;
     }
 }
 
 impl Drop for Miss<'_> {
     fn drop(&mut self) {
-        let mut entries = self.cache.lock();
-        let Some(entry) = entries.get_mut(&self.name) else { return };
+        let mut inner = self.cache.lock();
+        let Some(entry) = inner.entries.get_mut(&self.name) else { return };
         entry.reading = entry.reading.saturating_sub(1);
         if entry.reading == 0 && entry.pool.is_none() {
-            entries.remove(&self.name);
+            inner.entries.remove(&self.name);
         }
     }
 }
@@ -117,6 +173,7 @@ mod tests {
         Pool {
             name: name.into(),
             generation,
+            version: generation,
             spec,
             status: Default::default(),
             deleting: false,
@@ -167,5 +224,29 @@ mod tests {
         cache.fill(second, Some(&pool("a", 1)));
         assert!(cache.get("a").is_err(), "both reads began before the commit");
         assert_eq!(cache.len(), 0);
+    }
+
+    #[test]
+    fn a_notice_drops_an_older_row_and_keeps_a_newer_one() {
+        let cache = PoolCache::default();
+        let Err(miss) = cache.get("a") else { panic!() };
+        cache.fill(miss, Some(&pool("a", 3)));
+        cache.invalidate_older("a", 3);
+        assert!(cache.get("a").is_ok(), "the cache holds the notice's version already");
+        cache.invalidate_older("a", 4);
+        assert!(cache.get("a").is_err(), "a later write drops it");
+    }
+
+    #[test]
+    fn clearing_everything_drops_fills_of_reads_begun_before() {
+        let cache = PoolCache::default();
+        let Err(miss) = cache.get("a") else { panic!() };
+        cache.fill(miss, Some(&pool("a", 1)));
+        let Err(reading) = cache.get("b") else { panic!() };
+        cache.invalidate_all();
+        assert!(cache.get("a").is_err(), "a cached pool is gone");
+        cache.fill(reading, Some(&pool("b", 1)));
+        assert!(cache.get("b").is_err(), "a read begun before the clearing keeps nothing");
+        assert_eq!(cache.len(), 0, "and leaves no entry");
     }
 }

@@ -17,6 +17,9 @@ use crate::domain::status::PoolStatus;
 pub struct Pool {
     pub name: String,
     pub generation: i64,
+    /// Bumped by every write of the row (spec, status, deletion, approvals):
+    /// which of two reads of the pool is the newer.
+    pub version: i64,
     pub spec: PoolSpec,
     pub status: PoolStatus,
     pub deleting: bool,
@@ -32,6 +35,7 @@ pub struct Pool {
 pub(super) struct PoolRow {
     name: String,
     generation: i64,
+    version: i64,
     spec: String,
     status: String,
     deleting: bool,
@@ -57,6 +61,7 @@ impl TryFrom<PoolRow> for Pool {
         Ok(Pool {
             name: r.name,
             generation: r.generation,
+            version: r.version,
             spec,
             status,
             deleting: r.deleting,

@@ -4,6 +4,7 @@ use chrono::{DateTime, Utc};
 use sqlx::AssertSqlSafe;
 
 use super::exec::{Affected, Exec, on_store};
+use super::freshness::Stale;
 use super::gate::WriteTx;
 use super::pool_cache::Cached;
 pub use super::pool_row::Pool;
@@ -13,8 +14,9 @@ use crate::domain::event::{EventType, NewEvent};
 use crate::domain::pool::PoolSpec;
 use crate::domain::status::PoolStatus;
 
-/// Pool reads through the cache of pools as last committed (SQLite), or
-/// straight from the store (PostgreSQL, where other replicas write too).
+/// Pool reads through the cache of pools as last committed: on
+/// PostgreSQL once the cache has caught up with the store, or straight
+/// from the store when it cannot ([`super::freshness`]).
 impl Db {
     /// A pool as last committed, from memory when it can be.
     pub async fn pool(&self, name: &str) -> sqlx::Result<Option<Pool>> {
@@ -33,21 +35,32 @@ impl Db {
 
     async fn cached_pool(&self, worker: bool, name: &str) -> sqlx::Result<Option<std::sync::Arc<Cached>>> {
         let readers = || if worker { self.background() } else { self.read() };
-        let Some(cache) = &self.pools else {
-            let pool = get(readers(), name).await?;
-            return Ok(pool.map(|pool| std::sync::Arc::new(Cached { pool, rendered: Default::default() })));
-        };
-        match cache.get(name) {
-            Ok(cached) => Ok(Some(cached)),
+        let stats = self.freshness.as_deref().map(|f| &f.stats);
+        if let Some(fresh) = &self.freshness
+            && let Err(why) = fresh.catch_up().await
+        {
+            fresh.stats.read(match why {
+                Stale::ListenerDown => "store_listener_down",
+                Stale::Slow => "store_slow",
+            });
+            return Ok(get(readers(), name).await?.map(Cached::new));
+        }
+        match self.pools.get(name) {
+            Ok(cached) => {
+                stats.inspect(|s| s.read("cache"));
+                Ok(Some(cached))
+            }
             Err(miss) => {
+                stats.inspect(|s| s.read("store"));
                 let pool = get(readers(), name).await?;
-                Ok(cache.fill(miss, pool.as_ref()))
+                Ok(self.pools.fill(miss, pool.as_ref()))
             }
         }
     }
 }
 
-const COLUMNS: &str = "name, generation, spec, status, deleting, revision, batches_approved, created_at, updated_at";
+const COLUMNS: &str =
+    "name, generation, version, spec, status, deleting, revision, batches_approved, created_at, updated_at";
 
 fn to_json<T: serde::Serialize>(v: &T) -> sqlx::Result<String> {
     serde_json::to_string(v).map_err(|e| sqlx::Error::Encode(e.into()))
@@ -109,7 +122,7 @@ pub async fn update_spec(
     tx.touched_pool(name);
     let spec = to_json(&spec.view())?;
     let row: Option<PoolRow> = on_store!(tx.exec(), |e| sqlx::query_as(AssertSqlSafe(format!(
-        "update pools set spec = $1, generation = generation + 1, updated_at = $2
+        "update pools set spec = $1, generation = generation + 1, version = version + 1, updated_at = $2
          where name = $3 and generation = $4 and deleting = false
          returning {COLUMNS}"
     )))
@@ -126,13 +139,15 @@ pub async fn update_spec(
 /// flagged already. A write first, so the transaction takes the lock at once.
 pub async fn mark_deleting(tx: &mut WriteTx, name: &str, now: DateTime<Utc>) -> sqlx::Result<Option<Pool>> {
     tx.touched_pool(name);
-    let row: Option<PoolRow> = on_store!(tx.exec(), |e| sqlx::query_as(AssertSqlSafe(format!(
-        "update pools set deleting = true, updated_at = $1 where name = $2 and deleting = false returning {COLUMNS}"
+    let row: Option<PoolRow> = on_store!(tx.exec(), |e| {
+        sqlx::query_as(AssertSqlSafe(format!(
+        "update pools set deleting = true, version = version + 1, updated_at = $1 where name = $2 and deleting = false returning {COLUMNS}"
     )))
     .bind(now)
     .bind(name)
     .fetch_optional(e)
-    .await?);
+    .await?
+    });
     row.map(Pool::try_from).transpose()
 }
 
@@ -143,10 +158,10 @@ pub async fn decrement_replicas(tx: &mut WriteTx, name: &str, now: DateTime<Utc>
     let exec = tx.exec();
     let sql = exec.dialect().pick(
         "update pools set spec = json_set(spec, '$.replicas', json_extract(spec, '$.replicas') - 1),
-                          generation = generation + 1, updated_at = $1
+                          generation = generation + 1, version = version + 1, updated_at = $1
          where name = $2 and deleting = false and json_extract(spec, '$.replicas') > 0",
         "update pools set spec = jsonb_set(spec::jsonb, '{replicas}', to_jsonb((spec::jsonb->>'replicas')::bigint - 1))::text,
-                          generation = generation + 1, updated_at = $1
+                          generation = generation + 1, version = version + 1, updated_at = $1
          where name = $2 and deleting = false and (spec::jsonb->>'replicas')::bigint > 0",
     );
     let row: Option<PoolRow> = on_store!(exec, |e| sqlx::query_as(AssertSqlSafe(format!("{sql} returning {COLUMNS}")))
@@ -160,7 +175,7 @@ pub async fn decrement_replicas(tx: &mut WriteTx, name: &str, now: DateTime<Utc>
 pub async fn write_status(tx: &mut WriteTx, name: &str, status: &PoolStatus) -> sqlx::Result<()> {
     tx.touched_pool(name);
     let status = to_json(status)?;
-    on_store!(tx.exec(), |e| sqlx::query("update pools set status = $1 where name = $2")
+    on_store!(tx.exec(), |e| sqlx::query("update pools set status = $1, version = version + 1 where name = $2")
         .bind(&status)
         .bind(name)
         .execute(e)
@@ -172,12 +187,14 @@ pub async fn write_status(tx: &mut WriteTx, name: &str, status: &PoolStatus) -> 
 /// Approves one more batch of the current rollout.
 pub async fn approve_batch(tx: &mut WriteTx, name: &str) -> sqlx::Result<Option<Pool>> {
     tx.touched_pool(name);
-    let row: Option<PoolRow> = on_store!(tx.exec(), |e| sqlx::query_as(AssertSqlSafe(format!(
-        "update pools set batches_approved = batches_approved + 1 where name = $1 returning {COLUMNS}"
+    let row: Option<PoolRow> = on_store!(tx.exec(), |e| {
+        sqlx::query_as(AssertSqlSafe(format!(
+        "update pools set batches_approved = batches_approved + 1, version = version + 1 where name = $1 returning {COLUMNS}"
     )))
     .bind(name)
     .fetch_optional(e)
-    .await?);
+    .await?
+    });
     row.map(Pool::try_from).transpose()
 }
 

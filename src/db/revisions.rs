@@ -53,12 +53,14 @@ pub async fn record_change(
     if old.desired_image() == new.desired_image() {
         return Ok(None);
     }
-    let revision: i64 = on_store!(tx.exec(), |e| sqlx::query_scalar(
-        "update pools set revision = revision + 1, batches_approved = 1 where name = $1 returning revision",
+    let revision: i64 = on_store!(tx.exec(), |e| {
+        sqlx::query_scalar(
+        "update pools set revision = revision + 1, batches_approved = 1, version = version + 1 where name = $1 returning revision",
     )
     .bind(pool)
     .fetch_one(e)
-    .await)?;
+    .await
+    })?;
     insert(tx.exec(), pool, revision, new, now).await?;
     Ok(Some(revision))
 }

@@ -16,8 +16,9 @@
 //!
 //! **PostgreSQL** takes concurrent writers itself; requests and workers
 //! have pools of connections of their own, so that workers never take all
-//! of the API's. Other replicas write the same rows, so pools are read
-//! from the store every time (no cache to go stale).
+//! of the API's. Other replicas write the same rows: pools are cached too,
+//! kept current by the change notices every write sends, and a read first
+//! makes sure the cache has caught up with the store ([`super::freshness`]).
 
 use std::path::Path;
 use std::str::FromStr;
@@ -30,6 +31,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePo
 use sqlx::{ConnectOptions, Connection};
 
 use super::exec::{Dialect, Exec};
+use super::freshness::Freshness;
 use super::gate::{self, Priority, WriteTx};
 use super::pool_cache::PoolCache;
 use crate::config::Location;
@@ -40,8 +42,11 @@ use crate::config::location::redact;
 #[derive(Clone)]
 pub struct Db {
     pub(super) stores: std::sync::Arc<Stores>,
-    /// Pools as last committed (SQLite only); `pools` reads through it.
-    pub(super) pools: Option<std::sync::Arc<PoolCache>>,
+    /// Pools as last committed; `pools` reads through it.
+    pub(super) pools: std::sync::Arc<PoolCache>,
+    /// When the cache may serve a read (PostgreSQL only: on SQLite every
+    /// write goes through this process, and the cache is always current).
+    pub(super) freshness: Option<std::sync::Arc<Freshness>>,
 }
 
 pub(super) enum Stores {
@@ -57,8 +62,12 @@ pub(super) enum Stores {
     Postgres {
         api: PgPool,
         background: PgPool,
-        /// The lease keeper's and the change notices'.
+        /// The lease keeper's and the change hints'.
         leases: PgPool,
+        /// How to open the change listener's own connection.
+        options: Box<PgConnectOptions>,
+        /// This replica's id: the origin of the notices its writes send.
+        replica: std::sync::Arc<str>,
     },
 }
 
@@ -113,6 +122,40 @@ impl Db {
         }
     }
 
+    /// A new connection pool of one, for the change listener: its own
+    /// connection, never taken from (nor waiting behind) another pool's.
+    /// PostgreSQL only.
+    pub fn listener_pool(&self) -> Option<PgPool> {
+        match &*self.stores {
+            Stores::Sqlite { .. } => None,
+            Stores::Postgres { options, .. } => Some(
+                PgPoolOptions::new()
+                    .max_connections(1)
+                    .acquire_timeout(PG_ACQUIRE_TIMEOUT)
+                    .connect_lazy_with((**options).clone()),
+            ),
+        }
+    }
+
+    /// The connections of requests (PostgreSQL only): for the read
+    /// barriers, which are part of requests' reads.
+    pub fn request_pool(&self) -> Option<&PgPool> {
+        match &*self.stores {
+            Stores::Sqlite { .. } => None,
+            Stores::Postgres { api, .. } => Some(api),
+        }
+    }
+
+    /// The cache of pools, for the change listener.
+    pub fn pool_cache(&self) -> &PoolCache {
+        &self.pools
+    }
+
+    /// When the cache may serve reads (PostgreSQL only).
+    pub fn freshness(&self) -> Option<&std::sync::Arc<Freshness>> {
+        self.freshness.as_ref()
+    }
+
     /// A write transaction of a request: ahead of every waiting worker.
     pub async fn begin_write(&self) -> sqlx::Result<WriteTx> {
         self.begin(Priority::Request).await
@@ -126,9 +169,9 @@ impl Db {
     async fn begin(&self, priority: Priority) -> sqlx::Result<WriteTx> {
         match &*self.stores {
             Stores::Sqlite { writer, gate, .. } => gate::begin(gate, writer, self.pools.clone(), priority).await,
-            Stores::Postgres { api, background, .. } => {
+            Stores::Postgres { api, background, replica, .. } => {
                 let pool = if priority == Priority::Request { api } else { background };
-                Ok(WriteTx::postgres(pool.begin().await?))
+                Ok(WriteTx::postgres(pool.begin().await?, replica.clone(), self.pools.clone()))
             }
         }
     }
@@ -160,7 +203,7 @@ impl Db {
                 checkpointer.close().await;
                 writer.close().await;
             }
-            Stores::Postgres { api, background, leases } => {
+            Stores::Postgres { api, background, leases, .. } => {
                 api.close().await;
                 background.close().await;
                 leases.close().await;
@@ -288,7 +331,7 @@ async fn connect_sqlite(path: &Path) -> anyhow::Result<Db> {
     let checkpointer =
         SqlitePoolOptions::new().max_connections(1).connect_with(opts).await.context("opening the checkpointer")?;
     let stores = Stores::Sqlite { api, background, writer, checkpointer, gate: Default::default() };
-    Ok(Db { stores: std::sync::Arc::new(stores), pools: Some(Default::default()) })
+    Ok(Db { stores: std::sync::Arc::new(stores), pools: Default::default(), freshness: None })
 }
 
 static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -333,8 +376,10 @@ async fn connect_postgres(url: &str, idle_in_transaction: Duration, replica: &st
         api: pool(PG_API_CONNECTIONS),
         background: pool(PG_BACKGROUND_CONNECTIONS),
         leases: pool(PG_LEASE_CONNECTIONS),
+        options: Box::new(opts),
+        replica: replica.into(),
     };
-    Ok(Db { stores: std::sync::Arc::new(stores), pools: None })
+    Ok(Db { stores: std::sync::Arc::new(stores), pools: Default::default(), freshness: Some(Default::default()) })
 }
 
 #[cfg(test)]

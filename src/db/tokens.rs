@@ -62,8 +62,23 @@ pub async fn touch(db: &mut WriteTx, name: &str, now: DateTime<Utc>) -> sqlx::Re
     Ok(())
 }
 
-pub async fn count(db: Exec<'_>) -> sqlx::Result<i64> {
-    on_store!(db, |e| sqlx::query_scalar("select count(*) from tokens").fetch_one(e).await)
+/// Inside a write transaction: whether any token exists, with the table
+/// locked against other writers (PostgreSQL) until the transaction ends:
+/// replicas starting together on an empty store agree on which of them
+/// makes the first admin token. (SQLite's writer is one already.)
+pub async fn any_locked(tx: &mut WriteTx) -> sqlx::Result<bool> {
+    if let Exec::Pg(c) = tx.exec() {
+        sqlx::query("lock table tokens in share row exclusive mode").execute(c).await?;
+    }
+    on_store!(tx.exec(), |e| sqlx::query_scalar("select exists (select 1 from tokens)").fetch_one(e).await)
+}
+
+/// A token by the hash of its secret.
+pub async fn by_hash(db: Exec<'_>, hash: &str) -> sqlx::Result<Option<Stored>> {
+    on_store!(db, |e| sqlx::query_as("select name, role, hash, last_used_at from tokens where hash = $1")
+        .bind(hash)
+        .fetch_optional(e)
+        .await)
 }
 
 pub async fn list(db: Exec<'_>) -> sqlx::Result<Vec<TokenInfo>> {
@@ -81,11 +96,19 @@ pub async fn delete(tx: &mut WriteTx, name: &str) -> sqlx::Result<Option<DeleteO
         .await)?;
     let Some(role) = role else { return Ok(None) };
     if role == Role::Admin {
-        let admins: i64 = on_store!(tx.exec(), |e| sqlx::query_scalar("select count(*) from tokens where role = $1")
-            .bind(Role::Admin)
-            .fetch_one(e)
-            .await)?;
-        if admins <= 1 {
+        // Every admin token's row is locked (PostgreSQL) before they are
+        // counted: two revocations at once, through two replicas, count one
+        // after the other, and the second sees the first one's delete.
+        let exec = tx.exec();
+        let sql = exec
+            .dialect()
+            .pick("select name from tokens where role = $1", "select name from tokens where role = $1 for update");
+        let admins: Vec<String> = on_store!(exec, |e| sqlx::query_scalar(sql).bind(Role::Admin).fetch_all(e).await)?;
+        if !admins.iter().any(|a| a == name) {
+            // Revoked meanwhile, by another request.
+            return Ok(None);
+        }
+        if admins.len() <= 1 {
             return Ok(Some(DeleteOutcome::LastAdmin));
         }
     }

@@ -186,17 +186,18 @@ pub async fn active_for_cluster(db: Exec<'_>, cluster: &str) -> sqlx::Result<Opt
 }
 
 /// Claims job `id` for `owner`: moves it to running and records the owner,
-/// only while the job is pending or running and nobody else holds a live
-/// claim (one refreshed since `stale_before`). Answers the job as claimed,
-/// and whether it was pending (a start, not a resume); `None` when the job
-/// is not there to take. Runs inside the caller's write transaction, so the
-/// read and the claim are one step.
+/// only while the job is pending or running and, with `stale_before`,
+/// nobody else holds a live claim (one refreshed since then; `None`: the
+/// caller holds the job's lease, which is the claim). Answers the job as
+/// claimed, and whether it was pending (a start, not a resume); `None`
+/// when the job is not there to take. Runs inside the caller's write
+/// transaction, so the read and the claim are one step.
 pub async fn claim(
     tx: &mut WriteTx,
     id: i64,
     owner: &str,
     now: DateTime<Utc>,
-    stale_before: DateTime<Utc>,
+    stale_before: Option<DateTime<Utc>>,
 ) -> sqlx::Result<Option<(Job, bool)>> {
     let was_pending: Option<bool> =
         on_store!(tx.exec(), |e| sqlx::query_scalar("select state = 'pending' from upgrade_jobs where id = $1")
@@ -208,7 +209,7 @@ pub async fn claim(
             state = 'running', owner = $1, heartbeat_at = $2, updated_at = $2,
             started_at = coalesce(started_at, $2)
          where id = $3 and state in ('pending', 'running')
-           and (owner is null or owner = $1 or heartbeat_at is null or heartbeat_at < $4)
+           and ($4 is null or owner is null or owner = $1 or heartbeat_at is null or heartbeat_at < $4)
          returning {COLUMNS}"
     )))
     .bind(owner)
@@ -324,7 +325,13 @@ pub async fn request_cancel(
 ) -> sqlx::Result<Option<(Job, CancelOutcome)>> {
     let mut tx = db.begin_write().await?;
     let now = Utc::now();
-    let Some(before) = get(tx.exec(), id).await? else { return Ok(None) };
+    // Locked (PostgreSQL) so that the outcome is decided on the state the
+    // update will change: a runner ending the job on another replica waits,
+    // or has already ended it.
+    let exec = tx.exec();
+    let sql = format!("select {COLUMNS} from upgrade_jobs where id = $1{}", exec.dialect().pick("", " for update"));
+    let row: Option<JobRow> = on_store!(exec, |e| sqlx::query_as(AssertSqlSafe(sql)).bind(id).fetch_optional(e).await)?;
+    let Some(before) = row.map(Job::try_from).transpose()? else { return Ok(None) };
     let outcome = match before.state {
         JobState::Succeeded | JobState::Failed => CancelOutcome::Ended,
         JobState::Cancelled => CancelOutcome::AlreadyRequested,

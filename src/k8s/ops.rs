@@ -116,7 +116,14 @@ pub struct ClusterApi {
     retries: AtomicU32,
     /// Counts every try, when the caller keeps metrics.
     metrics: Option<std::sync::Arc<crate::metrics::Metrics>>,
+    /// Asked before every try: why the call must not be sent, if it must
+    /// not. An upgrade job's lease (with several replicas): a replica that
+    /// lost it, paused or cut off past its deadline, sends nothing more.
+    gate: Option<Gate>,
 }
+
+/// Why a call must not be sent now, if it must not.
+pub type Gate = std::sync::Arc<dyn Fn() -> Option<String> + Send + Sync>;
 
 impl ClusterApi {
     pub fn new(client: kube::Client, policy: RetryPolicy) -> Self {
@@ -127,7 +134,13 @@ impl ClusterApi {
             policy,
             retries: AtomicU32::new(0),
             metrics: None,
+            gate: None,
         }
+    }
+
+    pub fn with_gate(mut self, gate: Gate) -> Self {
+        self.gate = Some(gate);
+        self
     }
 
     pub fn with_metrics(mut self, metrics: std::sync::Arc<crate::metrics::Metrics>) -> Self {
@@ -147,6 +160,9 @@ impl ClusterApi {
     {
         let mut tries = 0;
         loop {
+            if let Some(why) = self.gate.as_ref().and_then(|g| g()) {
+                return Err(CallError { op: op.to_owned(), tries, reason: format!("not sent: {why}") });
+            }
             tries += 1;
             let outcome = match tokio::time::timeout(self.policy.call_timeout, f()).await {
                 Ok(r) => r,

@@ -410,11 +410,11 @@ impl Pools {
 }
 
 /// A pool may name only a registered cluster: its machines' nodes are
-/// drained through it. Checked in the writing transaction, against the
-/// cluster delete that checks the other way.
+/// drained through it. Checked in the writing transaction, holding the
+/// cluster's row against the cluster delete that checks the other way.
 async fn check_cluster(tx: &mut db::WriteTx, spec: &PoolSpec) -> Result<(), PoolError> {
     let Some(cluster) = spec.cluster() else { return Ok(()) };
-    if db::clusters::exists(tx.exec(), cluster).await? {
+    if db::clusters::hold(tx, cluster).await? {
         return Ok(());
     }
     Err(ValidationErrors::single(

@@ -15,6 +15,7 @@ pub fn pool(spec: serde_json::Value) -> Pool {
     Pool {
         name: "p".into(),
         generation: 1,
+        version: 1,
         spec: spec.expect("a valid test spec"),
         status: PoolStatus::default(),
         deleting: false,

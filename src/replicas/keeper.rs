@@ -26,7 +26,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{Held, Leases, owner};
+use super::{Held, Key, Kind, Leases, owner};
 use crate::db::{self, Db};
 use crate::runtime::Wake;
 
@@ -48,12 +48,29 @@ pub struct Round {
     pub handed_over: usize,
 }
 
+/// Kept from round to round: reading every pool's name and hashing it
+/// against every replica alive is most of a round's work, and is redone
+/// only when the replicas alive or the pools change.
+#[derive(Default)]
+struct Spread {
+    alive: Vec<String>,
+    pools: (i64, i64),
+    /// The pools whose rendezvous owner is this replica.
+    share: HashSet<String>,
+    rounds: u64,
+}
+
+/// Every this many rounds the renewal lists every pool lease it renewed;
+/// in between it only counts them (see [`db::leases::Renewal`]).
+const LIST_EVERY: u64 = 16;
+
 pub async fn run(leases: Arc<Leases>, db: Db, wakes: mpsc::UnboundedSender<Wake>, cancel: CancellationToken) {
     let Some(store) = db.shared_store().cloned() else { return };
     let tick = leases.duration / 3;
     let mut failing = false;
+    let mut spread = Spread::default();
     loop {
-        let next = match round(&leases, &store, &wakes).await {
+        let next = match round(&leases, &store, &wakes, &mut spread).await {
             Ok((r, next)) => {
                 if failing || r.gained + r.lost + r.handed_over > 0 {
                     tracing::info!(replica = %leases.me, alive = r.alive, held = r.held, gained = r.gained,
@@ -84,67 +101,101 @@ async fn round(
     leases: &Leases,
     store: &sqlx::PgPool,
     wakes: &mpsc::UnboundedSender<Wake>,
+    spread: &mut Spread,
 ) -> sqlx::Result<(Round, Option<Duration>)> {
     let sent = Instant::now();
-    let (renewed, alive) = db::leases::renew(store, &leases.me, leases.duration).await?;
+    let (jobs, pool_count, pool_tokens) = {
+        let held = leases.lock();
+        let jobs: Vec<String> = held.keys().filter(|k| k.kind == Kind::Job).map(|k| k.name.clone()).collect();
+        let pools = held.iter().filter(|(k, _)| k.kind == Kind::Pool);
+        let (count, tokens) = pools.fold((0i64, 0i64), |(n, t), (_, h)| (n + 1, t.wrapping_add(h.token)));
+        (jobs, count, tokens)
+    };
+    spread.rounds += 1;
+    let list = spread.rounds.is_multiple_of(LIST_EVERY);
+    let (mut renewal, alive) = db::leases::renew(store, &leases.me, leases.duration, &jobs, list).await?;
+    // The pool leases renewed are the ones held here, unless their count
+    // or tokens differ (a lease lost, or one held in the store only):
+    // then they are read in full.
+    if renewal.pools.is_none() && (renewal.pool_count, renewal.pool_tokens) != (pool_count, pool_tokens) {
+        (renewal, _) = db::leases::renew(store, &leases.me, leases.duration, &jobs, true).await?;
+    }
     let valid_until = sent + leases.act_for();
     // When the first other replica dies unless it renews: its share is
     // then spread again (its leases expire at that very moment).
     let next_death = alive.iter().filter(|a| *a.id != *leases.me).map(|a| a.remaining).reduce(f64::min);
     let alive: Vec<String> = alive.into_iter().map(|a| a.id).collect();
-    let renewed: HashMap<String, i64> = renewed.into_iter().map(|h| (h.name, h.token)).collect();
+    let pools: Option<HashMap<String, i64>> =
+        renewal.pools.map(|pools| pools.into_iter().map(|h| (h.name, h.token)).collect());
+    let jobs: HashMap<String, i64> = renewal.jobs.into_iter().map(|h| (h.name, h.token)).collect();
     let mut r = Round { alive: alive.len(), ..Round::default() };
     let stray: Vec<String> = {
         let mut held = leases.lock();
-        held.retain(|name, h| match renewed.get(name) {
-            Some(&token) if token == h.token => {
+        held.retain(|key, h| {
+            let renewed = match (key.kind, &pools) {
+                (Kind::Pool, None) => Some(h.token),
+                (Kind::Pool, Some(pools)) => pools.get(&key.name).copied(),
+                (Kind::Job, _) => jobs.get(&key.name).copied(),
+            };
+            if renewed == Some(h.token) {
                 h.valid_until = valid_until;
-                true
+                return true;
             }
-            _ => {
-                r.lost += 1;
-                tracing::warn!(pool = %name, "lease lost: another replica drives the pool now");
-                false
-            }
+            r.lost += 1;
+            tracing::warn!(lease = %key, "lease lost: another replica drives it now");
+            false
         });
-        // Held in the store but not here (a hand-over whose release did not
-        // reach the store): given up now, or nobody could take them.
-        renewed.keys().filter(|name| !held.contains_key(*name)).cloned().collect()
+        // Pools held in the store but not here (a hand-over whose release
+        // did not reach the store): given up now, or nobody could take
+        // them. (Only the jobs held here were renewed.)
+        pools
+            .iter()
+            .flatten()
+            .filter(|(name, _)| !held.contains_key(&Key::pool(name)))
+            .map(|(n, _)| n.clone())
+            .collect()
     };
     if !stray.is_empty() {
-        db::leases::release(store, &leases.me, &stray).await?;
+        db::leases::release(store, &leases.me, Kind::Pool, &stray).await?;
     }
 
-    let pools = db::leases::pool_names(store).await?;
     if rand::random::<u8>() == 0 {
         // Now and then (every ~256 rounds of each replica) is plenty.
         db::leases::forget_deleted(store).await?;
     }
-    let share: HashSet<&str> =
-        pools.iter().map(String::as_str).filter(|p| owner(&alive, p) == Some(&*leases.me)).collect();
+    let checksum = db::leases::pools_checksum(store).await?;
+    if spread.alive != alive || spread.pools != checksum {
+        let names = db::leases::pool_names(store).await?;
+        spread.share = names.into_iter().filter(|p| owner(&alive, p) == Some(&*leases.me)).collect();
+        spread.alive = alive;
+        spread.pools = checksum;
+    }
+    let share = &spread.share;
     let (wanted, leaving) = {
         let mut held = leases.lock();
-        let wanted: Vec<String> = share.iter().filter(|p| !held.contains_key(**p)).map(|p| (*p).to_owned()).collect();
-        let cap = ((held.len() as f64 * HANDOVER_SHARE) as usize).max(HANDOVER_MIN);
+        let wanted: Vec<String> = share.iter().filter(|p| !held.contains_key(&Key::pool(p))).cloned().collect();
+        let pools = held.keys().filter(|k| k.kind == Kind::Pool).count();
+        let cap = ((pools as f64 * HANDOVER_SHARE) as usize).max(HANDOVER_MIN);
         let mut leaving = Vec::new();
-        for (name, h) in held.iter_mut() {
-            if share.contains(name.as_str()) {
+        // Jobs are not spread: the replica that claimed one keeps it.
+        for (key, h) in held.iter_mut().filter(|(k, _)| k.kind == Kind::Pool) {
+            if share.contains(key.name.as_str()) {
                 h.leaving = false;
                 continue;
             }
             h.leaving = true;
             // Idle: no fence of it is in use, so no pass is in flight.
             if Arc::strong_count(&h.in_use) == 1 && leaving.len() < cap {
-                leaving.push(name.clone());
+                leaving.push(key.name.clone());
             }
         }
         for name in &leaving {
-            held.remove(name);
+            held.remove(&Key::pool(name));
         }
         (wanted, leaving)
     };
     if !leaving.is_empty() {
-        r.handed_over = db::leases::release(store, &leases.me, &leaving).await? as usize;
+        r.handed_over = db::leases::release(store, &leases.me, Kind::Pool, &leaving).await? as usize;
     }
 
     let sent = Instant::now();
@@ -154,9 +205,9 @@ async fn round(
     {
         let mut held = leases.lock();
         for t in &taken {
-            held.insert(t.name.clone(), Held::new(t.token, valid_until));
+            held.insert(Key::pool(&t.name), Held::new(t.token, valid_until));
         }
-        r.held = held.len();
+        r.held = held.keys().filter(|k| k.kind == Kind::Pool).count();
     }
     for t in taken {
         let _ = wakes.send(Wake::Pool(t.name));

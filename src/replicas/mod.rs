@@ -8,12 +8,18 @@
 //!   clock), spreads the pools over the replicas alive by rendezvous
 //!   hashing ([`owner`]), takes the leases of its share that nobody holds
 //!   and hands over, a few at a time, those that are now another's share.
-//! - [`Fence`]: what a pass carries. Before each engine operation it checks
-//!   locally that the lease is still held (a monotonic deadline a little
-//!   short of the lease's expiry: a paused or cut-off replica stops on its
-//!   own), and every write transaction of the pass first proves the lease,
-//!   holder and token, in the store, locking the lease row until commit: a
-//!   replica that lost the lease writes nothing more, whatever its clock.
+//! - [`Fence`]: what a pass, or an upgrade job's run, carries. Before each
+//!   engine operation or Kubernetes call it checks locally that the lease
+//!   is still held (a monotonic deadline a little short of the lease's
+//!   expiry: a paused or cut-off replica stops on its own), and every
+//!   write transaction first proves the lease, holder and token, in the
+//!   store, locking the lease row until commit: a replica that lost the
+//!   lease writes nothing more, whatever its clock.
+//!
+//! Upgrade jobs are leased the same way ([`Kind::Job`]), with the same
+//! rows, clock, tokens, renewals and fences; only who takes them differs:
+//! a job is claimed by whichever replica's runner finds it free
+//! ([`Leases::claim_job`]), not spread by hashing.
 //! - [`notices`]: "pool X changed" published to the other replicas
 //!   (LISTEN/NOTIFY), for their event streams and for the pool's driver.
 //!
@@ -44,6 +50,8 @@ pub fn replica_id() -> String {
     format!("{host}-{}-{:04x}", std::process::id(), rand::random::<u16>())
 }
 
+pub use crate::db::leases::{Key, Kind};
+
 /// A lease this replica holds.
 struct Held {
     token: i64,
@@ -71,7 +79,7 @@ impl Held {
 pub struct Leases {
     pub me: Arc<str>,
     pub duration: Duration,
-    held: Mutex<HashMap<String, Held>>,
+    held: Mutex<HashMap<Key, Held>>,
 }
 
 /// The share of a lease's duration a holder acts within: the rest is slack
@@ -84,7 +92,7 @@ impl Leases {
         Arc::new(Self { me: me.into(), duration, held: Mutex::new(HashMap::new()) })
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Held>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<Key, Held>> {
         self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -96,31 +104,82 @@ impl Leases {
     /// A fence for a pass of `pool`: `None` unless this replica holds its
     /// lease, unexpired and not being handed over.
     pub fn fence(self: &Arc<Self>, pool: &str) -> Option<Fence> {
+        self.fence_of(Key::pool(pool))
+    }
+
+    fn fence_of(self: &Arc<Self>, key: Key) -> Option<Fence> {
         let held = self.lock();
-        let h = held.get(pool).filter(|h| !h.leaving && h.valid_until > Instant::now())?;
-        Some(Fence::Lease(Arc::new(LeaseFence {
-            leases: Arc::clone(self),
-            pool: pool.to_owned(),
-            token: h.token,
-            _in_use: Arc::clone(&h.in_use),
-            looked: Arc::clone(&h.looked),
-        })))
+        let h = held.get(&key).filter(|h| !h.leaving && h.valid_until > Instant::now())?;
+        Some(LeaseFence::of(self, key, h))
+    }
+
+    /// Claims upgrade job `id` inside `tx` (which also moves the job to
+    /// running): its lease is taken when nobody holds it unexpired, by the
+    /// database's clock, with the next token. Effective once `tx` commits:
+    /// then call [`Claimed::held`] to act under it.
+    pub async fn claim_job(self: &Arc<Self>, tx: &mut WriteTx, id: i64) -> Result<Option<Claimed>, sqlx::Error> {
+        let key = Key::job(id);
+        let sent = Instant::now();
+        let Some(token) = crate::db::leases::take(tx, &key, &self.me, self.duration).await? else { return Ok(None) };
+        Ok(Some(Claimed { leases: Arc::clone(self), key, token, valid_until: sent + self.act_for() }))
+    }
+
+    /// Gives up the lease of `key` held with `token`, at once (for a job
+    /// that ended or stopped at a safe point): the next holder need not
+    /// wait for it to expire.
+    pub async fn give_up(&self, tx: &mut WriteTx, key: &Key, token: i64) -> sqlx::Result<()> {
+        self.forget(key, token);
+        crate::db::leases::give_up(tx, key, &self.me, token).await
+    }
+
+    /// Stops renewing the lease of `key` held with `token` (its run ended):
+    /// it runs out in the store unless given up.
+    pub fn forget(&self, key: &Key, token: i64) {
+        let mut held = self.lock();
+        if held.get(key).is_some_and(|h| h.token == token) {
+            held.remove(key);
+        }
     }
 
     /// The pools this replica drives now.
     pub fn held_names(&self) -> Vec<String> {
         let now = Instant::now();
-        self.lock().iter().filter(|(_, h)| !h.leaving && h.valid_until > now).map(|(n, _)| n.clone()).collect()
+        self.lock()
+            .iter()
+            .filter(|(k, h)| k.kind == Kind::Pool && !h.leaving && h.valid_until > now)
+            .map(|(k, _)| k.name.clone())
+            .collect()
     }
 
+    /// Pool leases held now.
     pub fn held_count(&self) -> usize {
         let now = Instant::now();
-        self.lock().values().filter(|h| !h.leaving && h.valid_until > now).count()
+        self.lock().iter().filter(|(k, h)| k.kind == Kind::Pool && !h.leaving && h.valid_until > now).count()
     }
 
-    /// Whether `token` is still this replica's lease of `pool`, unexpired.
-    fn holds(&self, pool: &str, token: i64) -> bool {
-        self.lock().get(pool).is_some_and(|h| h.token == token && h.valid_until > Instant::now())
+    /// Whether `token` is still this replica's lease of `key`, unexpired.
+    fn holds(&self, key: &Key, token: i64) -> bool {
+        self.lock().get(key).is_some_and(|h| h.token == token && h.valid_until > Instant::now())
+    }
+}
+
+/// A job's lease taken in a transaction not yet committed.
+pub struct Claimed {
+    leases: Arc<Leases>,
+    key: Key,
+    pub token: i64,
+    valid_until: Instant,
+}
+
+impl Claimed {
+    /// The transaction committed: the lease is held, renewed by the
+    /// keeper from now on; its fence.
+    pub fn held(self) -> Fence {
+        let Claimed { leases, key, token, valid_until } = self;
+        let held = Held::new(token, valid_until);
+        let fence = LeaseFence::of(&leases, key.clone(), &held);
+        leases.lock().insert(key, held);
+        fence
     }
 }
 
@@ -149,18 +208,32 @@ pub enum Fence {
 
 pub struct LeaseFence {
     leases: Arc<Leases>,
-    pool: String,
+    key: Key,
     token: i64,
     _in_use: Arc<()>,
     looked: Arc<AtomicBool>,
 }
 
-/// The lease of a pool was lost (expired, taken over, handed over) while a
-/// pass of it ran: the pass stops without acting or writing.
+impl LeaseFence {
+    /// The fence of `held`, the lease of `key`.
+    fn of(leases: &Arc<Leases>, key: Key, held: &Held) -> Fence {
+        Fence::Lease(Arc::new(LeaseFence {
+            leases: Arc::clone(leases),
+            key,
+            token: held.token,
+            _in_use: Arc::clone(&held.in_use),
+            looked: Arc::clone(&held.looked),
+        }))
+    }
+}
+
+/// The lease of a pool or job was lost (expired, taken over, handed over)
+/// while a pass or run of it went on: it stops without acting or writing.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("pool {pool:?} is no longer driven by this replica: its lease {why}")]
+#[error("{what} is no longer driven by this replica: its lease {why}")]
 pub struct Lost {
-    pub pool: String,
+    /// The pool or job, as people read it.
+    pub what: String,
     pub why: &'static str,
 }
 
@@ -170,7 +243,7 @@ impl Fence {
     pub fn check(&self) -> Result<(), Lost> {
         match self {
             Fence::Sole => Ok(()),
-            Fence::Lease(f) if f.leases.holds(&f.pool, f.token) => Ok(()),
+            Fence::Lease(f) if f.leases.holds(&f.key, f.token) => Ok(()),
             Fence::Lease(_) => Err(self.lost()),
         }
     }
@@ -197,11 +270,19 @@ impl Fence {
     /// The loss [`check`](Self::check) reports, for an operation whose
     /// check failed further down (an engine operation left unsent).
     pub fn lost(&self) -> Lost {
-        let pool = match self {
+        let what = match self {
             Fence::Sole => String::new(),
-            Fence::Lease(f) => f.pool.clone(),
+            Fence::Lease(f) => f.key.to_string(),
         };
-        Lost { pool, why: "expired or was handed over" }
+        Lost { what, why: "expired or was handed over" }
+    }
+
+    /// The token of the lease, for writes that record it (`None`: SQLite).
+    pub fn token(&self) -> Option<i64> {
+        match self {
+            Fence::Sole => None,
+            Fence::Lease(f) => Some(f.token),
+        }
     }
 
     /// First thing in a write transaction: the lease is still this
@@ -209,10 +290,10 @@ impl Fence {
     pub async fn prove(&self, tx: &mut WriteTx) -> Result<(), FenceError> {
         let Fence::Lease(f) = self else { return Ok(()) };
         self.check()?;
-        if crate::db::leases::prove(tx, &f.pool, &f.leases.me, f.token).await? {
+        if crate::db::leases::prove(tx, &f.key, &f.leases.me, f.token).await? {
             Ok(())
         } else {
-            Err(Lost { pool: f.pool.clone(), why: "is held by another replica now (the store refused the write)" }
+            Err(Lost { what: f.key.to_string(), why: "is held by another replica now (the store refused the write)" }
                 .into())
         }
     }
@@ -301,18 +382,18 @@ mod tests {
     async fn a_fence_holds_while_the_lease_is_renewed_and_fails_once_it_is_not() {
         let leases = Leases::new("me", Duration::from_secs(15));
         assert!(leases.fence("p").is_none(), "no lease, no fence");
-        leases.lock().insert("p".into(), Held::new(3, Instant::now() + leases.act_for()));
+        leases.lock().insert(Key::pool("p"), Held::new(3, Instant::now() + leases.act_for()));
         let fence = leases.fence("p").expect("held");
         assert!(fence.check().is_ok());
         tokio::time::advance(Duration::from_secs(14)).await;
         let lost = fence.check().expect_err("past 90% of the lease without a renewal");
-        assert_eq!(lost.pool, "p");
+        assert_eq!(lost.what, "pool \"p\"");
         assert!(leases.fence("p").is_none() && leases.held_count() == 0);
         // A renewal with the same token restores it; a new token does not
         // revive fences of the old one.
-        leases.lock().get_mut("p").unwrap().valid_until = Instant::now() + leases.act_for();
+        leases.lock().get_mut(&Key::pool("p")).unwrap().valid_until = Instant::now() + leases.act_for();
         assert!(fence.check().is_ok());
-        leases.lock().get_mut("p").unwrap().token = 4;
+        leases.lock().get_mut(&Key::pool("p")).unwrap().token = 4;
         assert!(fence.check().is_err(), "a fence of token 3 never acts under token 4");
         assert!(Fence::Sole.check().is_ok());
     }

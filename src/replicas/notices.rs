@@ -1,97 +1,197 @@
-//! Change notices between replicas, through PostgreSQL's LISTEN/NOTIFY.
+//! Change notices between replicas, through PostgreSQL's LISTEN/NOTIFY
+//! (what they say: [`crate::db::notices`]).
 //!
-//! What [`Changes`] publishes here goes out on the `drover_changes`
-//! channel, batched; what the other replicas publish comes in and is
-//! published to this replica's own watchers (its event streams), and a
-//! changed pool is woken for a pass (a pass of a pool this replica does not
-//! drive ends at once). A notice is a hint, like the local ones: nothing
-//! is lost when one is (the streams read the store, the worker resyncs),
-//! only latency; after the listening connection was lost, every pool is
-//! woken once.
+//! The listener has a connection of its own, never one the lease keeper
+//! or a request needs. What it hears it applies in order:
+//! - a row notice from another replica drops the pool from this
+//!   replica's cache (unless the cache holds that version already), then
+//!   wakes the pool's event streams and its driver;
+//! - a hint wakes the streams and the driver (a pass of a pool this
+//!   replica does not drive ends at once);
+//! - this replica's own barriers mark how far the cache has caught up,
+//!   for consistent reads ([`crate::db::freshness`]).
+//!
+//! What [`Changes`] publishes here goes out as hints, batched.
+//!
+//! Any failure (the first listen included) drops the connection: reads
+//! go to the store meanwhile, and the listener connects again after a
+//! backoff. Notices sent while it was away are lost, so once it listens
+//! again it clears the cache, wakes every pool (a pass of a pool held
+//! elsewhere ends at once) and every event stream.
 
 use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
 
-use sqlx::postgres::PgListener;
+use sqlx::postgres::{PgListener, PgPool};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::changes::{Changes, Subject};
 use crate::db::Db;
+use crate::db::freshness::Freshness;
+use crate::db::notices::{self, CHANNEL, Notice};
 use crate::runtime::Wake;
 
-const CHANNEL: &str = "drover_changes";
-/// Notices sent in one statement, at most.
+/// Hints sent in one statement, at most.
 const BATCH: usize = 512;
+/// The first wait before connecting again, doubled at each failure up to
+/// [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// A barrier sent this long ago and still unheard means the connection
+/// is dead without saying so (a network that drops packets): connect again.
+const SILENT_DEATH: Duration = Duration::from_secs(3);
 
-pub async fn run(
-    me: std::sync::Arc<str>,
-    db: Db,
-    changes: Changes,
-    mut outgoing: mpsc::UnboundedReceiver<Subject>,
-    wakes: mpsc::UnboundedSender<Wake>,
-    cancel: CancellationToken,
-) {
-    let Some(store) = db.shared_store().cloned() else { return };
-    let mut listener = match PgListener::connect_with(&store).await {
-        Ok(mut l) => match l.listen(CHANNEL).await {
-            Ok(()) => Some(l),
-            Err(e) => {
-                tracing::warn!(error = %e, "listening for other replicas' changes failed; relying on resyncs");
-                None
-            }
-        },
-        Err(e) => {
-            tracing::warn!(error = %e, "listening for other replicas' changes failed; relying on resyncs");
-            None
-        }
-    };
+/// What the listener works with.
+pub struct Listener {
+    pub me: Arc<str>,
+    pub db: Db,
+    pub changes: Changes,
+    pub wakes: mpsc::UnboundedSender<Wake>,
+}
+
+/// Runs the listener and sends this replica's hints until `cancel`.
+pub async fn run(l: Listener, mut outgoing: mpsc::UnboundedReceiver<Subject>, cancel: CancellationToken) {
+    let (Some(store), Some(fresh)) = (l.db.shared_store().cloned(), l.db.freshness().cloned()) else { return };
+    let mut backoff = FIRST_BACKOFF;
     let mut batch = Vec::new();
     loop {
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            n = outgoing.recv_many(&mut batch, BATCH) => {
-                if n == 0 {
-                    return;
+        let Some(pool) = l.db.listener_pool() else { return };
+        let listening = tokio::select! {
+            () = cancel.cancelled() => return,
+            listening = listen(&pool, &l.me) => listening,
+        };
+        match listening {
+            Ok(listener) => {
+                backoff = FIRST_BACKOFF;
+                // Notices sent before the LISTEN were lost: nothing cached
+                // may be trusted, and every pool may have changed.
+                l.db.pool_cache().invalidate_all();
+                fresh.connected();
+                tracing::info!(replica = %l.me, "listening for other replicas' changes");
+                let _ = l.wakes.send(Wake::All);
+                l.changes.heard_everything();
+                let ended = serve(&l, &fresh, listener, &store, &mut outgoing, &mut batch, &cancel).await;
+                fresh.disconnected();
+                match ended {
+                    Ended::Cancelled | Ended::NoMoreHints => {
+                        pool.close().await;
+                        return;
+                    }
+                    Ended::Lost(why) => {
+                        tracing::warn!(replica = %l.me, error = %why,
+                            "the change listener lost its connection; reading the store until it is back");
+                    }
                 }
-                send(&store, &me, &mut batch).await;
             }
-            heard = recv(&mut listener) => match heard {
-                Ok(Some(payload)) => {
-                    let Some((origin, subject)) = parse(&payload) else { continue };
-                    if origin == &*me {
-                        continue;
+            Err(e) => {
+                tracing::warn!(replica = %l.me, error = %e, retry_in = ?backoff,
+                    "listening for other replicas' changes failed; reading the store until it works");
+            }
+        }
+        pool.close().await;
+        let jitter = backoff.mul_f64(rand::random::<f64>() * 0.2);
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = tokio::time::sleep(backoff + jitter) => {}
+        }
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// A listener on the change channel and on this replica's barriers.
+async fn listen(pool: &PgPool, me: &str) -> sqlx::Result<PgListener> {
+    let mut listener = PgListener::connect_with(pool).await?;
+    // A lost connection is this module's to handle (the cache must be
+    // cleared before reads trust it again), not sqlx's to hide.
+    listener.eager_reconnect(false);
+    listener.ignore_pool_close_event(true);
+    listener.listen_all([CHANNEL, notices::barrier_channel(me).as_str()]).await?;
+    Ok(listener)
+}
+
+enum Ended {
+    Cancelled,
+    /// Every sender of hints is gone: the app is stopping.
+    NoMoreHints,
+    Lost(sqlx::Error),
+}
+
+async fn serve(
+    l: &Listener,
+    fresh: &Arc<Freshness>,
+    mut listener: PgListener,
+    store: &PgPool,
+    outgoing: &mut mpsc::UnboundedReceiver<Subject>,
+    batch: &mut Vec<Subject>,
+    cancel: &CancellationToken,
+) -> Ended {
+    let barriers = notices::barrier_channel(&l.me);
+    let mut watchdog = tokio::time::interval(SILENT_DEATH);
+    watchdog.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return Ended::Cancelled,
+            n = outgoing.recv_many(batch, BATCH) => {
+                if n == 0 {
+                    return Ended::NoMoreHints;
+                }
+                send_hints(store, &l.me, batch).await;
+            }
+            _ = watchdog.tick() => {
+                if fresh.overdue(SILENT_DEATH) {
+                    return Ended::Lost(sqlx::Error::Protocol(format!(
+                        "a read barrier went unanswered for {SILENT_DEATH:?}"
+                    )));
+                }
+            }
+            heard = listener.try_recv() => match heard {
+                Ok(Some(n)) if n.channel() == barriers => {
+                    if let Ok(seq) = n.payload().parse() {
+                        fresh.barrier_seen(seq);
                     }
-                    changes.heard(&subject);
-                    if let Subject::Pool(pool) = subject {
-                        let _ = wakes.send(Wake::Pool(pool));
-                    }
                 }
-                // The connection was lost and is back: notices may have
-                // been missed meanwhile.
-                Ok(None) => {
-                    let _ = wakes.send(Wake::All);
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "listening for other replicas' changes: trying again");
-                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-                }
+                Ok(Some(n)) => apply(l, n.payload()),
+                Ok(None) => return Ended::Lost(sqlx::Error::Protocol("the connection was closed".into())),
+                Err(e) => return Ended::Lost(e),
             },
         }
     }
 }
 
-/// The next payload; `Ok(None)` once after the connection came back.
-async fn recv(listener: &mut Option<PgListener>) -> sqlx::Result<Option<String>> {
-    let Some(l) = listener else { return std::future::pending().await };
-    match l.try_recv().await? {
-        Some(n) => Ok(Some(n.payload().to_owned())),
-        None => Ok(None),
+/// One notice from the change channel.
+fn apply(l: &Listener, payload: &str) {
+    let Some((origin, notice)) = notices::parse(payload) else { return };
+    // This replica's own writes invalidated its cache as they committed,
+    // and woke its own streams and passes.
+    if origin == &*l.me {
+        return;
     }
+    let pool = match notice {
+        Notice::Row { name, version } => {
+            l.db.pool_cache().invalidate_older(&name, version.unwrap_or(i64::MAX));
+            name
+        }
+        Notice::Pool(name) => name,
+        Notice::Job(id) => {
+            l.changes.heard(&Subject::Job(id));
+            return;
+        }
+    };
+    l.changes.heard(&Subject::Pool(pool.clone()));
+    let _ = l.wakes.send(Wake::Pool(pool));
 }
 
-async fn send(store: &sqlx::PgPool, me: &str, batch: &mut Vec<Subject>) {
+async fn send_hints(store: &PgPool, me: &str, batch: &mut Vec<Subject>) {
     let unique: HashSet<Subject> = batch.drain(..).collect();
-    let payloads: Vec<String> = unique.into_iter().map(|s| format(me, &s)).collect();
+    let payloads: Vec<String> = unique
+        .into_iter()
+        .map(|s| match s {
+            Subject::Pool(name) => notices::format(me, &Notice::Pool(name)),
+            Subject::Job(id) => notices::format(me, &Notice::Job(id)),
+        })
+        .collect();
     let sent = sqlx::query("select pg_notify($1, p) from unnest($2::text[]) as p")
         .bind(CHANNEL)
         .bind(&payloads)
@@ -102,33 +202,17 @@ async fn send(store: &sqlx::PgPool, me: &str, batch: &mut Vec<Subject>) {
     }
 }
 
-fn format(me: &str, subject: &Subject) -> String {
-    match subject {
-        Subject::Pool(name) => format!("{me}\tpool\t{name}"),
-        Subject::Job(id) => format!("{me}\tjob\t{id}"),
-    }
-}
-
-fn parse(payload: &str) -> Option<(&str, Subject)> {
-    let mut parts = payload.splitn(3, '\t');
-    let (origin, kind, subject) = (parts.next()?, parts.next()?, parts.next()?);
-    match kind {
-        "pool" => Some((origin, Subject::Pool(subject.to_owned()))),
-        "job" => Some((origin, Subject::Job(subject.parse().ok()?))),
-        _ => None,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn notices_name_their_origin_and_subject() {
-        let pool = format("r1", &Subject::Pool("web".into()));
-        assert_eq!(parse(&pool), Some(("r1", Subject::Pool("web".into()))));
-        assert_eq!(parse(&format("r2", &Subject::Job(42))), Some(("r2", Subject::Job(42))));
-        assert_eq!(parse("r1\tjob\tx"), None);
-        assert_eq!(parse("garbage"), None);
-    }
+/// Sends this replica's read barriers (see [`crate::db::freshness`]), on
+/// the requests' connections: a barrier is a read's round trip.
+pub async fn send_barriers(db: Db, me: Arc<str>, cancel: CancellationToken) {
+    let (Some(fresh), Some(api)) = (db.freshness().cloned(), db.request_pool().cloned()) else { return };
+    let channel = notices::barrier_channel(&me);
+    fresh
+        .send_barriers(cancel, |n| {
+            let (api, channel) = (api.clone(), channel.clone());
+            async move {
+                sqlx::query("select pg_notify($1, $2)").bind(channel).bind(n.to_string()).execute(&api).await.map(drop)
+            }
+        })
+        .await;
 }

@@ -38,10 +38,15 @@ use crate::k8s::ClusterApi;
 /// to try again later.
 #[tracing::instrument(skip(ctx, stop))]
 pub async fn run_job(ctx: &Context, id: i64, stop: &CancellationToken) -> Result<(), JobError> {
-    let Some((lease, job)) = Lease::claim(&ctx.db, id, &ctx.owner, ctx.settings.claims).await? else { return Ok(()) };
+    let claimed = Lease::claim(&ctx.db, ctx.leases.as_ref(), id, &ctx.owner, ctx.settings.claims).await?;
+    let Some((lease, job)) = claimed else { return Ok(()) };
     let mut driver = Driver { ctx, lease, job, api: None, stop };
     match crate::clusters::connect(ctx.db.background(), &driver.job.cluster, ctx.settings.retry).await {
-        Ok(api) => driver.api = Some(api.with_metrics(ctx.metrics.clone())),
+        Ok(api) => {
+            let fence = driver.lease.fence.clone();
+            let gate: crate::k8s::ops::Gate = std::sync::Arc::new(move || fence.check().err().map(|l| l.to_string()));
+            driver.api = Some(api.with_metrics(ctx.metrics.clone()).with_gate(gate));
+        }
         Err(ConnectError::Store(e)) => return Err(e.into()),
         Err(e) => {
             let why = match e {

@@ -1,9 +1,18 @@
-//! One runner's claim on one job. A job is claimed in one statement that
+//! One runner's claim on one job. A job is claimed in one transaction that
 //! only takes a pending or running job nobody else holds; from then on,
 //! every write of the job is made in a transaction that first proves the
 //! claim still stands ([`Lease::begin`]). A job that was cancelled before
 //! it started, finished, or was taken over is therefore never written by
 //! this runner again, and the runner stops before it touches the cluster.
+//!
+//! With several replicas (PostgreSQL) the claim is a lease like a pool's
+//! ([`crate::replicas`]): its expiry is on the database's clock, its
+//! token grows at each hand-over, the replica's keeper renews it, every
+//! write proves holder and token in its transaction, and every Kubernetes
+//! call first checks the lease's local deadline ([`Lease::fence`]). A
+//! replica whose clock is off, or that was paused past the lease, neither
+//! takes a live job nor goes on acting on one it lost. With SQLite (one
+//! process) the claim is the job row's owner and heartbeat.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -14,6 +23,7 @@ use tokio::time::Instant;
 use super::Claims;
 use crate::db::{self, Db, upgrades::Job};
 use crate::domain::event::{EventType, NewEvent};
+use crate::replicas::{Fence, FenceError, Key, Leases};
 
 /// Why a job's run stopped without ending the job.
 #[derive(Debug, thiserror::Error)]
@@ -26,11 +36,34 @@ pub enum JobError {
     Lost(i64),
 }
 
+impl From<FenceError> for JobError {
+    fn from(e: FenceError) -> Self {
+        match e {
+            FenceError::Lost(lost) => {
+                tracing::debug!(%lost, "upgrade job lease lost");
+                Self::Lost(lost_job(&lost))
+            }
+            FenceError::Store(e) => Self::Store(e),
+        }
+    }
+}
+
+/// The job a lost lease was of (`upgrade job N`), for the error.
+fn lost_job(lost: &crate::replicas::Lost) -> i64 {
+    lost.what.rsplit(' ').next().and_then(|id| id.parse().ok()).unwrap_or_default()
+}
+
 /// The claim of one runner on one job.
 pub struct Lease {
     db: Db,
     pub job: i64,
     owner: String,
+    /// The job's lease (several replicas), or [`Fence::Sole`]: what every
+    /// write proves and every Kubernetes call checks.
+    pub fence: Fence,
+    /// Where the lease is kept (several replicas): it is forgotten when
+    /// the run ends.
+    leases: Option<std::sync::Arc<Leases>>,
     /// How often the heartbeat is written while the runner only waits.
     heartbeat: Duration,
     /// When the heartbeat was last written, to write it only every `heartbeat`.
@@ -47,11 +80,28 @@ impl Lease {
     /// Claims job `id` for `owner`, with the event that says so (started
     /// or resumed) in the same transaction. `None` when the job is not
     /// there to take: ended, cancelled, missing, or held by a live owner.
-    pub async fn claim(db: &Db, id: i64, owner: &str, claims: Claims) -> Result<Option<(Lease, Job)>, sqlx::Error> {
-        let stale = chrono::Duration::from_std(claims.stale_after).unwrap_or(chrono::Duration::MAX);
+    pub async fn claim(
+        db: &Db,
+        leases: Option<&std::sync::Arc<Leases>>,
+        id: i64,
+        owner: &str,
+        claims: Claims,
+    ) -> Result<Option<(Lease, Job)>, sqlx::Error> {
         let mut tx = db.begin_background().await?;
         let now = Utc::now();
-        let Some((job, started)) = db::upgrades::claim(&mut tx, id, owner, now, now - stale).await? else {
+        // With leases, holding the job's lease is the claim; otherwise an
+        // owner whose heartbeat went stale gives the job up.
+        let (taken, stale_before) = match leases {
+            Some(leases) => match leases.claim_job(&mut tx, id).await? {
+                Some(taken) => (Some(taken), None),
+                None => return Ok(None),
+            },
+            None => {
+                let stale = chrono::Duration::from_std(claims.stale_after).unwrap_or(chrono::Duration::MAX);
+                (None, Some(now - stale))
+            }
+        };
+        let Some((job, started)) = db::upgrades::claim(&mut tx, id, owner, now, stale_before).await? else {
             return Ok(None);
         };
         let message = if started {
@@ -67,11 +117,14 @@ impl Lease {
         let reason = if started { "Started" } else { "Resumed" };
         db::events::record(&mut tx, &NewEvent::job(id, EventType::Normal, reason, message), now).await?;
         tx.commit().await?;
-        tracing::info!(job = id, owner, started, "upgrade job claimed");
+        let fence = taken.map_or(Fence::Sole, |t| t.held());
+        tracing::info!(job = id, owner, started, token = fence.token(), "upgrade job claimed");
         let lease = Lease {
             db: db.clone(),
             job: id,
             owner: owner.to_owned(),
+            fence,
+            leases: leases.cloned(),
             heartbeat: claims.heartbeat,
             last_beat: Mutex::new(Instant::now()),
         };
@@ -82,6 +135,7 @@ impl Lease {
     /// heartbeat refreshed) before anything else is written.
     pub async fn begin(&self) -> Result<db::WriteTx, JobError> {
         let mut tx = self.db.begin_background().await?;
+        self.fence.prove(&mut tx).await?;
         if !db::upgrades::touch(&mut tx, self.job, &self.owner, Utc::now()).await? {
             return Err(JobError::Lost(self.job));
         }
@@ -102,6 +156,9 @@ impl Lease {
     pub async fn release(&self) -> Result<(), JobError> {
         let mut tx = self.begin().await?;
         db::upgrades::release(&mut tx, self.job, &self.owner).await?;
+        if let (Some(leases), Some(token)) = (&self.leases, self.fence.token()) {
+            leases.give_up(&mut tx, &Key::job(self.job), token).await?;
+        }
         tx.commit().await?;
         Ok(())
     }
@@ -109,6 +166,7 @@ impl Lease {
     /// Between two looks at the cluster: is the claim still ours, and was
     /// a cancel asked for? Reads, and writes the heartbeat only when due.
     pub async fn check(&self) -> Result<Standing, JobError> {
+        self.fence.check().map_err(|_| JobError::Lost(self.job))?;
         if self.beat_due() {
             self.begin().await?.commit().await?;
         }
@@ -117,5 +175,15 @@ impl Lease {
             return Err(JobError::Lost(self.job));
         }
         Ok(Standing { cancel_requested: claim.cancel_requested })
+    }
+}
+
+impl Drop for Lease {
+    /// The run is over: the keeper stops renewing the job's lease, which
+    /// runs out unless [`Lease::release`] gave it up already.
+    fn drop(&mut self) {
+        if let (Some(leases), Some(token)) = (&self.leases, self.fence.token()) {
+            leases.forget(&Key::job(self.job), token);
+        }
     }
 }

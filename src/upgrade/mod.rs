@@ -41,6 +41,9 @@ pub struct Context {
     pub owner: Arc<str>,
     /// Tells event streams that a job changed.
     pub changes: crate::changes::Changes,
+    /// The replica's leases (several replicas): a job is claimed by taking
+    /// its lease. `None` with SQLite.
+    pub leases: Option<Arc<crate::replicas::Leases>>,
 }
 
 impl Context {
@@ -51,7 +54,13 @@ impl Context {
         changes: crate::changes::Changes,
         owner: Arc<str>,
     ) -> Self {
-        Self { db, settings, metrics, owner, changes }
+        Self { db, settings, metrics, owner, changes, leases: None }
+    }
+
+    /// Jobs are claimed through `leases` (several replicas).
+    pub fn with_leases(mut self, leases: Option<Arc<crate::replicas::Leases>>) -> Self {
+        self.leases = leases;
+        self
     }
 }
 

@@ -132,6 +132,7 @@ impl Upgrades {
         }
         let job = start(&self.db, &prepared).await.map_err(|e| match e {
             StartError::Active(job) => UpgradeError::Active { cluster: cluster.to_owned(), job },
+            StartError::ClusterGone => UpgradeError::Cluster(ClusterError::NotFound(cluster.to_owned())),
             StartError::Store(e) => e.into(),
         })?;
         self.queue.wake();
@@ -276,6 +277,9 @@ pub enum StartError {
     /// Another job is pending or running on the cluster.
     #[error("upgrade job {0} is already active on the cluster")]
     Active(i64),
+    /// The cluster was deleted while the job was being planned.
+    #[error("the cluster is no longer registered")]
+    ClusterGone,
     #[error("storing the job failed")]
     Store(#[from] sqlx::Error),
 }
@@ -297,6 +301,11 @@ async fn start(db: &Db, prepared: &Prepared) -> Result<Job, StartError> {
     };
     let mut tx = db.begin_background().await?;
     let now = Utc::now();
+    // Held until the job commits: a concurrent delete of the cluster waits
+    // for it, then finds the job active and refuses.
+    if !db::clusters::hold(&mut tx, &r.cluster).await? {
+        return Err(StartError::ClusterGone);
+    }
     let job = match db::upgrades::insert(&mut tx, &new, now).await {
         Ok(job) => job,
         Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {

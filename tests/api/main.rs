@@ -4,6 +4,7 @@ mod apply;
 mod cli;
 mod clusters;
 mod connections;
+mod consistency;
 mod cors;
 mod crashes;
 mod docker;
@@ -16,6 +17,7 @@ mod hardening;
 mod helpers;
 #[path = "../support/images.rs"]
 mod images;
+mod job_leases;
 
 #[path = "../support/kube_sim.rs"]
 mod kube_sim;

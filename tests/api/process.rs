@@ -24,12 +24,34 @@ impl Process {
     /// `drover serve` on `data_dir` with `extra` flags; a `--stop-timeout`
     /// among them replaces the default of 2 s.
     pub fn spawn_with(data_dir: &Path, extra: &[&str]) -> Self {
+        Self::spawn_clocked(data_dir, None, extra)
+    }
+
+    /// [`spawn_with`](Self::spawn_with) with the process's wall clock moved
+    /// by `offset` (`"+60s"`, `"-60s"`) through Debian's `faketime`; its
+    /// monotonic clock is left alone. The test fails, saying why, when
+    /// `faketime` is missing (scripts/test.sh installs it).
+    pub fn spawn_faked(data_dir: &Path, offset: &str, extra: &[&str]) -> Self {
+        Self::spawn_clocked(data_dir, Some(offset), extra)
+    }
+
+    fn spawn_clocked(data_dir: &Path, offset: Option<&str>, extra: &[&str]) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port();
         std::fs::create_dir_all(data_dir).expect("creating the data directory");
         let log = data_dir.join(format!("serve-{port}.log"));
         let stderr = std::fs::File::create(&log).expect("creating the process log");
         let stop = if extra.contains(&"--stop-timeout") { &[][..] } else { &["--stop-timeout", "2s"][..] };
         let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_drover"));
+        if let Some(offset) = offset {
+            // The library itself, preloaded into drover (the `faketime`
+            // program would run drover as its child, and a kill by pid would
+            // stop only the wrapper).
+            command
+                .env("LD_PRELOAD", libfaketime())
+                .env("FAKETIME", offset)
+                .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+                .env("FAKETIME_NO_CACHE", "1");
+        }
         command
             .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--log-level", "warn"])
             .args(stop)
@@ -153,4 +175,18 @@ impl Drop for Process {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Debian's libfaketime (package `faketime`); the test fails, saying why,
+/// without it.
+fn libfaketime() -> std::path::PathBuf {
+    let candidates = std::fs::read_dir("/usr/lib")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|arch| arch.path().join("faketime/libfaketime.so.1"))
+        .chain([std::path::PathBuf::from("/usr/lib/faketime/libfaketime.so.1")]);
+    candidates.into_iter().find(|p| p.is_file()).unwrap_or_else(|| {
+        panic!("this test needs Debian's `faketime` (libfaketime.so.1 under /usr/lib/*/faketime): scripts/test.sh installs it")
+    })
 }

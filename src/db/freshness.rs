@@ -1,0 +1,332 @@
+//! Consistent reads from the cache of pools on PostgreSQL, where other
+//! replicas write the same rows.
+//!
+//! A read must never be older than a write acknowledged before the read
+//! began, whichever replica took the write. Every write of a pool sends a
+//! change notice inside its transaction, and PostgreSQL delivers the
+//! notices of different transactions in the order they committed. So, as
+//! Kubernetes' watch cache does with etcd's revision (KEP-2340,
+//! "consistent reads from cache"), a read asks the store for a point in
+//! that order and waits until the listener has passed it:
+//!
+//! 1. the read takes a ticket for the next *barrier*: a notice carrying a
+//!    sequence number, sent to this replica's own channel by one statement
+//!    that starts after the read began;
+//! 2. the listener ([`crate::replicas::notices`]) applies every notice in
+//!    order (dropping cached pools written since) and, when it reaches the
+//!    barrier, marks its number seen;
+//! 3. once the barrier is seen, every write committed before it has been
+//!    applied to the cache: the read is served from memory.
+//!
+//! One barrier serves every read that took a ticket before it was sent:
+//! 64 concurrent reads cost one round trip, not 64. A read whose barrier
+//! is not seen within [`CATCH_UP`], or that arrives while the listener is
+//! down, reads the store directly and counts why.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use tokio::sync::{Notify, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// How long a read waits for the listener to catch up before it reads
+/// the store instead: a few round trips on a healthy store, short enough
+/// that a stalled listener costs a read little more than the store itself.
+pub const CATCH_UP: Duration = Duration::from_millis(500);
+
+/// What the listener has applied.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Seen {
+    /// Whether the listener is connected and caught up with the cache
+    /// cleared: reads may use the cache.
+    connected: bool,
+    /// Bumped at each connection: barriers sent on an earlier one are lost.
+    connection: u64,
+    /// The highest barrier received.
+    barrier: u64,
+}
+
+/// Why a read went to the store rather than the cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stale {
+    /// The listener is not connected: notices may be missed.
+    ListenerDown,
+    /// The barrier was not seen within [`CATCH_UP`].
+    Slow,
+}
+
+#[derive(Default)]
+struct Tickets {
+    /// The number the next barrier will carry.
+    next: u64,
+    /// A read holds a ticket for `next`: it must be sent.
+    wanted: bool,
+}
+
+/// The barriers of one replica, shared by its reads, the task that sends
+/// barriers and the listener.
+pub struct Freshness {
+    tickets: Mutex<Tickets>,
+    /// The oldest barrier sent and not yet heard, and when it was sent:
+    /// how the listener finds out that its connection died silently.
+    unheard: Mutex<Option<(u64, Instant)>>,
+    /// Wakes the sender when a read wants a barrier.
+    wanted: Notify,
+    seen: watch::Sender<Seen>,
+    pub stats: ReadStats,
+}
+
+impl Default for Freshness {
+    fn default() -> Self {
+        Self {
+            tickets: Mutex::new(Tickets { next: 1, wanted: false }),
+            unheard: Mutex::new(None),
+            wanted: Notify::new(),
+            seen: watch::Sender::new(Seen::default()),
+            stats: ReadStats::default(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabels {
+    source: &'static str,
+}
+
+/// Counted for `/metrics`.
+#[derive(Default)]
+pub struct ReadStats {
+    /// Pool reads by where they were answered from: `cache`, `store`
+    /// (a miss), `store_listener_down`, `store_slow`.
+    pub reads: Family<SourceLabels, Counter>,
+    /// 1 while the change listener is connected.
+    pub listener_connected: Gauge,
+    /// Connections of the listener made since start (the first included).
+    pub listener_connections: Counter,
+}
+
+impl ReadStats {
+    pub fn read(&self, source: &'static str) {
+        self.reads.get_or_create(&SourceLabels { source }).inc();
+    }
+
+    /// Registers these in a replica's metrics.
+    pub fn register(&self, r: &mut prometheus_client::registry::Registry) {
+        r.register(
+            "drover_pool_reads",
+            "Pool reads by where they were answered: cache, store (not cached), store_listener_down, store_slow",
+            self.reads.clone(),
+        );
+        r.register(
+            "drover_change_listener_connected",
+            "1 while this replica listens for other replicas' changes (else reads go to the store)",
+            self.listener_connected.clone(),
+        );
+        r.register(
+            "drover_change_listener_connections",
+            "Connections the change listener made (the first included)",
+            self.listener_connections.clone(),
+        );
+    }
+}
+
+impl Freshness {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Tickets> {
+        self.tickets.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits until the cache holds every write committed before this call,
+    /// or says why it cannot be trusted for this read.
+    pub async fn catch_up(&self) -> Result<(), Stale> {
+        let mut seen = self.seen.subscribe();
+        let at = *seen.borrow_and_update();
+        if !at.connected {
+            return Err(Stale::ListenerDown);
+        }
+        let ticket = {
+            let mut t = self.lock();
+            t.wanted = true;
+            t.next
+        };
+        self.wanted.notify_one();
+        let reached = seen.wait_for(|s| !s.connected || s.connection != at.connection || s.barrier >= ticket);
+        match tokio::time::timeout(CATCH_UP, reached).await {
+            Ok(Ok(s)) if s.connected && s.connection == at.connection => Ok(()),
+            Ok(_) => Err(Stale::ListenerDown),
+            Err(_) => Err(Stale::Slow),
+        }
+    }
+
+    fn unheard(&self) -> std::sync::MutexGuard<'_, Option<(u64, Instant)>> {
+        self.unheard.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether a barrier sent over `limit` ago is still unheard.
+    pub fn overdue(&self, limit: Duration) -> bool {
+        self.unheard().is_some_and(|(_, sent)| sent.elapsed() > limit)
+    }
+
+    /// The listener is connected, its cache cleared: reads may use it.
+    pub fn connected(&self) {
+        *self.unheard() = None;
+        self.seen.send_modify(|s| {
+            s.connected = true;
+            s.connection += 1;
+        });
+        self.stats.listener_connected.set(1);
+        self.stats.listener_connections.inc();
+    }
+
+    /// The listener lost its connection: reads go to the store until it
+    /// is back.
+    pub fn disconnected(&self) {
+        self.seen.send_if_modified(|s| std::mem::replace(&mut s.connected, false));
+        self.stats.listener_connected.set(0);
+    }
+
+    /// The listener received barrier `n` (this replica's).
+    pub fn barrier_seen(&self, n: u64) {
+        {
+            let mut unheard = self.unheard();
+            if unheard.is_some_and(|(oldest, _)| n >= oldest) {
+                *unheard = None;
+            }
+        }
+        self.seen.send_if_modified(|s| {
+            let newer = n > s.barrier;
+            s.barrier = s.barrier.max(n);
+            newer
+        });
+    }
+
+    /// Whether reads may use the cache now.
+    pub fn is_connected(&self) -> bool {
+        self.seen.borrow().connected
+    }
+
+    /// Sends a barrier whenever a read wants one, one at a time: reads that
+    /// arrive while one is on its way wait for the next, which covers them
+    /// all. `send` delivers barrier `n` to this replica's listener.
+    pub async fn send_barriers<F, Fut>(&self, cancel: CancellationToken, mut send: F)
+    where
+        F: FnMut(u64) -> Fut,
+        Fut: std::future::Future<Output = sqlx::Result<()>>,
+    {
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = self.wanted.notified() => {}
+            }
+            let n = {
+                let mut t = self.lock();
+                if !t.wanted {
+                    continue;
+                }
+                t.wanted = false;
+                t.next += 1;
+                t.next - 1
+            };
+            self.unheard().get_or_insert((n, Instant::now()));
+            if let Err(e) = send(n).await {
+                // The reads waiting for it give up after CATCH_UP and read
+                // the store; the listener notices a lost connection itself.
+                tracing::debug!(error = %e, barrier = n, "sending a read barrier failed");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// A listener that hears every barrier at once, counting them.
+    fn echoing(f: &Arc<Freshness>, sent: &Arc<AtomicU64>) -> CancellationToken {
+        let cancel = CancellationToken::new();
+        let (f, sent, stop) = (f.clone(), sent.clone(), cancel.clone());
+        tokio::spawn(async move {
+            let echo = f.clone();
+            f.send_barriers(stop, move |n| {
+                sent.fetch_add(1, Ordering::SeqCst);
+                let echo = echo.clone();
+                async move {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    echo.barrier_seen(n);
+                    Ok(())
+                }
+            })
+            .await;
+        });
+        cancel
+    }
+
+    #[tokio::test]
+    async fn sixty_four_concurrent_reads_share_a_couple_of_barriers() {
+        let f = Arc::new(Freshness::default());
+        f.connected();
+        let sent = Arc::new(AtomicU64::new(0));
+        let stop = echoing(&f, &sent);
+        let reads: Vec<_> = (0..64)
+            .map(|_| {
+                let f = f.clone();
+                tokio::spawn(async move { f.catch_up().await })
+            })
+            .collect();
+        for r in reads {
+            assert_eq!(r.await.unwrap(), Ok(()));
+        }
+        let n = sent.load(Ordering::SeqCst);
+        assert!((1..=2).contains(&n), "64 reads arriving together cost {n} barriers");
+        stop.cancel();
+    }
+
+    #[tokio::test]
+    async fn a_read_never_rides_on_a_barrier_sent_before_it_began() {
+        let f = Arc::new(Freshness::default());
+        f.connected();
+        // Barrier 1 is sent but not yet heard when the read begins: the
+        // read needs barrier 2.
+        f.lock().next = 2;
+        f.barrier_seen(1);
+        let read = {
+            let f = f.clone();
+            tokio::spawn(async move { f.catch_up().await })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!read.is_finished(), "barrier 1 does not cover a read that began after it was sent");
+        f.barrier_seen(2);
+        assert_eq!(read.await.unwrap(), Ok(()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_a_listener_or_an_answer_a_read_goes_to_the_store() {
+        let f = Arc::new(Freshness::default());
+        assert_eq!(f.catch_up().await, Err(Stale::ListenerDown), "never connected");
+        f.connected();
+        assert_eq!(f.catch_up().await, Err(Stale::Slow), "no barrier ever heard");
+        let waiting = {
+            let f = f.clone();
+            tokio::spawn(async move { f.catch_up().await })
+        };
+        tokio::task::yield_now().await;
+        f.disconnected();
+        assert_eq!(waiting.await.unwrap(), Err(Stale::ListenerDown), "a lost listener ends the wait at once");
+        f.connected();
+        let read = {
+            let f = f.clone();
+            tokio::spawn(async move { f.catch_up().await })
+        };
+        tokio::task::yield_now().await;
+        // Nothing sends barriers here: the read's is still the next one.
+        let ticket = f.lock().next;
+        f.barrier_seen(ticket);
+        assert_eq!(read.await.unwrap(), Ok(()), "connected again, a barrier heard serves the read");
+    }
+}

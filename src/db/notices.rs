@@ -1,0 +1,112 @@
+//! The change notices replicas send each other through PostgreSQL's
+//! `NOTIFY` (docs/ha.md): what they say, how they are written, and the
+//! statements that send them. The listener that receives them is
+//! [`crate::replicas::notices`].
+//!
+//! - A **row** notice (`origin`, pool, row version) is sent inside every
+//!   transaction that writes a pool's row, so it is delivered when, and in
+//!   the order, the write commits: what keeps every replica's cache of
+//!   pools current ([`super::freshness`]).
+//! - **Hints** (pool X, job Y changed: a machine, an event, a step) are
+//!   sent after the fact, batched: they wake event streams and the pool's
+//!   driver; losing one costs latency, never correctness.
+//! - A **barrier** (a number, on the replica's own channel) marks a point
+//!   in the commit order for that replica's reads.
+
+use sqlx::postgres::PgConnection;
+
+/// The channel every replica listens on.
+pub const CHANNEL: &str = "drover_changes";
+
+/// One notice on [`CHANNEL`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Notice {
+    /// Pool `name`'s row was written, now at `version`; `None`: deleted.
+    Row { name: String, version: Option<i64> },
+    /// Something about pool `name` changed (a hint).
+    Pool(String),
+    /// Something about upgrade job `id` changed (a hint).
+    Job(i64),
+}
+
+/// `origin` TAB kind TAB subject [TAB version].
+pub fn format(origin: &str, notice: &Notice) -> String {
+    match notice {
+        Notice::Row { name, version: Some(v) } => format!("{origin}\trow\t{name}\t{v}"),
+        Notice::Row { name, version: None } => format!("{origin}\trow\t{name}\t-"),
+        Notice::Pool(name) => format!("{origin}\tpool\t{name}"),
+        Notice::Job(id) => format!("{origin}\tjob\t{id}"),
+    }
+}
+
+/// The origin and the notice; `None` for a payload of another format (a
+/// newer drover, a person with `psql`), which is ignored.
+pub fn parse(payload: &str) -> Option<(&str, Notice)> {
+    let mut parts = payload.splitn(4, '\t');
+    let (origin, kind, subject) = (parts.next()?, parts.next()?, parts.next()?);
+    let notice = match (kind, parts.next()) {
+        ("row", Some("-")) => Notice::Row { name: subject.to_owned(), version: None },
+        ("row", Some(v)) => Notice::Row { name: subject.to_owned(), version: Some(v.parse().ok()?) },
+        ("pool", None) => Notice::Pool(subject.to_owned()),
+        ("job", None) => Notice::Job(subject.parse().ok()?),
+        _ => return None,
+    };
+    Some((origin, notice))
+}
+
+/// The channel of `replica`'s barriers: its own, so that no replica
+/// receives another's. A hash keeps the name a valid identifier of any
+/// replica id; stable across builds (FNV-1a).
+pub fn barrier_channel(replica: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in replica.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("drover_barrier_{h:016x}")
+}
+
+/// Inside a write transaction, last before its commit: a row notice for
+/// each pool in `names`, with the version the transaction leaves it at.
+pub(super) async fn rows(tx: &mut PgConnection, origin: &str, names: &[String]) -> sqlx::Result<()> {
+    sqlx::query(
+        "select pg_notify($1, $2 || E'\\trow\\t' || n.name || E'\\t' || coalesce(p.version::text, '-'))
+         from unnest($3::text[]) as n(name) left join pools p on p.name = n.name",
+    )
+    .bind(CHANNEL)
+    .bind(origin)
+    .bind(names)
+    .execute(tx)
+    .await
+    .map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notices_name_their_origin_and_subject_and_read_back() {
+        let all = [
+            Notice::Row { name: "web".into(), version: Some(7) },
+            Notice::Row { name: "web".into(), version: None },
+            Notice::Pool("web".into()),
+            Notice::Job(42),
+        ];
+        for n in all {
+            assert_eq!(parse(&format("r1", &n)), Some(("r1", n.clone())), "{n:?}");
+        }
+        assert_eq!(parse("r1\tjob\tx"), None);
+        assert_eq!(parse("r1\trow\tweb\tseven"), None);
+        assert_eq!(parse("r1\tpool\tweb\t3"), None, "a hint has no version");
+        assert_eq!(parse("garbage"), None);
+    }
+
+    #[test]
+    fn each_replica_has_a_barrier_channel_of_its_own() {
+        let a = barrier_channel("host-1-12-ab01");
+        assert_eq!(a, barrier_channel("host-1-12-ab01"));
+        assert_ne!(a, barrier_channel("host-1-12-ab02"));
+        assert!(a.len() <= 63 && a.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'), "{a}");
+    }
+}
