@@ -17,6 +17,7 @@ import time
 import attrs
 
 from drover_client import AuthenticatedClient
+from drover_client.api.apply import apply as apply_fleet
 from drover_client.api.machines import delete_machine, get_machine, list_machines, request_machine_deletion
 from drover_client.api.pools import (
     create_pool,
@@ -29,12 +30,18 @@ from drover_client.api.pools import (
 )
 from drover_client.api.rollouts import continue_rollout, get_rollout, list_revisions, plan_pool, rollback_pool
 from drover_client.models import (
+    Action,
+    ApplyRequest,
+    ApplyResult,
     CreatePool,
     EventList,
     MachineView,
     PlanView,
+    PoolDocument,
+    PoolDocumentKind,
     PoolList,
     PoolPatch,
+    PoolSpecInput,
     PoolView,
     Problem,
     RollbackRequest,
@@ -260,6 +267,42 @@ def main():
     problem(get_pool.sync_detailed("missing", client=c), 404)
     problem(patch_pool.sync_detailed(name, client=c, body=PoolPatch(replicas=-1)), 422, "replicas")
     problem(patch_pool.sync_detailed(name, client=c, body=PoolPatch(replicas=3), if_match='"1"'), 412)
+
+    step("apply a fleet: a dry run, the apply, the same again, a bad document, a prune")
+
+    def doc(pool_name, replicas):
+        return PoolDocument(kind=PoolDocumentKind.POOL, name=pool_name,
+                            spec=PoolSpecInput(replicas=replicas, version="v1.29.2"))
+
+    def applied(response):
+        return ok(response, ApplyResult)
+
+    fleet = [doc("fleet-a", 1), doc("fleet-b", 2)]
+    dry = applied(apply_fleet.sync_detailed(client=c, body=ApplyRequest(apply_set="e2e", documents=fleet, dry_run=True)))
+    check(dry.dry_run and dry.changed and dry.revision is None, f"a dry run of a new set: {dry}")
+    check([o.action for o in dry.objects] == [Action.CREATE, Action.CREATE], f"two creations planned: {dry.objects}")
+    problem(get_pool.sync_detailed("fleet-a", client=c), 404)
+    done = apply_fleet.sync_detailed(client=c, body=ApplyRequest(apply_set="e2e", documents=fleet),
+                                     idempotency_key="e2e-apply-1")
+    result = applied(done)
+    check(done.headers.get("etag") == '"1"' and result.revision == 1, f"applied as revision 1: {result}")
+    check(result.objects[1].generation == 1 and result.objects[1].revision == 1, f"generations: {result.objects}")
+    replayed = apply_fleet.sync_detailed(client=c, body=ApplyRequest(apply_set="e2e", documents=fleet),
+                                         idempotency_key="e2e-apply-1")
+    check(replayed.headers.get("idempotent-replayed") == "true", "a retried apply with the same key is replayed")
+    same = applied(apply_fleet.sync_detailed(client=c, body=ApplyRequest(apply_set="e2e", documents=fleet),
+                                             if_match='"1"'))
+    check(not same.changed and same.summary.unchanged == 2, f"the same apply again changes nothing: {same}")
+    problem(apply_fleet.sync_detailed(client=c, body=ApplyRequest(apply_set="e2e", documents=fleet), if_match='"9"'),
+            412)
+    problem(apply_fleet.sync_detailed(client=c, body=ApplyRequest(apply_set="e2e", documents=[doc("fleet-a", 1001)])),
+            422, "documents[0].spec.replicas")
+    pruned = applied(apply_fleet.sync_detailed(
+        client=c, body=ApplyRequest(apply_set="e2e", documents=[doc("fleet-a", 2)], prune=True)))
+    check([(o.name, o.action) for o in pruned.objects] == [("fleet-a", Action.UPDATE), ("fleet-b", Action.DELETE)],
+          f"an update and a prune: {pruned.objects}")
+    change = pruned.objects[0].changes[0]
+    check((change.path, change.before, change.after) == ("replicas", 1, 2), f"the diff: {change}")
 
     step("delete the pool")
     gone = delete_pool.sync_detailed(name, client=c)

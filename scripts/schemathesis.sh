@@ -13,7 +13,9 @@
 #
 # Registering clusters and starting upgrades are left out: generated server
 # URLs would make drover connect to arbitrary hosts, and tests may only touch
-# loopback. The integration tests cover both against a local simulator.
+# loopback. The integration tests cover both against a local simulator. For
+# the same reason `POST /v1/apply` is fuzzed without `Cluster` documents:
+# the document given to schemathesis is the committed one less that branch.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,7 +42,16 @@ cat > "$data/schemathesis.toml" <<'TOML'
 "path.name" = "demo"
 TOML
 
-"$SCHEMATHESIS" --config-file "$data/schemathesis.toml" run openapi/openapi.json \
+python3 - openapi/openapi.json "$data/openapi.json" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+apply_document = doc["components"]["schemas"]["ApplyDocument"]
+apply_document["oneOf"] = [b for b in apply_document["oneOf"] if not b["$ref"].endswith("/ClusterDocument")]
+apply_document["discriminator"]["mapping"].pop("Cluster", None)
+json.dump(doc, open(sys.argv[2], "w"))
+PY
+
+"$SCHEMATHESIS" --config-file "$data/schemathesis.toml" run "$data/openapi.json" \
     --url "http://127.0.0.1:$port" \
     --header "Authorization: Bearer $(cat "$data/admin.token")" \
     --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance,response_headers_conformance \

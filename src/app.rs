@@ -162,7 +162,9 @@ impl Application {
         let upgrades = crate::upgrade::service::Upgrades::new(db.clone(), clusters.clone(), upgrade_queue.clone());
         let token_service = crate::auth::tokens::Tokens::new(db.clone(), tokens.clone());
         let keys = crate::idempotency::Keys::new(db.clone(), config.request_timeout, tasks.clone());
+        let apply = crate::apply::Apply::new(db.clone(), pools.clone(), registry.clone(), clusters.clone());
         let state = AppState::new(Shared {
+            apply,
             pools,
             machines,
             clusters,

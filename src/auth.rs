@@ -80,6 +80,9 @@ pub fn required_role(method: &Method, route: &str) -> Role {
         ("GET" | "HEAD", _) => Viewer,
         // A dry run changes nothing.
         ("POST", "/v1/pools/{name}/plan") => Viewer,
+        // A dry run changes nothing; an apply checks each change against
+        // the role its single-object route needs (`apply::plan`).
+        ("POST", "/v1/apply") => Viewer,
         ("PUT", "/v1/pools/{name}/scale")
         | ("PATCH", "/v1/pools/{name}")
         | ("POST", "/v1/pools/{name}/rollout/continue")

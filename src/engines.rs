@@ -7,10 +7,13 @@
 //! credentials) and written, for the engine client, to files of mode 0600
 //! under `<data dir>/engines/<name>/`, since the client reads them by path.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use utoipa::ToSchema;
 
 use crate::db::page::{Page, PageRequest};
 use crate::db::{self, Db, engines::StoredEngine};
@@ -39,6 +42,43 @@ pub enum EngineError {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// A TLS client identity for a `tcp://` engine: PEM documents. Write-only.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TlsInput {
+    /// Client certificate (PEM).
+    pub cert: String,
+    /// Client private key (PEM).
+    pub key: String,
+    /// CA certificate that signed the engine's server certificate (PEM).
+    pub ca: String,
+}
+
+/// An engine's registration without its name: the `spec` of an `Engine`
+/// document of `POST /v1/apply`, field for field `POST /v1/engines`'s body
+/// (`RegisterEngine`) but `name` (a test keeps the two equal).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EngineSpecInput {
+    /// `unix:///path/docker.sock` or `tcp://host:port` (with `tls` unless
+    /// the host is loopback). `ssh://` is not supported (see docs/engines.md).
+    #[schema(example = "tcp://10.0.0.12:2376")]
+    pub endpoint: String,
+    /// Labels for pools' `engine_selector`.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub tls: Option<TlsInput>,
+}
+
+impl EngineSpecInput {
+    /// The registration of an engine named `name`, for its rules.
+    pub fn into_raw(self, name: String) -> RawEngine {
+        let tls = self.tls.map(|t| Tls { cert: t.cert, key: t.key, ca: t.ca });
+        RawEngine { name, endpoint: self.endpoint, labels: self.labels, tls }
+    }
 }
 
 /// The engines service: the store's registrations and the live engines.
@@ -224,23 +264,60 @@ impl Registry {
     pub async fn register(&self, raw: RawEngine) -> Result<EngineInfo, EngineError> {
         let reg = self;
         let spec = engine::validate(raw, reg.simulated).map_err(EngineError::Invalid)?;
-        let now = Utc::now();
         let mut tx = reg.db.begin_write().await?;
-        if let Err(e) =
-            db::engines::insert(&mut tx, &spec.name, &spec.address, &spec.labels, spec.tls.as_ref(), now).await
-        {
-            return Err(match e {
-                sqlx::Error::Database(d) if d.is_unique_violation() => EngineError::Exists(spec.name),
-                other => other.into(),
-            });
-        }
-        let tls = if spec.tls.is_some() { " with TLS" } else { "" };
-        let ev = event(&spec.name, EventType::Normal, "Registered", format!("registered at {}{tls}", spec.address));
-        db::events::record(&mut tx, &ev, now).await?;
+        reg.insert_in(&mut tx, &spec, None, Utc::now()).await?;
         let backend = backend(reg, &spec.name, &spec.address, &spec.endpoint, spec.tls.as_ref())?;
         tx.commit().await?;
         tracing::info!(engine = %spec.name, address = %spec.address, "engine registered");
         Ok(EngineInfo { tls: spec.tls.is_some(), engine: reg.engines.add(&spec.name, spec.labels, backend) })
+    }
+
+    /// Stores a registration that passed its rules, with its event, in the
+    /// caller's transaction; once it commits, [`Self::activate`] brings the
+    /// engine up. `by` names who asked (an apply set), for the event.
+    pub async fn insert_in(
+        &self,
+        tx: &mut db::WriteTx,
+        spec: &engine::EngineSpec,
+        by: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> Result<(), EngineError> {
+        if let Err(e) = db::engines::insert(tx, &spec.name, &spec.address, &spec.labels, spec.tls.as_ref(), now).await {
+            return Err(match e {
+                sqlx::Error::Database(d) if d.is_unique_violation() => EngineError::Exists(spec.name.clone()),
+                other => other.into(),
+            });
+        }
+        let tls = if spec.tls.is_some() { " with TLS" } else { "" };
+        let by = by.map(|b| format!(" by {b}")).unwrap_or_default();
+        let message = format!("registered at {}{tls}{by}", spec.address);
+        db::events::record(tx, &event(&spec.name, EventType::Normal, "Registered", message), now).await?;
+        Ok(())
+    }
+
+    /// Brings up an engine whose registration was committed: its client
+    /// (and TLS files) and informer.
+    pub fn activate(&self, spec: engine::EngineSpec) -> Result<EngineInfo, EngineError> {
+        let backend = backend(self, &spec.name, &spec.address, &spec.endpoint, spec.tls.as_ref())?;
+        tracing::info!(engine = %spec.name, address = %spec.address, "engine registered");
+        Ok(EngineInfo { tls: spec.tls.is_some(), engine: self.engines.add(&spec.name, spec.labels, backend) })
+    }
+
+    /// Why the engine cannot be removed now, if it cannot: it holds
+    /// machines and is not lost (drain it first).
+    pub async fn held(&self, name: &str) -> Result<Option<String>, EngineError> {
+        let Some(engine) = self.engines.get(name) else { return Ok(None) };
+        if engine.lost(Utc::now()) {
+            return Ok(None);
+        }
+        let mut held = db::engines::machines_on(self.db.read(), name, 10).await?;
+        if held.is_empty() {
+            held = engine.machine_names(10);
+        }
+        let total = engine.container_count().max(held.len());
+        Ok((!held.is_empty()).then(|| {
+            format!("it holds {total} machine(s) ({}); drain it first (POST /v1/engines/{name}/drain)", held.join(", "))
+        }))
     }
 
     /// Starts (or stops) moving every machine off the engine.
@@ -274,6 +351,17 @@ impl Registry {
     /// stopped): then its machines are forgotten with it, each pool records them
     /// as vanished on its next pass, and a pool being deleted can finish.
     pub async fn remove(&self, name: &str) -> Result<(), EngineError> {
+        let mut tx = self.db.begin_write().await?;
+        let removed = self.remove_in(&mut tx, name).await?;
+        tx.commit().await?;
+        self.forget(removed);
+        Ok(())
+    }
+
+    /// Deletes an engine's registration in the caller's transaction, by the
+    /// rules of [`Self::remove`]; once it commits, [`Self::forget`] drops
+    /// the live engine.
+    pub async fn remove_in(&self, tx: &mut db::WriteTx, name: &str) -> Result<Removed, EngineError> {
         let reg = self;
         if name == engine::LOCAL {
             return Err(EngineError::Conflict(
@@ -282,7 +370,6 @@ impl Registry {
         }
         let engine = reg.engines.get(name).ok_or_else(|| EngineError::NotFound(name.to_owned()))?;
         let lost = engine.lost(Utc::now());
-        let mut tx = reg.db.begin_write().await?;
         let mut held = db::engines::machines_on(tx.exec(), name, 10).await?;
         if held.is_empty() {
             held = engine.machine_names(10);
@@ -295,21 +382,33 @@ impl Registry {
                 held.join(", ")
             )));
         }
-        if !db::engines::delete(&mut tx, name).await? {
+        if !db::engines::delete(tx, name).await? {
             return Err(EngineError::NotFound(name.to_owned()));
         }
-        db::events::purge(&mut tx, crate::domain::event::SubjectKind::Engine, name).await?;
-        tx.commit().await?;
-        reg.engines.remove(name);
+        db::events::purge(tx, crate::domain::event::SubjectKind::Engine, name).await?;
+        Ok(Removed { engine, lost, machines: total })
+    }
+
+    /// Drops an engine whose removal was committed.
+    pub fn forget(&self, removed: Removed) {
+        let Removed { engine, lost, machines } = removed;
+        let name = engine.name.clone();
+        self.engines.remove(&name);
         if lost {
             // Its machines' records now name an engine that is not there: each
             // pool's next pass drops them.
             engine.wake_all();
-            tracing::warn!(engine = name, machines = total, "lost engine removed; its machines are forgotten");
+            tracing::warn!(engine = %name, machines, "lost engine removed; its machines are forgotten");
         }
-        reg.metrics.forget_engine(name);
-        let _ = std::fs::remove_dir_all(tls_dir(&reg.data_dir, name));
-        tracing::info!(engine = name, "engine removed");
-        Ok(())
+        self.metrics.forget_engine(&name);
+        let _ = std::fs::remove_dir_all(tls_dir(&self.data_dir, &name));
+        tracing::info!(engine = %name, "engine removed");
     }
+}
+
+/// An engine whose registration a transaction deleted.
+pub struct Removed {
+    engine: Arc<Engine>,
+    lost: bool,
+    machines: usize,
 }

@@ -28,9 +28,12 @@
 //! - [`k8s`]: the Kubernetes calls upgrades and drains make.
 //! - [`db`]: SQLite storage, one module per table.
 //! - [`domain`]: pure types and rules: names, versions, images, specs.
+//! - [`apply`]: declarative fleets: documents, the planner, the service
+//!   behind `POST /v1/apply` and `drover apply`.
 
 pub mod access;
 pub mod app;
+pub mod apply;
 pub mod auth;
 pub mod changes;
 pub mod cli;

@@ -25,6 +25,8 @@ enum Command {
     Serve(Box<ServeConfig>),
     /// Print the OpenAPI document to standard output.
     Openapi,
+    /// Print the JSON Schema of fleet files (`drover apply -f`), for editors.
+    Schema,
     /// The client commands: `pools`, `machines`, `rollout`, `clusters`, `upgrade`.
     #[command(flatten)]
     Client(Box<drover::cli::ClientCommand>),
@@ -37,6 +39,10 @@ async fn main() -> anyhow::Result<ExitCode> {
         Command::Openapi => {
             let doc = drover::http::openapi()?.to_pretty_json()?;
             println!("{doc}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Schema => {
+            println!("{}", serde_json::to_string_pretty(&drover::cli::apply::schema()?)?);
             Ok(ExitCode::SUCCESS)
         }
         Command::Serve(config) => {

@@ -30,6 +30,8 @@ pub struct Shared {
     pub upgrades: crate::upgrade::service::Upgrades,
     /// Registered engines, for the API.
     pub registry: crate::engines::Registry,
+    /// Declarative fleets (`POST /v1/apply`).
+    pub apply: crate::apply::Apply,
     /// Tokens and the audit trail, for the API.
     pub token_service: crate::auth::tokens::Tokens,
     /// What event streams read of subjects' histories.

@@ -67,6 +67,10 @@ pub enum CliError {
     BadResponse { what: String, reason: String },
     #[error("{0}")]
     Usage(String),
+    /// Input the command read is wrong (a fleet file), as opposed to how
+    /// it was called.
+    #[error("{0}")]
+    Input(String),
     #[error("--token-command {0}")]
     TokenCommand(String),
     #[error("{0}")]

@@ -11,7 +11,10 @@
 //!   (or polling when a stream fails) until the work ends.
 //! - [`args`]: `--wait`/`--timeout` and paging, shared by the command groups.
 //! - [`pools`], [`rollout`], [`clusters`]: one module per command group.
+//! - [`apply`]: `drover apply` and `drover diff`, fleet files applied by the
+//!   server, and `drover schema`.
 
+pub mod apply;
 pub mod args;
 pub mod client;
 pub mod clusters;
@@ -106,13 +109,18 @@ pub enum ClientCommand {
     /// Docker engines pools may use, each a failure domain.
     #[command(subcommand)]
     Engines(engines::EnginesCommand),
+    /// Apply fleet files (pools, engines, clusters): the server plans and
+    /// makes the changes as one; `--dry-run` shows the diff (docs/apply.md).
+    Apply(apply::ApplyArgs),
+    /// Show what `drover apply` would change (a dry run).
+    Diff(apply::FleetArgs),
 }
 
 /// Runs one client command and answers the process's exit code; errors are
 /// printed on standard error.
 pub async fn run(args: ClientArgs, command: ClientCommand) -> ExitCode {
     match dispatch(&args, command).await {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::from(e.exit_code())
@@ -120,7 +128,7 @@ pub async fn run(args: ClientArgs, command: ClientCommand) -> ExitCode {
     }
 }
 
-async fn dispatch(args: &ClientArgs, command: ClientCommand) -> Result<(), CliError> {
+async fn dispatch(args: &ClientArgs, command: ClientCommand) -> Result<u8, CliError> {
     let tls = client::TlsOptions {
         ca_cert: args.ca_cert.clone(),
         client_cert: args.client_cert.clone(),
@@ -135,12 +143,18 @@ async fn dispatch(args: &ClientArgs, command: ClientCommand) -> Result<(), CliEr
         client = client.with_token_command(command);
     }
     let out = args.output;
-    match command {
+    let done = match command {
         ClientCommand::Pools(cmd) => pools::run_pools(&client, out, cmd).await,
         ClientCommand::Machines(cmd) => pools::run_machines(&client, out, cmd).await,
         ClientCommand::Rollout(cmd) => rollout::run(&client, out, cmd).await,
         ClientCommand::Clusters(cmd) => clusters::run_clusters(&client, out, cmd).await,
         ClientCommand::Upgrade(cmd) => clusters::run_upgrade(&client, out, cmd).await,
         ClientCommand::Engines(cmd) => engines::run(&client, out, cmd).await,
-    }
+        ClientCommand::Apply(cmd) => return apply::run(&client, out, cmd).await,
+        ClientCommand::Diff(fleet) => {
+            let wait = args::WaitArgs { wait: false, timeout: std::time::Duration::ZERO };
+            return apply::run(&client, out, apply::ApplyArgs { fleet, dry_run: true, wait }).await;
+        }
+    };
+    done.map(|()| 0)
 }

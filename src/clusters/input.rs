@@ -37,6 +37,43 @@ pub struct NewCluster {
     pub ca_certificate: Option<String>,
 }
 
+/// A cluster's registration without its name: the `spec` of a `Cluster`
+/// document of `POST /v1/apply`, field for field `CreateCluster` but `name`
+/// (a test keeps the two equal).
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSpecInput {
+    /// A kubeconfig document (YAML or JSON) with embedded data; file paths
+    /// and exec plugins are refused.
+    pub kubeconfig: Option<String>,
+    /// Context of `kubeconfig` to use; its current context by default.
+    pub context: Option<String>,
+    /// API server URL, `https://host:port` (or `http://` for tests). It is
+    /// shown to every viewer, so it may hold no credential.
+    #[schema(example = "https://10.0.0.1:6443")]
+    pub server: Option<String>,
+    /// Bearer token, with `server`.
+    pub token: Option<String>,
+    /// PEM CA certificate of the API server, with `server`.
+    pub ca_certificate: Option<String>,
+}
+
+impl ClusterSpecInput {
+    /// The registration of a cluster named `name`.
+    pub fn into_new(self, name: String) -> NewCluster {
+        let ClusterSpecInput { kubeconfig, context, server, token, ca_certificate } = self;
+        NewCluster { name, kubeconfig, context, server, token, ca_certificate }
+    }
+}
+
+// Written by hand so that a derived Debug can never print a secret.
+impl std::fmt::Debug for ClusterSpecInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let server = self.server.as_deref().map(redact_server_url);
+        f.debug_struct("ClusterSpecInput").field("server", &server).finish_non_exhaustive()
+    }
+}
+
 // Written by hand so that a derived Debug can never print a secret.
 impl std::fmt::Debug for NewCluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -83,5 +120,26 @@ impl NewCluster {
             Some(c) if errs.is_empty() => Ok((body.name, c)),
             _ => Err(errs),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn properties<T: utoipa::PartialSchema>() -> Vec<String> {
+        let schema = serde_json::to_value(T::schema()).expect("schema JSON");
+        let mut names: Vec<String> = schema["properties"].as_object().expect("properties").keys().cloned().collect();
+        names.sort();
+        names
+    }
+
+    /// A cluster document's spec is the registration body but its name.
+    #[test]
+    fn the_registration_body_is_the_apply_spec_and_a_name() {
+        let mut spec = properties::<ClusterSpecInput>();
+        spec.push("name".into());
+        spec.sort();
+        assert_eq!(properties::<NewCluster>(), spec);
     }
 }

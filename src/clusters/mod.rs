@@ -13,5 +13,5 @@ pub mod probe;
 mod service;
 
 pub use connect::{ConnectError, check, connect};
-pub use input::NewCluster;
-pub use service::{ClusterError, Clusters};
+pub use input::{ClusterSpecInput, NewCluster};
+pub use service::{ClusterError, Clusters, Prepared};

@@ -10,7 +10,7 @@ use crate::db::page::{Page, PageRequest};
 use crate::db::{self, Db};
 use crate::domain::ValidationErrors;
 use crate::domain::server_url::check_server_url;
-use crate::k8s::{ClusterApi, RetryPolicy};
+use crate::k8s::{ClusterApi, Credentials, RetryPolicy};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
@@ -41,6 +41,35 @@ impl From<ConnectError> for ClusterError {
     }
 }
 
+/// A registration that passed every rule, ready to store.
+pub struct Prepared {
+    pub name: String,
+    /// The API server the credentials reach (shown to viewers).
+    pub server: String,
+    pub credentials: Credentials,
+}
+
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared").field("name", &self.name).field("server", &self.server).finish_non_exhaustive()
+    }
+}
+
+impl Prepared {
+    /// A fingerprint of the credentials, comparable with
+    /// [`Clusters::credentials_fingerprint`].
+    pub fn fingerprint(&self) -> String {
+        fingerprint(&self.credentials)
+    }
+}
+
+/// SHA-256 of the credentials' stored document, hex.
+fn fingerprint(credentials: &Credentials) -> String {
+    use sha2::{Digest, Sha256};
+    let document = serde_json::to_vec(credentials).unwrap_or_default();
+    Sha256::digest(&document).iter().map(|b| format!("{b:02x}")).collect()
+}
+
 #[derive(Clone)]
 pub struct Clusters {
     db: Db,
@@ -61,24 +90,89 @@ impl Clusters {
     /// Registers a cluster once its credentials check out (they parse, every
     /// value can be sent, a client can be built; no network is used).
     pub async fn register(&self, input: NewCluster) -> Result<ClusterRecord, ClusterError> {
-        let (name, creds) = input.parse().map_err(ClusterError::Invalid)?;
-        let server = creds
+        let prepared = self.prepare(input).await?;
+        let mut tx = self.db.begin_write().await?;
+        let record = self.insert_in(&mut tx, &prepared, Utc::now()).await?;
+        tx.commit().await?;
+        Ok(record)
+    }
+
+    /// A registration whose every rule passed: its name, its credentials
+    /// (they parse, every value can be sent, a client can be built) and
+    /// the server they reach, which may carry no credential.
+    pub async fn prepare(&self, input: NewCluster) -> Result<Prepared, ClusterError> {
+        let (name, credentials) = input.parse().map_err(ClusterError::Invalid)?;
+        let server = credentials
             .validate(self.calls.call_timeout)
             .await
             .map_err(|e| ClusterError::Invalid(ValidationErrors::single(e.field, "credentials", e.message)))?;
         // The URL is shown to viewers and logged: it may carry no credential.
-        let field = if creds.kind() == "token" { "server" } else { "kubeconfig" };
+        let field = if credentials.kind() == "token" { "server" } else { "kubeconfig" };
         check_server_url(&server)
             .map_err(|e| ClusterError::Invalid(ValidationErrors::single(field, "server_url_credentials", e)))?;
-        let mut tx = self.db.begin_write().await?;
-        let record = match db::clusters::insert(&mut tx, &name, &server, &creds, Utc::now()).await {
+        Ok(Prepared { name, server, credentials })
+    }
+
+    /// Stores a prepared registration in the caller's transaction.
+    pub async fn insert_in(
+        &self,
+        tx: &mut db::WriteTx,
+        p: &Prepared,
+        now: chrono::DateTime<Utc>,
+    ) -> Result<ClusterRecord, ClusterError> {
+        let record = match db::clusters::insert(tx, &p.name, &p.server, &p.credentials, now).await {
             Ok(r) => r,
-            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => return Err(ClusterError::Exists(name)),
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                return Err(ClusterError::Exists(p.name.clone()));
+            }
             Err(e) => return Err(e.into()),
         };
-        tx.commit().await?;
-        tracing::info!(cluster = %name, server = %server, auth = creds.kind(), "cluster registered");
+        tracing::info!(cluster = %p.name, server = %p.server, auth = p.credentials.kind(), "cluster registered");
         Ok(record)
+    }
+
+    /// Replaces a cluster's server and credentials in the caller's
+    /// transaction (a credential rotation); jobs and drains use them from
+    /// their next call on.
+    pub async fn update_in(
+        &self,
+        tx: &mut db::WriteTx,
+        p: &Prepared,
+        now: chrono::DateTime<Utc>,
+    ) -> Result<ClusterRecord, ClusterError> {
+        let record = db::clusters::update(tx, &p.name, &p.server, &p.credentials, now)
+            .await?
+            .ok_or_else(|| ClusterError::NotFound(p.name.clone()))?;
+        tracing::info!(cluster = %p.name, server = %p.server, auth = p.credentials.kind(), "cluster credentials replaced");
+        Ok(record)
+    }
+
+    /// Deletes a cluster in the caller's transaction, by the rules of
+    /// [`Self::delete`].
+    pub async fn delete_in(&self, tx: &mut db::WriteTx, name: &str) -> Result<(), ClusterError> {
+        match db::clusters::delete_if_idle_in(tx, name).await? {
+            Deleted::Yes => Ok(()),
+            Deleted::Missing => Err(ClusterError::NotFound(name.to_owned())),
+            Deleted::Busy(job) => Err(ClusterError::Busy { cluster: name.to_owned(), job }),
+            Deleted::InUse(pools) => Err(ClusterError::InUse { cluster: name.to_owned(), pools }),
+        }
+    }
+
+    /// A fingerprint of a cluster's stored credentials (SHA-256 of their
+    /// document): tells whether a registration would change them, without
+    /// showing them. `None` when the cluster is not registered.
+    pub async fn credentials_fingerprint(&self, name: &str) -> Result<Option<String>, ClusterError> {
+        match db::clusters::credentials(self.db.read(), name).await? {
+            None => Ok(None),
+            Some(Ok(credentials)) => Ok(Some(fingerprint(&credentials))),
+            // Unreadable credentials differ from any that can be given.
+            Some(Err(_)) => Ok(Some("unreadable".into())),
+        }
+    }
+
+    /// The id of the upgrade job active on the cluster, if one is.
+    pub async fn active_job(&self, name: &str) -> Result<Option<i64>, ClusterError> {
+        Ok(db::upgrades::active_for_cluster(self.db.read(), name).await?)
     }
 
     /// A page of clusters in name order.

@@ -44,6 +44,29 @@ pub async fn insert(
     .await)
 }
 
+/// Replaces a cluster's server and credentials (a rotation); `None` when
+/// it is not registered.
+pub async fn update(
+    db: &mut WriteTx,
+    name: &str,
+    server: &str,
+    credentials: &Credentials,
+    now: DateTime<Utc>,
+) -> sqlx::Result<Option<ClusterRecord>> {
+    let secret = serde_json::to_string(credentials).map_err(|e| sqlx::Error::Encode(e.into()))?;
+    on_store!(db.exec(), |e| sqlx::query_as(AssertSqlSafe(format!(
+        "update clusters set server = $1, auth_kind = $2, credentials = $3, updated_at = $4
+         where name = $5 returning {COLUMNS}"
+    )))
+    .bind(server)
+    .bind(credentials.kind())
+    .bind(secret)
+    .bind(now)
+    .bind(name)
+    .fetch_optional(e)
+    .await)
+}
+
 pub async fn get(db: Exec<'_>, name: &str) -> sqlx::Result<Option<ClusterRecord>> {
     on_store!(db, |e| sqlx::query_as(AssertSqlSafe(format!("select {COLUMNS} from clusters where name = $1")))
         .bind(name)
@@ -125,6 +148,13 @@ pub enum Deleted {
 /// can be orphaned.
 pub async fn delete_if_idle(db: &super::store::Db, name: &str) -> sqlx::Result<Deleted> {
     let mut tx = db.begin_write().await?;
+    let outcome = delete_if_idle_in(&mut tx, name).await?;
+    tx.commit().await?;
+    Ok(outcome)
+}
+
+/// [`delete_if_idle`] in the caller's transaction (an apply's).
+pub async fn delete_if_idle_in(tx: &mut WriteTx, name: &str) -> sqlx::Result<Deleted> {
     let exec = tx.exec();
     let lock = exec
         .dialect()
@@ -153,6 +183,5 @@ pub async fn delete_if_idle(db: &super::store::Db, name: &str) -> sqlx::Result<D
     .execute(e)
     .await
     .affected())?;
-    tx.commit().await?;
     Ok(Deleted::Yes)
 }

@@ -5,6 +5,7 @@
 //! Every state change and the event that explains it are written in one
 //! transaction.
 
+pub mod apply_sets;
 pub mod audit;
 pub mod clusters;
 pub mod engines;

@@ -13,9 +13,10 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use crate::domain::engine::{self as rules, RawEngine, Tls};
+use crate::domain::engine as rules;
 use crate::domain::placement::Block;
-use crate::engines::{EngineError, EngineInfo};
+pub use crate::engines::TlsInput;
+use crate::engines::{EngineError, EngineInfo, EngineSpecInput};
 use crate::error::{ApiError, ApiResult, Problem};
 use crate::http::extract::{ApiJson, ApiQuery};
 use crate::http::pagination::PageParams;
@@ -29,18 +30,6 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(get_engine, delete_engine))
         .routes(routes!(drain_engine, undrain_engine))
         .routes(routes!(list_engine_events))
-}
-
-/// A TLS client identity for a `tcp://` engine: PEM documents. Write-only.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct TlsInput {
-    /// Client certificate (PEM).
-    pub cert: String,
-    /// Client private key (PEM).
-    pub key: String,
-    /// CA certificate that signed the engine's server certificate (PEM).
-    pub ca: String,
 }
 
 /// Body of `POST /v1/engines`.
@@ -209,8 +198,8 @@ fn engine_response(status: StatusCode, info: EngineInfo) -> Response {
     ))]
 #[tracing::instrument(skip_all, fields(engine = %body.name))]
 async fn register_engine(State(state): State<AppState>, ApiJson(body): ApiJson<RegisterEngine>) -> ApiResult<Response> {
-    let tls = body.tls.map(|t| Tls { cert: t.cert, key: t.key, ca: t.ca });
-    let raw = RawEngine { name: body.name, endpoint: body.endpoint, labels: body.labels, tls };
+    let RegisterEngine { name, endpoint, labels, tls } = body;
+    let raw = EngineSpecInput { endpoint, labels, tls }.into_raw(name);
     Ok(engine_response(StatusCode::CREATED, state.registry.register(raw).await?))
 }
 
@@ -295,4 +284,25 @@ async fn list_engine_events(
     ApiQuery(page): ApiQuery<PageParams>,
 ) -> ApiResult<Json<EventList>> {
     Ok(Json(state.registry.events(&name, &page.request_by_id()?).await?.into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn properties<T: utoipa::PartialSchema>() -> Vec<String> {
+        let schema = serde_json::to_value(T::schema()).expect("schema JSON");
+        let mut names: Vec<String> = schema["properties"].as_object().expect("properties").keys().cloned().collect();
+        names.sort();
+        names
+    }
+
+    /// An engine document's spec is the registration body but its name.
+    #[test]
+    fn the_registration_body_is_the_apply_spec_and_a_name() {
+        let mut spec = properties::<EngineSpecInput>();
+        spec.push("name".into());
+        spec.sort();
+        assert_eq!(properties::<RegisterEngine>(), spec);
+    }
 }

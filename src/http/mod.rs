@@ -1,5 +1,6 @@
 //! The HTTP API: routes, middleware and the OpenAPI document they share.
 
+pub mod apply;
 pub mod clusters;
 pub mod engines;
 pub mod extract;
@@ -52,6 +53,7 @@ pub const REQUEST_ID: &str = "x-request-id";
         (name = "engines", description = "Docker engines pools may use, each a failure domain; credentials are write-only"),
         (name = "clusters", description = "Registered Kubernetes clusters; credentials are write-only"),
         (name = "upgrades", description = "Control-plane upgrade jobs: one component at a time, resumable, cancellable"),
+        (name = "apply", description = "Declarative fleets: a set of documents applied as one change, with a dry-run plan, prune and conflicts"),
         (name = "access", description = "API tokens (shown once, stored hashed) and the audit trail; admin only"),
     )
 )]
@@ -69,6 +71,7 @@ fn api() -> OpenApiRouter<AppState> {
         .merge(engines::router())
         .merge(upgrades::router())
         .merge(streams::router())
+        .merge(apply::router())
 }
 
 /// The OpenAPI document, as served at `/openapi.json` and committed at

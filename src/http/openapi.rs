@@ -51,7 +51,26 @@ pub fn finish(doc: utoipa::openapi::OpenApi) -> anyhow::Result<utoipa::openapi::
     links(&mut value);
     stream_payloads(&mut value);
     label_and_name_rules(&mut value);
+    // Last: the fleet file's schemas are copies of the API's, rules included.
+    crate::apply::schema::add_fleet_schemas(&mut value);
+    any_values(&mut value);
     serde_json::from_value(value).context("a pass made the OpenAPI document unreadable to utoipa")
+}
+
+/// Fields of any JSON value (a diff's `before` and `after`) have a schema
+/// with no `type`, which utoipa writes but cannot read back; `"type": null`
+/// is how it reads "any value" (and it writes that as no `type` again).
+fn any_values(doc: &mut Value) {
+    const TYPED: [&str; 9] = ["type", "$ref", "oneOf", "allOf", "anyOf", "items", "properties", "enum", "const"];
+    let Some(schemas) = doc.pointer_mut("/components/schemas").and_then(Value::as_object_mut) else { return };
+    for schema in schemas.values_mut() {
+        let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) else { continue };
+        for prop in props.values_mut().filter_map(Value::as_object_mut) {
+            if !TYPED.iter().any(|k| prop.contains_key(*k)) {
+                prop.insert("type".into(), Value::Null);
+            }
+        }
+    }
 }
 
 /// Declares the bearer scheme and, on every operation that is not public,

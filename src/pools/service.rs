@@ -96,23 +96,110 @@ impl Pools {
     /// Every rule both break is reported in one answer.
     pub async fn create(&self, body: Value) -> Result<Pool, PoolError> {
         let (name, spec) = parse_new(body, &self.limits)?;
-        let now = Utc::now();
         let mut tx = self.db.begin_write().await?;
-        check_cluster(&mut tx, &spec).await?;
-        let pool = match db::pools::insert(&mut tx, name.as_str(), &spec, now).await {
-            Ok(pool) => pool,
-            Err(e) if e.as_database_error().is_some_and(|d| d.is_unique_violation()) => {
-                return Err(PoolError::Exists(name.as_str().to_owned()));
-            }
-            Err(e) => return Err(e.into()),
-        };
-        db::revisions::record_first(&mut tx, name.as_str(), &spec, now).await?;
-        let message = format!("created with {} replicas of {}", spec.replicas(), spec.desired_image());
-        db::events::record(&mut tx, &NewEvent::pool(name.as_str(), EventType::Normal, "Created", message), now).await?;
+        let pool = self.create_in(&mut tx, name.as_str(), &spec, None, Utc::now()).await?;
         tx.commit().await?;
         self.wake.pool(name.as_str());
         tracing::info!(pool = %name, "pool created");
         Ok(pool)
+    }
+
+    /// Creates a pool in the caller's transaction: its row, first revision
+    /// and event, as every creation does. `by` names who asked (an apply
+    /// set), for the event. The caller commits, then calls [`Self::woken`].
+    pub async fn create_in(
+        &self,
+        tx: &mut db::WriteTx,
+        name: &str,
+        spec: &PoolSpec,
+        by: Option<&str>,
+        now: chrono::DateTime<Utc>,
+    ) -> Result<Pool, PoolError> {
+        check_cluster(tx, spec).await?;
+        let pool = match db::pools::insert(tx, name, spec, now).await {
+            Ok(pool) => pool,
+            Err(e) if e.as_database_error().is_some_and(|d| d.is_unique_violation()) => {
+                return Err(PoolError::Exists(name.to_owned()));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        db::revisions::record_first(tx, name, spec, now).await?;
+        let by = by.map(|b| format!(" by {b}")).unwrap_or_default();
+        let message = format!("created with {} replicas of {}{by}", spec.replicas(), spec.desired_image());
+        db::events::record(tx, &NewEvent::pool(name, EventType::Normal, "Created", message), now).await?;
+        Ok(pool)
+    }
+
+    /// Changes a pool's spec in the caller's transaction, by the one way
+    /// specs change (`db::pools::change_spec`: the generation's
+    /// compare-and-swap from `pool`, the revision, the events). `None` when
+    /// the pool moved on since `pool` was read; nothing is written then.
+    /// The pool answered carries its new generation and revision.
+    pub async fn change_in(
+        &self,
+        tx: &mut db::WriteTx,
+        pool: &Pool,
+        spec: &PoolSpec,
+        reason: &'static str,
+        by: Option<&str>,
+        now: chrono::DateTime<Utc>,
+    ) -> Result<Option<Pool>, PoolError> {
+        // A pool that named a cluster before checks existed can still be scaled.
+        if spec.cluster() != pool.spec.cluster() {
+            check_cluster(tx, spec).await?;
+        }
+        let by = by.map(|b| format!(" by {b}")).unwrap_or_default();
+        let event = |_| {
+            let message = format!("{}{by}", describe_change(&pool.spec, spec));
+            NewEvent::pool(&pool.name, EventType::Normal, reason, message)
+        };
+        let Some(written) = db::pools::change_spec(tx, pool, spec, now, event).await? else { return Ok(None) };
+        let mut updated = written.pool;
+        if let Some(revision) = written.revision {
+            // The row was read back before the revision moved, in the same transaction.
+            updated.revision = revision;
+            updated.batches_approved = 1;
+        }
+        Ok(Some(updated))
+    }
+
+    /// Flags a pool for deletion in the caller's transaction, with its
+    /// event; `None` when it is missing or being deleted already.
+    pub async fn delete_in(
+        &self,
+        tx: &mut db::WriteTx,
+        name: &str,
+        by: Option<&str>,
+        now: chrono::DateTime<Utc>,
+    ) -> Result<Option<Pool>, PoolError> {
+        let Some(pool) = db::pools::mark_deleting(tx, name, now).await? else { return Ok(None) };
+        let by = by.map(|b| format!(" by {b}")).unwrap_or_default();
+        let message = format!("pool marked for deletion{by}; removing its machines");
+        db::events::record(tx, &NewEvent::pool(name, EventType::Normal, "DeletionRequested", message), now).await?;
+        Ok(Some(pool))
+    }
+
+    /// Wakes the reconciler and the event streams of pools whose change
+    /// was committed.
+    pub fn woken<'a>(&self, names: impl IntoIterator<Item = &'a str>) {
+        for name in names {
+            self.wake.pool(name);
+        }
+    }
+
+    /// Every pool, in name order, read a page at a time.
+    pub async fn all(&self) -> Result<Vec<Pool>, PoolError> {
+        const PAGE: u32 = 1000;
+        let mut out: Vec<Pool> = Vec::new();
+        loop {
+            let after = out.last().map(|p| p.name.clone());
+            let page = db::pools::list(self.db.read(), after.as_deref(), PAGE).await?;
+            let done = page.len() < PAGE as usize;
+            out.extend(page);
+            if done {
+                return Ok(out);
+            }
+        }
     }
 
     /// A JSON merge patch of the spec by a caller of `role`. Operators
@@ -181,14 +268,8 @@ impl Pools {
             if spec == pool.spec {
                 return Ok(pool);
             }
-            let now = Utc::now();
             let mut tx = self.db.begin_write().await?;
-            // A pool that named a cluster before checks existed can still be scaled.
-            if spec.cluster() != pool.spec.cluster() {
-                check_cluster(&mut tx, &spec).await?;
-            }
-            let event = |_| NewEvent::pool(name, EventType::Normal, reason, describe_change(&pool.spec, &spec));
-            let Some(written) = db::pools::change_spec(&mut tx, &pool, &spec, now, event).await? else {
+            let Some(written) = self.change_in(&mut tx, &pool, &spec, reason, None, Utc::now()).await? else {
                 drop(tx);
                 if pinned.is_some() {
                     return Err(PoolError::Precondition(format!(
@@ -199,7 +280,7 @@ impl Pools {
             };
             tx.commit().await?;
             // The revision and approvals may have moved in this transaction.
-            let updated = self.db.pool(name).await?.unwrap_or(written.pool);
+            let updated = self.db.pool(name).await?.unwrap_or(written);
             self.wake.pool(name);
             tracing::info!(pool = name, generation = updated.generation, "spec updated");
             return Ok(updated);
@@ -210,15 +291,9 @@ impl Pools {
     /// Flags the pool for deletion (the reconciler removes its machines,
     /// then the pool). Repeating it is harmless.
     pub async fn delete(&self, name: &str) -> Result<Pool, PoolError> {
-        let now = Utc::now();
         let mut tx = self.db.begin_write().await?;
-        let pool = match db::pools::mark_deleting(&mut tx, name, now).await? {
-            Some(pool) => {
-                let message = "pool marked for deletion; removing its machines";
-                let ev = NewEvent::pool(name, EventType::Normal, "DeletionRequested", message);
-                db::events::record(&mut tx, &ev, now).await?;
-                pool
-            }
+        let pool = match self.delete_in(&mut tx, name, None, Utc::now()).await? {
+            Some(pool) => pool,
             // Already deleting (a repeated call), or missing.
             None => self.get(name).await?,
         };
@@ -308,10 +383,17 @@ impl Pools {
     /// What the reconciler would do now, for the pool as it is or with a
     /// merge patch of its spec. Nothing is changed.
     pub async fn plan(&self, name: &str, patch: Option<&Value>) -> Result<Planned, PoolError> {
-        let mut pool = self.get(name).await?;
-        if let Some(patch) = patch {
-            patch::check(patch)?;
-            let proposed = pool.spec.patched(patch, &self.limits)?;
+        let pool = self.get(name).await?;
+        let Some(patch) = patch else { return self.plan_with(pool, None).await };
+        patch::check(patch)?;
+        let proposed = pool.spec.patched(patch, &self.limits)?;
+        self.plan_with(pool, Some(proposed)).await
+    }
+
+    /// What the reconciler would do now with `pool`, as it is or with the
+    /// `proposed` spec. Nothing is changed.
+    pub async fn plan_with(&self, mut pool: Pool, proposed: Option<PoolSpec>) -> Result<Planned, PoolError> {
+        if let Some(proposed) = proposed {
             if proposed.desired_image() != pool.spec.desired_image() {
                 // A new image starts a new rollout with its first batch approved.
                 pool.batches_approved = 1;

@@ -1,5 +1,6 @@
 //! All integration tests, in one binary to keep link time low.
 
+mod apply;
 mod cli;
 mod clusters;
 mod connections;

@@ -1,0 +1,527 @@
+//! The apply service: check every document, read what exists, plan, and
+//! (unless it is a dry run) execute the plan in one transaction.
+//!
+//! Every write goes through the service that owns the object
+//! (`Pools::create_in`, `Registry::insert_in`, `Clusters::update_in`, ...),
+//! so events, revisions and rollouts happen as for the single-object
+//! routes; they all run in one transaction, so an apply commits whole or
+//! not at all. The transaction starts by moving the apply set's revision
+//! from the one the plan was made at: of two applies of one set at once,
+//! the second finds it moved and changes nothing (on PostgreSQL it waits
+//! for the first one's row lock, so this holds across replicas). Each
+//! object is written by compare-and-swap too (a pool's generation, an
+//! owner's record), so a change by another hand between plan and commit
+//! also aborts the whole apply, never half of it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use chrono::{DateTime, SubsecRound, Utc};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use super::document::{self, Checked, Kind, MAX_DOCUMENTS, Object, Rules};
+use super::plan::{self, Action, Existing, Key, Options, Owner, Ownership, Plan, Wanted, World};
+use crate::clusters::{ClusterError, Clusters, Prepared};
+use crate::db::{self, Db, pools::Pool};
+use crate::domain::ValidationErrors;
+use crate::domain::engine::{EngineSpec, Tls};
+use crate::domain::names::check_dns_label;
+use crate::domain::pool::PoolSpec;
+use crate::domain::role::Role;
+use crate::engines::{EngineError, Registry, Removed};
+use crate::pools::{Planned, PoolError, Pools};
+
+/// The apply service.
+#[derive(Clone)]
+pub struct Apply {
+    db: Db,
+    pools: Pools,
+    registry: Registry,
+    clusters: Clusters,
+}
+
+/// An apply as asked.
+#[derive(Debug)]
+pub struct Request {
+    pub apply_set: String,
+    pub documents: Vec<Value>,
+    pub dry_run: bool,
+    pub prune: bool,
+    pub force: bool,
+    pub adopt: bool,
+    /// `If-Match`: the set's revisions the apply is based on (`0`: a set
+    /// never applied).
+    pub if_revision: Option<Vec<i64>>,
+    /// Who asks, for the set's record and the events.
+    pub caller: Option<String>,
+    pub role: Role,
+}
+
+/// What an apply did, or (a dry run) would do.
+pub struct Applied {
+    pub apply_set: String,
+    pub dry_run: bool,
+    /// The set's revision after the apply; `None` for a set never applied.
+    pub revision: Option<i64>,
+    pub plan: Plan,
+    /// For each pool whose desired image changes: what the reconciler
+    /// would do with the new spec, as `POST /v1/pools/{name}/plan` answers.
+    pub rollouts: BTreeMap<String, Planned>,
+    /// Pools as the apply left them (generation and revision to wait for).
+    pub pools: BTreeMap<String, Pool>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error("{0}")]
+    Invalid(ValidationErrors),
+    /// Another apply of the set, or another hand, changed something the
+    /// plan relied on while this apply ran; nothing was changed.
+    #[error("{0}")]
+    Conflict(String),
+    /// `If-Match` names another revision of the set.
+    #[error("{0}")]
+    Precondition(String),
+    /// The caller's role is below what the changes need.
+    #[error("this apply needs the {} role", .0.as_str())]
+    Forbidden(Role),
+    #[error("store: {0}")]
+    Store(#[from] sqlx::Error),
+    #[error(transparent)]
+    Internal(anyhow::Error),
+}
+
+impl From<ValidationErrors> for ApplyError {
+    fn from(e: ValidationErrors) -> Self {
+        Self::Invalid(e)
+    }
+}
+
+/// What the documents ask for, by object.
+struct Desired {
+    objects: BTreeMap<Key, Wish>,
+    wanted: Vec<Wanted>,
+}
+
+/// One object as its document asks for it, every rule passed.
+enum Wish {
+    Pool(PoolSpec),
+    Engine(EngineSpec),
+    Cluster(Prepared),
+}
+
+/// What exists, beside the planner's view of it: what the executor needs.
+struct Found {
+    world: World,
+    pools: BTreeMap<String, Pool>,
+    revision: Option<i64>,
+}
+
+impl Apply {
+    pub fn new(db: Db, pools: Pools, registry: Registry, clusters: Clusters) -> Self {
+        Self { db, pools, registry, clusters }
+    }
+
+    /// Checks, plans and (unless a dry run) applies.
+    pub async fn apply(&self, req: Request) -> Result<Applied, ApplyError> {
+        let set = req.apply_set.clone();
+        check_request(&req)?;
+        // Comparing secrets tells whether a guess equals the stored one:
+        // only admins, who may replace them, have them compared.
+        let secrets = Secrets { compared: req.role >= Role::Admin };
+        let desired = self.desired(req.documents, secrets).await?;
+        let found = self.found(&set, secrets).await?;
+        plan::check_references(&found.world, &desired.wanted)?;
+        let revision = found.revision;
+        if let Some(tags) = &req.if_revision
+            && !tags.contains(&revision.unwrap_or(0))
+        {
+            return Err(ApplyError::Precondition(format!(
+                "apply set {set:?} is at revision {}, not {}",
+                revision.unwrap_or(0),
+                tags.iter().map(i64::to_string).collect::<Vec<_>>().join(" or ")
+            )));
+        }
+        let opts = Options { apply_set: &set, prune: req.prune, force: req.force, adopt: req.adopt };
+        let plan = plan::plan(&found.world, &desired.wanted, &opts);
+        let rollouts = self.rollouts(&plan, &desired, &found).await;
+        let mut applied =
+            Applied { apply_set: set.clone(), dry_run: req.dry_run, revision, plan, rollouts, pools: BTreeMap::new() };
+        if req.dry_run || !applied.plan.writes() {
+            return Ok(applied);
+        }
+        let need = applied.plan.needs_role();
+        if req.role < need {
+            tracing::info!(apply_set = %set, need = need.as_str(), "apply refused: the caller's role is too low");
+            return Err(ApplyError::Forbidden(need));
+        }
+        let done = self.execute(&applied.plan, desired, found, &set, req.caller.as_deref()).await?;
+        applied.revision = Some(done.revision);
+        applied.pools = done.pools;
+        tracing::info!(
+            apply_set = %set,
+            revision = done.revision,
+            changes = applied.plan.steps.iter().filter(|s| s.action != Action::Unchanged).count(),
+            "applied"
+        );
+        Ok(applied)
+    }
+
+    /// Every document checked, and every cluster's credentials; all the
+    /// errors of all of them at once.
+    async fn desired(&self, documents: Vec<Value>, secrets: Secrets) -> Result<Desired, ApplyError> {
+        let rules = Rules { limits: self.pools.limits(), simulated_engines: self.registry.simulated };
+        // A pool's creation lists the fields its document wrote, not every default.
+        let written: Vec<Option<Value>> = documents
+            .iter()
+            .map(|d| (d.get("kind").and_then(Value::as_str) == Some("Pool")).then(|| d.get("spec").cloned()).flatten())
+            .collect();
+        let checked = document::check_all(documents, &rules)?;
+        let mut errs = ValidationErrors::default();
+        let mut desired = Desired { objects: BTreeMap::new(), wanted: Vec::new() };
+        for Checked { index, name, object } in checked {
+            let key = Key::new(object.kind(), name);
+            let wish = match object {
+                Object::Pool(spec) => Wish::Pool(spec),
+                Object::Engine(spec) => Wish::Engine(spec),
+                Object::Cluster(new) => match self.clusters.prepare(new).await {
+                    Ok(prepared) => Wish::Cluster(prepared),
+                    Err(ClusterError::Invalid(e)) => {
+                        errs.0.extend(document::under(index, true, e).0);
+                        continue;
+                    }
+                    Err(other) => return Err(ApplyError::Internal(other.into())),
+                },
+            };
+            let view = match &wish {
+                Wish::Pool(spec) => spec.view().to_json(),
+                Wish::Engine(spec) => engine_view(&spec.address, &spec.labels, spec.tls.as_ref(), secrets),
+                Wish::Cluster(p) => cluster_view(&p.server, p.credentials.kind(), &p.fingerprint(), secrets),
+            };
+            let written = written.get(index).cloned().flatten();
+            desired.wanted.push(Wanted { key: key.clone(), document: index, view, written });
+            desired.objects.insert(key, wish);
+        }
+        errs.into_result(desired).map_err(ApplyError::Invalid)
+    }
+
+    /// What exists, and who owns it. The set's revision is read first: an
+    /// apply that commits after it makes this one's transaction fail, so a
+    /// plan is never applied over a world it did not see.
+    async fn found(&self, set: &str, secrets: Secrets) -> Result<Found, ApplyError> {
+        let revision = db::apply_sets::revision(self.db.read(), set).await?;
+        let mut world = World::default();
+        let pools: BTreeMap<String, Pool> =
+            self.pools.all().await.map_err(pool_error)?.into_iter().map(|p| (p.name.clone(), p)).collect();
+        let mut users: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for pool in pools.values() {
+            let existing = Existing {
+                stamp: pool_stamp(pool),
+                view: pool.spec.view().to_json(),
+                deleting: pool.deleting,
+                undeletable: None,
+            };
+            world.existing.insert(Key::new(Kind::Pool, pool.name.clone()), existing);
+            if let Some(cluster) = pool.spec.cluster() {
+                users.entry(cluster).or_default().push(&pool.name);
+            }
+        }
+        for engine in db::engines::list(self.db.read()).await? {
+            let undeletable = self.registry.held(&engine.name).await.map_err(engine_error)?;
+            let existing = Existing {
+                stamp: micros(engine.created_at),
+                view: engine_view(&engine.endpoint, &engine.labels, engine.tls.as_ref(), secrets),
+                deleting: false,
+                undeletable,
+            };
+            world.existing.insert(Key::new(Kind::Engine, engine.name), existing);
+        }
+        let mut after = None;
+        loop {
+            let page = db::clusters::list(self.db.read(), after.as_deref(), 500).await?;
+            let last = page.len() < 500;
+            for cluster in page {
+                let fingerprint = self.clusters.credentials_fingerprint(&cluster.name).await.map_err(cluster_error)?;
+                let mut why = Vec::new();
+                if let Some(pools) = users.get(cluster.name.as_str()) {
+                    why.push(format!("pools {} use it", pools.join(", ")));
+                }
+                if let Some(job) = self.clusters.active_job(&cluster.name).await.map_err(cluster_error)? {
+                    why.push(format!("upgrade job {job} runs on it"));
+                }
+                let existing = Existing {
+                    stamp: format!("{}/{}", micros(cluster.created_at), micros(cluster.updated_at)),
+                    view: cluster_view(
+                        &cluster.server,
+                        &cluster.auth_kind,
+                        fingerprint.as_deref().unwrap_or(""),
+                        secrets,
+                    ),
+                    deleting: false,
+                    undeletable: (!why.is_empty()).then(|| why.join("; ")),
+                };
+                after = Some(cluster.name.clone());
+                world.existing.insert(Key::new(Kind::Cluster, cluster.name), existing);
+            }
+            if last {
+                break;
+            }
+        }
+        for row in db::apply_sets::owners(self.db.read()).await? {
+            let Some(kind) = Kind::parse(&row.kind) else { continue };
+            world.owners.insert(Key::new(kind, row.name), Owner { apply_set: row.apply_set, stamp: row.stamp });
+        }
+        Ok(Found { world, pools, revision })
+    }
+
+    /// The reconciler's plan for each pool whose desired image changes. A
+    /// plan that cannot be made (an engine unreachable) is left out; the
+    /// apply does not depend on it.
+    async fn rollouts(&self, plan: &Plan, desired: &Desired, found: &Found) -> BTreeMap<String, Planned> {
+        let mut out = BTreeMap::new();
+        for step in plan.steps.iter().filter(|s| s.kind == Kind::Pool && s.action == Action::Update) {
+            let (Some(current), Some(Wish::Pool(spec))) =
+                (found.pools.get(&step.name), desired.objects.get(&step.key()))
+            else {
+                continue;
+            };
+            if current.spec.desired_image() == spec.desired_image() {
+                continue;
+            }
+            match self.pools.plan_with(current.clone(), Some(spec.clone())).await {
+                Ok(planned) => {
+                    out.insert(step.name.clone(), planned);
+                }
+                Err(e) => tracing::warn!(pool = %step.name, error = %e, "no rollout plan for the apply"),
+            }
+        }
+        out
+    }
+
+    /// Runs the plan in one transaction, then wakes what it changed.
+    async fn execute(
+        &self,
+        plan: &Plan,
+        mut desired: Desired,
+        found: Found,
+        set: &str,
+        caller: Option<&str>,
+    ) -> Result<Executed, ApplyError> {
+        let by = &format!("apply set {set:?}");
+        // Whole microseconds: what both stores keep, so that a stamp made
+        // from this time equals the one read back later.
+        let now = Utc::now().trunc_subsecs(6);
+        let mut tx = self.db.begin_write().await?;
+        let revision = db::apply_sets::advance(&mut tx, set, found.revision, caller, now).await?.ok_or_else(|| {
+            ApplyError::Conflict(format!(
+                "another apply of apply set {set:?} committed while this one ran; nothing was changed: apply again \
+                 to see the new plan"
+            ))
+        })?;
+        let mut stamps: BTreeMap<Key, String> = BTreeMap::new();
+        let mut pools = BTreeMap::new();
+        let mut engines = Vec::new();
+        let mut removed = Vec::new();
+        let mut woken = BTreeSet::new();
+        let moved = |key: &Key| {
+            ApplyError::Conflict(format!(
+                "{key} changed while this apply ran; nothing was changed: apply again to see the new plan"
+            ))
+        };
+        // Creations and updates first, clusters and engines before the
+        // pools that may name them; deletions after, the other way round.
+        let mut writes: Vec<&plan::Step> =
+            plan.steps.iter().filter(|s| matches!(s.action, Action::Create | Action::Update)).collect();
+        writes.sort_by_key(|s| s.kind);
+        let mut deletes: Vec<&plan::Step> = plan.steps.iter().filter(|s| s.action == Action::Delete).collect();
+        deletes.sort_by_key(|s| std::cmp::Reverse(s.kind));
+        for step in writes {
+            let key = step.key();
+            match (step.kind, desired.objects.remove(&key)) {
+                (Kind::Pool, Some(Wish::Pool(spec))) => {
+                    let pool = match found.pools.get(&step.name).filter(|_| step.action == Action::Update) {
+                        Some(current) => self
+                            .pools
+                            .change_in(&mut tx, current, &spec, "Applied", Some(by), now)
+                            .await
+                            .map_err(pool_error)?
+                            .ok_or_else(|| moved(&key))?,
+                        None => {
+                            self.pools.create_in(&mut tx, &step.name, &spec, Some(by), now).await.map_err(
+                                |e| match e {
+                                    PoolError::Exists(_) => moved(&key),
+                                    other => pool_error(other),
+                                },
+                            )?
+                        }
+                    };
+                    stamps.insert(key, pool_stamp(&pool));
+                    woken.insert(step.name.clone());
+                    pools.insert(step.name.clone(), pool);
+                }
+                (Kind::Engine, Some(Wish::Engine(spec))) => {
+                    self.registry.insert_in(&mut tx, &spec, Some(by), now).await.map_err(|e| match e {
+                        EngineError::Exists(_) => moved(&key),
+                        other => engine_error(other),
+                    })?;
+                    stamps.insert(key, micros(now));
+                    engines.push(spec);
+                }
+                (Kind::Cluster, Some(Wish::Cluster(prepared))) => {
+                    let record = if step.action == Action::Create {
+                        self.clusters.insert_in(&mut tx, &prepared, now).await
+                    } else {
+                        self.clusters.update_in(&mut tx, &prepared, now).await
+                    }
+                    .map_err(|e| match e {
+                        ClusterError::Exists(_) | ClusterError::NotFound(_) => moved(&key),
+                        other => cluster_error(other),
+                    })?;
+                    stamps.insert(key, format!("{}/{}", micros(record.created_at), micros(record.updated_at)));
+                }
+                _ => return Err(ApplyError::Internal(anyhow::anyhow!("BUG: no document for {key}"))),
+            }
+        }
+        for step in deletes {
+            let key = step.key();
+            match step.kind {
+                Kind::Pool => {
+                    let current = found.pools.get(&step.name).ok_or_else(|| moved(&key))?;
+                    // Deleting is a write of its own: the pool must still be as planned.
+                    let gone = self.pools.delete_in(&mut tx, &step.name, Some(by), now).await.map_err(pool_error)?;
+                    if gone.is_none_or(|p| pool_stamp(&p) != pool_stamp(current)) {
+                        return Err(moved(&key));
+                    }
+                    woken.insert(step.name.clone());
+                }
+                Kind::Engine => {
+                    removed.push(self.registry.remove_in(&mut tx, &step.name).await.map_err(|e| match e {
+                        EngineError::NotFound(_) | EngineError::Conflict(_) => moved(&key),
+                        other => engine_error(other),
+                    })?)
+                }
+                Kind::Cluster => self.clusters.delete_in(&mut tx, &step.name).await.map_err(|e| match e {
+                    ClusterError::NotFound(_) | ClusterError::Busy { .. } | ClusterError::InUse { .. } => moved(&key),
+                    other => cluster_error(other),
+                })?,
+            }
+        }
+        for step in &plan.steps {
+            let key = step.key();
+            let names = (step.kind.as_str(), step.name.as_str());
+            match (&step.ownership, step.action) {
+                (_, Action::Conflict) | (Ownership::Keep, _) => {}
+                (Ownership::Release, _) => db::apply_sets::release(&mut tx, names, set).await?,
+                (Ownership::Record { seen }, _) => {
+                    let stamp = match stamps.get(&key) {
+                        Some(stamp) => stamp.clone(),
+                        None => found.world.existing.get(&key).map(|e| e.stamp.clone()).unwrap_or_default(),
+                    };
+                    if !db::apply_sets::record(&mut tx, names, set, &stamp, seen.as_deref(), now).await? {
+                        return Err(moved(&key));
+                    }
+                }
+            }
+        }
+        for key in &plan.forget {
+            db::apply_sets::release(&mut tx, (key.kind.as_str(), key.name.as_str()), set).await?;
+        }
+        tx.commit().await?;
+        self.pools.woken(woken.iter().map(String::as_str));
+        for spec in engines {
+            let name = spec.name.clone();
+            if let Err(e) = self.registry.activate(spec) {
+                tracing::error!(engine = %name, error = %crate::error::error_chain(&e), "a registered engine could not be brought up");
+            }
+        }
+        removed.into_iter().for_each(|r: Removed| self.registry.forget(r));
+        Ok(Executed { revision, pools })
+    }
+}
+
+/// What a committed apply left.
+struct Executed {
+    revision: i64,
+    pools: BTreeMap<String, Pool>,
+}
+
+/// The request's own rules: a valid set name, not too many documents.
+fn check_request(req: &Request) -> Result<(), ValidationErrors> {
+    let mut errs = ValidationErrors::default();
+    if let Err(e) = check_dns_label(&req.apply_set) {
+        errs.push("apply_set", "dns_label", e);
+    }
+    if req.documents.len() > MAX_DOCUMENTS {
+        errs.push(
+            "documents",
+            "max_items",
+            format!("at most {MAX_DOCUMENTS} documents in one apply; split the fleet into several apply sets"),
+        );
+    }
+    errs.into_result(())
+}
+
+/// A pool's stamp: its creation (which tells one pool of a name from a
+/// later one) and its generation (which every spec change moves).
+fn pool_stamp(pool: &Pool) -> String {
+    format!("{}/{}", micros(pool.created_at), pool.generation)
+}
+
+fn micros(t: DateTime<Utc>) -> String {
+    t.timestamp_micros().to_string()
+}
+
+/// SHA-256 of secret parts, hex: compared, never shown.
+fn fingerprint(parts: &[&str]) -> String {
+    let mut hasher = Sha256::new();
+    for part in parts {
+        hasher.update(part.as_bytes());
+        hasher.update([0]);
+    }
+    hasher.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Whether secret fields are compared (by their fingerprints), or only
+/// their presence, which every viewer sees anyway.
+#[derive(Debug, Clone, Copy)]
+struct Secrets {
+    compared: bool,
+}
+
+fn engine_view(endpoint: &str, labels: &BTreeMap<String, String>, tls: Option<&Tls>, secrets: Secrets) -> Value {
+    let tls = match tls {
+        Some(t) if secrets.compared => json!(fingerprint(&[&t.cert, &t.key, &t.ca])),
+        Some(_) => json!("set"),
+        None => Value::Null,
+    };
+    json!({"endpoint": endpoint, "labels": labels, "tls": tls})
+}
+
+fn cluster_view(server: &str, auth: &str, credentials: &str, secrets: Secrets) -> Value {
+    let credentials = if secrets.compared { credentials } else { "set" };
+    json!({"server": server, "auth": auth, "credentials": credentials})
+}
+
+fn pool_error(e: PoolError) -> ApplyError {
+    match e {
+        PoolError::Invalid(errs) => ApplyError::Invalid(errs),
+        PoolError::Store(e) => ApplyError::Store(e),
+        other => ApplyError::Internal(other.into()),
+    }
+}
+
+fn engine_error(e: EngineError) -> ApplyError {
+    match e {
+        EngineError::Invalid(errs) => ApplyError::Invalid(errs),
+        EngineError::Store(e) => ApplyError::Store(e),
+        other => ApplyError::Internal(other.into()),
+    }
+}
+
+fn cluster_error(e: ClusterError) -> ApplyError {
+    match e {
+        ClusterError::Invalid(errs) => ApplyError::Invalid(errs),
+        ClusterError::Store(e) => ApplyError::Store(e),
+        other => ApplyError::Internal(other.into()),
+    }
+}
