@@ -3,7 +3,6 @@
 //! registry is reachable), and a sampler of a pool's containers.
 
 use std::collections::HashMap;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -12,6 +11,7 @@ use bollard::Docker;
 use bollard::models::ContainerSummaryStateEnum;
 use bollard::query_parameters::ListContainersOptionsBuilder;
 
+use crate::command::{self, DOCKER_LIMIT};
 use crate::images::{self, docker};
 pub use crate::images::{CRASH_IMAGE, HEALTHY_IMAGE, PLAIN_IMAGE, STUBBORN_V1, STUBBORN_V2, V1, V2};
 
@@ -24,13 +24,7 @@ pub const SKIP_DOCKER: &str = "DROVER_SKIP_DOCKER_TESTS";
 /// when [`SKIP_DOCKER`] is set), so an opted-out run lists it as ignored;
 /// `opt_outs.rs` checks that every such test does.
 pub fn require_docker() {
-    let probe = Command::new("docker").args(["version", "--format", "{{.Server.Version}}"]).output();
-    let problem = match probe {
-        Ok(out) if out.status.success() => None,
-        Ok(out) => Some(String::from_utf8_lossy(&out.stderr).trim().to_owned()),
-        Err(e) => Some(format!("cannot run the docker CLI: {e}")),
-    };
-    if let Some(why) = problem {
+    if let Err(why) = command::docker(&["version", "--format", "{{.Server.Version}}"]) {
         panic!(
             "this test needs a running Docker engine ({why}); start one (scripts/test.sh tries), or set \
              {SKIP_DOCKER}=1 to list the Docker tests as ignored"
@@ -51,15 +45,33 @@ impl Drop for Cleanup {
 }
 
 impl Cleanup {
+    /// Never panics: it runs in `Drop`, often while a failed test unwinds,
+    /// where a panic would abort the whole test binary. A failure is printed
+    /// and the sweep carries on; a hung engine ends it (every later call
+    /// would wait out its limit too).
     fn sweep(&self) {
         for pool in &self.0 {
-            let ids = Command::new("docker")
-                .args(["ps", "-aq", "--filter", &format!("label=drover.dev/pool={pool}")])
-                .output()
-                .map(|o| String::from_utf8_lossy(&o.stdout).split_whitespace().map(str::to_owned).collect::<Vec<_>>())
-                .unwrap_or_default();
-            if !ids.is_empty() {
-                let _ = Command::new("docker").arg("rm").arg("-f").args(&ids).output();
+            let listed = command::docker(&["ps", "-aq", "--filter", &format!("label=drover.dev/pool={pool}")]);
+            let ids = match listed {
+                Ok(ids) => ids,
+                Err(e) => {
+                    eprintln!("Cleanup: the containers of pool {pool} may be left behind: {e}");
+                    if e.timed_out() {
+                        return;
+                    }
+                    continue;
+                }
+            };
+            let ids: Vec<&str> = ids.split_whitespace().collect();
+            // A few at a time: Docker 20.10 can deadlock removing many at once.
+            for batch in ids.chunks(8) {
+                let args: Vec<&str> = ["rm", "-f"].into_iter().chain(batch.iter().copied()).collect();
+                if let Err(e) = command::docker(&args) {
+                    eprintln!("Cleanup: containers of pool {pool} may be left behind: {e}");
+                    if e.timed_out() {
+                        return;
+                    }
+                }
             }
         }
     }
@@ -76,18 +88,21 @@ pub struct Seen {
     pub labels: HashMap<String, String>,
 }
 
+/// A client of the local engine whose every request gives up after
+/// [`DOCKER_LIMIT`] (bollard's default is two minutes).
 pub async fn client() -> Docker {
-    Docker::connect_with_defaults().expect("docker client").negotiate_version().await.expect("docker version")
+    let docker = Docker::connect_with_defaults().expect("docker client").with_timeout(DOCKER_LIMIT);
+    docker.negotiate_version().await.unwrap_or_else(|e| panic!("asking the Docker engine its version: {e}"))
 }
 
 /// Containers carrying `label` (`key=value`), as the engine lists them.
 pub async fn containers(docker: &Docker, label: &str) -> Vec<Seen> {
     let filters = HashMap::from([("label".to_owned(), vec![label.to_owned()])]);
     let opts = ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
-    docker
-        .list_containers(Some(opts))
+    command::engine_call("listing containers", docker.list_containers(Some(opts)))
         .await
-        .expect("listing containers")
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|e| panic!("listing containers: {e}"))
         .into_iter()
         .map(|c| Seen {
             name: c.names.unwrap_or_default().first().map(|n| n.trim_start_matches('/').to_owned()).unwrap_or_default(),

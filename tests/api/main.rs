@@ -2,6 +2,8 @@
 
 mod cli;
 mod clusters;
+#[path = "../support/command.rs"]
+mod command;
 mod connections;
 mod cors;
 mod crashes;
