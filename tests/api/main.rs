@@ -35,6 +35,7 @@ mod postgres;
 mod process;
 mod reconcile;
 mod replicas;
+mod rig;
 mod rollouts;
 mod security;
 mod soak;
