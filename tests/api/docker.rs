@@ -174,12 +174,22 @@ pub fn remove_by_hand(name: &str) {
     docker(&["rm", "-f", name]);
 }
 
+/// One container event, as the engine reports it.
+#[derive(Debug, Clone)]
+pub struct EngineEvent {
+    /// By the engine's clock (this host's).
+    pub at: std::time::SystemTime,
+    /// create, start, kill, die, stop, destroy...
+    pub action: String,
+    pub name: String,
+}
+
 /// The engine's own record of what happened to a pool's containers, from
 /// the moment it starts: what a test checks "no running machine was
 /// removed" against, rather than drover's word for it.
 pub struct EventLog {
-    /// (action, container name), in the engine's order.
-    seen: Arc<Mutex<Vec<(String, String)>>>,
+    /// In the engine's order.
+    seen: Arc<Mutex<Vec<EngineEvent>>>,
     handle: tokio::task::JoinHandle<()>,
 }
 
@@ -208,27 +218,33 @@ impl EventLog {
                 }
                 let action = ev.action.unwrap_or_default();
                 let name = ev.actor.and_then(|a| a.attributes?.get("name").cloned()).unwrap_or_default();
+                let nanos = ev.time_nano.and_then(|t| u64::try_from(t).ok()).unwrap_or(0);
+                let at = std::time::UNIX_EPOCH + Duration::from_nanos(nanos);
                 if let Ok(mut log) = log.lock() {
-                    log.push((action, name));
+                    log.push(EngineEvent { at, action, name });
                 }
             }
         });
         Self { seen, handle }
     }
 
+    /// Every event so far, in the engine's order.
+    pub fn entries(&self) -> Vec<EngineEvent> {
+        self.seen.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
     /// Containers the engine stopped, killed or removed, with the action.
     pub fn removals(&self) -> Vec<(String, String)> {
-        let seen = self.seen.lock().map(|s| s.clone()).unwrap_or_default();
-        seen.into_iter().filter(|(action, _)| matches!(action.as_str(), "kill" | "stop" | "destroy")).collect()
+        let seen = self.entries().into_iter().map(|e| (e.action, e.name));
+        seen.filter(|(action, _)| matches!(action.as_str(), "kill" | "stop" | "destroy")).collect()
     }
 
     /// The most containers that existed at once, `at_start` existing when
     /// the log started.
     pub fn peak_existing(&self, at_start: usize) -> usize {
-        let seen = self.seen.lock().map(|s| s.clone()).unwrap_or_default();
         let (mut now, mut peak) = (at_start as i64, at_start as i64);
-        for (action, _) in &seen {
-            match action.as_str() {
+        for e in self.entries() {
+            match e.action.as_str() {
                 "create" => now += 1,
                 "destroy" => now -= 1,
                 _ => {}
@@ -240,8 +256,7 @@ impl EventLog {
 
     /// Containers the engine created.
     pub fn created(&self) -> Vec<String> {
-        let seen = self.seen.lock().map(|s| s.clone()).unwrap_or_default();
-        seen.into_iter().filter(|(action, _)| action == "create").map(|(_, name)| name).collect()
+        self.entries().into_iter().filter(|e| e.action == "create").map(|e| e.name).collect()
     }
 }
 

@@ -1,5 +1,7 @@
 //! All integration tests, in one binary to keep link time low.
 
+mod chaos;
+mod chaos_checks;
 mod cli;
 mod clusters;
 #[path = "../support/command.rs"]

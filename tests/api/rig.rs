@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -169,6 +169,8 @@ pub fn patch(client: &reqwest::Client, url: String, body: Value) -> reqwest::Req
 pub struct Request {
     pub method: String,
     pub path: String,
+    /// When its request line passed the proxy.
+    pub at: SystemTime,
 }
 
 impl Request {
@@ -286,7 +288,7 @@ fn record_requests(pending: &mut Vec<u8>, log: &Mutex<Vec<Request>>) -> bool {
             && let Some((method, path)) = before[start..].split_once(' ')
             && let Ok(mut log) = log.lock()
         {
-            let request = Request { method: method.to_owned(), path: path.to_owned() };
+            let request = Request { method: method.to_owned(), path: path.to_owned(), at: SystemTime::now() };
             changes |= request.changes();
             log.push(request);
         }
@@ -299,8 +301,9 @@ fn record_requests(pending: &mut Vec<u8>, log: &Mutex<Vec<Request>>) -> bool {
     changes
 }
 
-/// A TCP proxy to the database that the test can cut: open connections
-/// are dropped and new ones closed at once, as a network partition would.
+/// A TCP proxy to the database that the test can cut and restore: on a
+/// cut, open connections are dropped and new ones closed at once, as a
+/// network partition would; a restore lets new ones through again.
 pub struct TcpProxy {
     pub port: u16,
     cut: Arc<AtomicBool>,
@@ -346,6 +349,12 @@ impl TcpProxy {
             open.drain(..).for_each(|c| c.abort());
         }
     }
+
+    /// The network is back: new connections go through (those the cut
+    /// dropped stay dropped, as after a real partition).
+    pub fn restore(&self) {
+        self.cut.store(false, Ordering::SeqCst);
+    }
 }
 
 impl Drop for TcpProxy {
@@ -379,9 +388,33 @@ pub struct Write {
     /// The pool's lease at the commit.
     pub holder: Option<String>,
     pub token: Option<i64>,
+    pub expires_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 impl Write {
+    /// Whether a reconcile pass made it, rather than a request: machine
+    /// records, a status, an event the API does not write. Passes write
+    /// only under their pool's lease.
+    pub fn by_a_pass(&self) -> bool {
+        // The events requests write (src/pools, src/db/pools.rs).
+        const API_REASONS: [&str; 8] = [
+            "Created",
+            "SpecChanged",
+            "Scaled",
+            "RolloutStarted",
+            "DeletionRequested",
+            "BatchApproved",
+            "MachineDeleteRequested",
+            "MachineRemovalRequested",
+        ];
+        match self.tbl.as_str() {
+            "machines" => true,
+            "pools" => self.what == "status",
+            "events" => !API_REASONS.contains(&self.what.as_str()),
+            _ => false,
+        }
+    }
+
     /// Whether the session that wrote it is `replica`'s.
     pub fn by(&self, replica: &str) -> bool {
         self.session == drover::db::session_name(replica)
@@ -459,7 +492,7 @@ impl WriteLog {
     /// Every write logged so far, in commit order.
     pub async fn rows(&self) -> Vec<Write> {
         let mut db = Self::connect(&self.url).await;
-        sqlx::query_as("select at, session, tbl, pool, what, holder, token from test_write_log order by id")
+        sqlx::query_as("select at, session, tbl, pool, what, holder, token, expires_at from test_write_log order by id")
             .fetch_all(&mut db)
             .await
             .expect("reading the write log")
