@@ -306,9 +306,12 @@ fn check_bounds(
     let mut running: HashSet<&str> = HashSet::new();
     let mut by_slot: BTreeMap<String, usize> = BTreeMap::new();
     let mut residual = Vec::new();
+    // Events only the STALE window allowed: how much its leniency is used.
+    let mut stale = 0;
     for e in events {
         let since = e.at.checked_sub(STALE).unwrap_or(e.at);
         let (low, high) = desired_between(p, since, e.at);
+        let (low_now, high_now) = desired_between(p, e.at, e.at);
         match e.action.as_str() {
             "create" => {
                 let creator = creators.get(&e.name);
@@ -334,6 +337,7 @@ fn check_bounds(
                         p.surge
                     ));
                 }
+                stale += usize::from(existing + 1 > high_now + p.surge);
                 existing += 1;
                 peak = peak.max(existing);
             }
@@ -343,6 +347,7 @@ fn check_bounds(
             }
             "die" => {
                 running.remove(e.name.as_str());
+                stale += usize::from((running.len() as u32) < low_now.saturating_sub(p.unavailable));
                 if (running.len() as u32) < low.saturating_sub(p.unavailable) {
                     v.push(format!(
                         "{name}: {} stopped at {:.1}s leaving {} running, desired at least {low} (- unavailable {})",
@@ -358,7 +363,8 @@ fn check_bounds(
     }
     let _ = writeln!(
         summary,
-        "  {name}: surge {} unavailable {}, peak {peak} containers, creates by replica {by_slot:?}{}",
+        "  {name}: surge {} unavailable {}, peak {peak} containers, creates by replica {by_slot:?}, {stale} within \
+         the bounds only by a spec up to {STALE:?} old{}",
         p.surge,
         p.unavailable,
         if residual.is_empty() { String::new() } else { format!(", sent right after a SIGCONT: {residual:?}") }
