@@ -271,12 +271,31 @@ async fn inject(group: &mut Group, kind: FaultKind, rng: &mut StdRng) -> Fault {
             format!("SIGKILL of replica {slot} (pid {before}), started again as pid {now}")
         }
         FaultKind::Pause => {
+            // Frozen with work under way when there is some: its engine
+            // changes are held for up to a second first, then dropped
+            // unsent (the engine never sees them: a change that reached it
+            // during the pause would be the documented residual window,
+            // not a fault of the fences), so it resumes in mid-pass.
+            let docker = group.live[slot].docker.clone().expect("a replica on Docker has a proxy");
+            let before = docker.requests().len();
+            docker.hold(true);
+            let under_way = || docker.requests()[before..].iter().filter(|r| r.changes()).count();
+            let held_from = tokio::time::Instant::now();
+            while under_way() == 0 && held_from.elapsed() < Duration::from_secs(1) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
             slots.set(slot, None, false);
             group.live[slot].proc.signal(libc::SIGSTOP);
+            let dropped = under_way();
+            docker.cut_held();
             tokio::time::sleep(past_lease).await;
+            docker.hold(false);
             group.live[slot].proc.signal(libc::SIGCONT);
             slots.set(slot, None, true);
-            format!("SIGSTOP of replica {slot} (pid {}) for {past_lease:?}, then SIGCONT", group.live[slot].proc.pid())
+            let pid = group.live[slot].proc.pid();
+            format!(
+                "SIGSTOP of replica {slot} (pid {pid}) for {past_lease:?} with {dropped} engine changes dropped, then SIGCONT"
+            )
         }
         FaultKind::RestartDb => {
             let down = Duration::from_millis(rng.random_range(500..3000));

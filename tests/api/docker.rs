@@ -182,6 +182,7 @@ pub struct EngineEvent {
     /// create, start, kill, die, stop, destroy...
     pub action: String,
     pub name: String,
+    pub id: String,
 }
 
 /// The engine's own record of what happened to a pool's containers, from
@@ -217,11 +218,12 @@ impl EventLog {
                     continue;
                 }
                 let action = ev.action.unwrap_or_default();
+                let id = ev.actor.as_ref().and_then(|a| a.id.clone()).unwrap_or_default();
                 let name = ev.actor.and_then(|a| a.attributes?.get("name").cloned()).unwrap_or_default();
                 let nanos = ev.time_nano.and_then(|t| u64::try_from(t).ok()).unwrap_or(0);
                 let at = std::time::UNIX_EPOCH + Duration::from_nanos(nanos);
                 if let Ok(mut log) = log.lock() {
-                    log.push(EngineEvent { at, action, name });
+                    log.push(EngineEvent { at, action, name, id });
                 }
             }
         });

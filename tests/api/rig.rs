@@ -198,9 +198,8 @@ impl std::fmt::Display for Request {
 pub struct DockerProxy {
     pub path: PathBuf,
     seen: Arc<Mutex<Vec<Request>>>,
-    /// While true, a request that changes a container is recorded but not
-    /// passed on: its sender waits for the answer.
-    held: tokio::sync::watch::Sender<bool>,
+    /// What becomes of a request that changes a container.
+    gate: tokio::sync::watch::Sender<Gate>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -209,23 +208,31 @@ impl DockerProxy {
         let listener = UnixListener::bind(&path).expect("binding the Docker proxy");
         let seen = Arc::new(Mutex::new(Vec::new()));
         let log = seen.clone();
-        let held = tokio::sync::watch::Sender::new(false);
-        let hold = held.subscribe();
+        let gate = tokio::sync::watch::Sender::new(Gate::Open);
+        let hold = gate.subscribe();
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                let (log, hold) = (log.clone(), hold.clone());
+                let (log, gate) = (log.clone(), hold.clone());
                 tokio::spawn(async move {
                     if let Ok(engine) = UnixStream::connect("/var/run/docker.sock").await {
-                        relay_recording(client, engine, log, hold).await;
+                        relay_recording(client, engine, log, gate).await;
                     }
                 });
             }
         });
-        Arc::new(DockerProxy { path, seen, held, task })
+        Arc::new(DockerProxy { path, seen, gate, task })
     }
 
+    /// Holds every request that changes a container (its sender waits for
+    /// the answer), or passes them all on again, the held ones first.
     pub fn hold(&self, on: bool) {
-        self.held.send_replace(on);
+        self.gate.send_replace(if on { Gate::Held } else { Gate::Open });
+    }
+
+    /// Drops the held requests, and any other change, unsent: their
+    /// connections close, as if the engine had gone. Until [`Self::hold`].
+    pub fn cut_held(&self) {
+        self.gate.send_replace(Gate::Cut);
     }
 
     pub fn requests(&self) -> Vec<Request> {
@@ -239,12 +246,20 @@ impl Drop for DockerProxy {
     }
 }
 
+/// What the Docker proxy does with a request that changes a container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Gate {
+    Open,
+    Held,
+    Cut,
+}
+
 /// Copies both ways; reads request lines out of what the client sends.
 async fn relay_recording(
     client: UnixStream,
     engine: UnixStream,
     log: Arc<Mutex<Vec<Request>>>,
-    mut hold: tokio::sync::watch::Receiver<bool>,
+    mut gate: tokio::sync::watch::Receiver<Gate>,
 ) {
     let (mut client_rx, mut client_tx) = client.into_split();
     let (mut engine_rx, mut engine_tx) = engine.into_split();
@@ -257,8 +272,11 @@ async fn relay_recording(
                 Ok(n) => n,
             };
             pending.extend_from_slice(&buf[..n]);
-            if record_requests(&mut pending, &log) && hold.wait_for(|held| !*held).await.is_err() {
-                break;
+            if record_requests(&mut pending, &log) {
+                match gate.wait_for(|g| *g != Gate::Held).await.map(|g| *g) {
+                    Ok(Gate::Open) => {}
+                    _ => break,
+                }
             }
             if engine_tx.write_all(&buf[..n]).await.is_err() {
                 break;
@@ -383,8 +401,11 @@ pub struct Write {
     pub tbl: String,
     pub pool: Option<String>,
     /// pools: `spec`, `status` or `other` (which document an update
-    /// changed); events: the reason; else the operation.
+    /// changed); events: the reason; machines: `terminating` when its
+    /// deletion began, else the operation.
     pub what: String,
+    /// machines: the machine's name; pools: `generation/observed`.
+    pub detail: Option<String>,
     /// The pool's lease at the commit.
     pub holder: Option<String>,
     pub token: Option<i64>,
@@ -435,6 +456,7 @@ create table test_write_log (
     op          text not null,
     pool        text,
     what        text not null,
+    detail      text,
     holder      text,
     token       bigint,
     expires_at  timestamptz
@@ -444,6 +466,7 @@ declare
     doc jsonb := case when tg_op = 'DELETE' then to_jsonb(old) else to_jsonb(new) end;
     p text := doc ->> tg_argv[0];
     what text := lower(tg_op);
+    detail text := doc ->> 'name';
     h text;
     t bigint;
     e timestamptz;
@@ -452,13 +475,19 @@ begin
         what := case when to_jsonb(old) -> 'spec' is distinct from doc -> 'spec' then 'spec'
                      when to_jsonb(old) -> 'status' is distinct from doc -> 'status' then 'status'
                      else 'other' end;
+    end if;
+    if tg_table_name = 'pools' then
+        detail := (doc ->> 'generation') || '/' || ((doc ->> 'status')::jsonb ->> 'observed_generation');
     elsif tg_table_name = 'events' then
         what := doc ->> 'reason';
+    elsif tg_table_name = 'machines' and tg_op = 'UPDATE' and to_jsonb(old) ->> 'terminating_since' is null
+            and doc ->> 'terminating_since' is not null then
+        what := 'terminating';
     end if;
     select holder, token, expires_at into h, t, e from leases where kind = 'pool' and name = p;
-    insert into test_write_log (at, session, tbl, op, pool, what, holder, token, expires_at)
+    insert into test_write_log (at, session, tbl, op, pool, what, detail, holder, token, expires_at)
     values (clock_timestamp(), current_setting('application_name'), tg_table_name, lower(tg_op), p, what,
-            h, t, e);
+            detail, h, t, e);
     return null;
 end $$;
 create constraint trigger test_log after insert or update or delete on machines
@@ -492,10 +521,12 @@ impl WriteLog {
     /// Every write logged so far, in commit order.
     pub async fn rows(&self) -> Vec<Write> {
         let mut db = Self::connect(&self.url).await;
-        sqlx::query_as("select at, session, tbl, pool, what, holder, token, expires_at from test_write_log order by id")
-            .fetch_all(&mut db)
-            .await
-            .expect("reading the write log")
+        sqlx::query_as(
+            "select at, session, tbl, pool, what, detail, holder, token, expires_at from test_write_log order by id",
+        )
+        .fetch_all(&mut db)
+        .await
+        .expect("reading the write log")
     }
 
     /// The database's clock now, which the log's times are read on.
