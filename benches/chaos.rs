@@ -49,6 +49,7 @@ async fn main() -> anyhow::Result<()> {
     let report = chaos::run(&settings, &names).await;
     println!("{}", report.summary);
     if !report.violations.is_empty() {
+        println!("evidence:\n{}", report.evidence);
         anyhow::bail!("{} violations:\n{}", report.violations.len(), report.violations.join("\n"));
     }
     Ok(())

@@ -51,8 +51,9 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// The seed of `DROVER_CHAOS_SEED`, else a new one; `faults_for` from
-    /// `DROVER_CHAOS_SECONDS` when `from_env_too`, else `faults_for`.
+    /// The seed of `DROVER_CHAOS_SEED`, else a new one; the length from
+    /// `DROVER_CHAOS_SECONDS` when `duration_from_env` (the bench), else
+    /// `faults_for` (the suite keeps its own).
     pub fn new(faults_for: Duration, duration_from_env: bool) -> Settings {
         let seed = match std::env::var("DROVER_CHAOS_SEED") {
             Ok(s) => s.trim().parse().unwrap_or_else(|_| panic!("DROVER_CHAOS_SEED={s:?} is not a number")),
@@ -108,6 +109,8 @@ struct Group {
     live: Vec<Replica>,
     gone: Vec<Replica>,
     dockers: Vec<(usize, Arc<DockerProxy>)>,
+    /// Every process of each slot: (slot, pid).
+    incarnations: Vec<(usize, u32)>,
     /// What the clients read of it.
     slots: Arc<Slots>,
 }
@@ -125,6 +128,7 @@ impl Group {
             live: Vec::new(),
             gone: Vec::new(),
             dockers: Vec::new(),
+            incarnations: Vec::new(),
             slots: Arc::default(),
             server,
         };
@@ -149,6 +153,7 @@ impl Group {
     async fn replica(&mut self, slot: usize) -> Replica {
         let r = Replica::start(&self.urls[slot], true, &[]).await;
         self.dockers.push((slot, r.docker.clone().expect("a replica on Docker has a proxy")));
+        self.incarnations.push((slot, r.proc.pid()));
         r
     }
 }
@@ -200,6 +205,7 @@ pub async fn run(settings: &Settings, names: &[String]) -> Report {
         converged,
         final_pools: final_pools(&client, &group.live[0], &d, names).await,
         panics: all().filter(|r| r.proc.output().contains("panicked")).map(|r| r.proc.output()).collect(),
+        processes: group.incarnations.clone(),
         pools,
     };
     chaos_checks::check(&record)
@@ -488,5 +494,11 @@ async fn three_replicas_under_random_kills_pauses_cuts_and_database_restarts_kee
         )
     });
     eprintln!("{}", report.summary);
-    assert!(report.violations.is_empty(), "{}\nviolations:\n{}", report.summary, report.violations.join("\n"));
+    assert!(
+        report.violations.is_empty(),
+        "{}\nviolations:\n{}\n\nevidence:\n{}",
+        report.summary,
+        report.violations.join("\n"),
+        report.evidence
+    );
 }

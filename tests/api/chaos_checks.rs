@@ -132,11 +132,15 @@ pub struct Record {
     pub final_pools: Vec<Final>,
     /// Logs of replicas that panicked.
     pub panics: Vec<String>,
+    /// Every replica process of the run: (slot, pid).
+    pub processes: Vec<(usize, u32)>,
 }
 
 pub struct Report {
     pub summary: String,
     pub violations: Vec<String>,
+    /// Around each broken bound, what every party did: for a report.
+    pub evidence: String,
 }
 
 /// Whether a pool is at its spec, by its status and by the engine.
@@ -169,9 +173,20 @@ pub fn check(r: &Record) -> Report {
     }
     check_answers(r, &mut v, &mut summary);
     let creators = creators(r);
+    let mut evidence = String::new();
     for (i, p) in r.pools.iter().enumerate() {
         check_changes(p, &r.final_pools[i], &mut v, &mut summary);
-        check_bounds(r, p, &r.events[i], &creators, &mut v, &mut summary);
+        let broken = v.len();
+        if let Some(first) = check_bounds(r, p, &r.events[i], &creators, &mut v, &mut summary) {
+            let _ = writeln!(
+                evidence,
+                "{} ({} bounds broken), 15 s before the first to 5 s after:",
+                p.name,
+                v.len() - broken
+            );
+            let from = first.checked_sub(Duration::from_secs(15)).unwrap_or(first);
+            evidence.push_str(&timeline(r, i, from, first + Duration::from_secs(5)));
+        }
     }
     check_writes(r, &mut v, &mut summary);
     match r.converged {
@@ -193,7 +208,7 @@ pub fn check(r: &Record) -> Report {
     }
     v.extend(r.panics.iter().map(|p| format!("a replica panicked: {p}")));
     let _ = writeln!(summary, "violations: {}", v.len());
-    Report { summary, violations: v }
+    Report { summary, violations: v, evidence }
 }
 
 /// Every answer is 2xx, 4xx or 503 with Retry-After; no answer comes only
@@ -323,8 +338,9 @@ fn check_bounds(
     creators: &HashMap<String, (usize, SystemTime)>,
     v: &mut Vec<String>,
     summary: &mut String,
-) {
+) -> Option<SystemTime> {
     let (name, surge, unavailable) = (&p.name, p.surge, p.unavailable);
+    let mut first_broken = None;
     let at = |t: SystemTime| t.duration_since(r.setting.started).map_or(0.0, |d| d.as_secs_f64());
     let (mut existing, mut peak) = (0u32, 0u32);
     let mut running: HashSet<&str> = HashSet::new();
@@ -332,10 +348,15 @@ fn check_bounds(
     let mut residual = Vec::new();
     // The oldest spec an event was within the bounds of: how much of STALE is used.
     let mut oldest = Duration::ZERO;
-    let mut judge = |what: String, stale: Option<Duration>, bound: String, v: &mut Vec<String>| match stale {
-        Some(s) if s <= STALE => oldest = oldest.max(s),
-        Some(s) => v.push(format!("{name}: {what}, {bound} until {:.1}s before", s.as_secs_f64())),
-        None => v.push(format!("{name}: {what}, {bound} never")),
+    let mut judge = |what: String, stale: Option<Duration>, bound: String, at: SystemTime, v: &mut Vec<String>| {
+        match stale {
+            Some(s) if s <= STALE => oldest = oldest.max(s),
+            Some(s) => v.push(format!("{name}: {what}, {bound} until {:.1}s before", s.as_secs_f64())),
+            None => v.push(format!("{name}: {what}, {bound} never")),
+        }
+        if stale.is_none_or(|s| s > STALE) {
+            first_broken = first_broken.or(Some(at));
+        }
     };
     for e in events {
         match e.action.as_str() {
@@ -348,7 +369,7 @@ fn check_bounds(
                     let what =
                         format!("{} created by replica {creator:?} at {:.1}s with {existing} there", e.name, at(e.at));
                     let stale = staleness(p, e.at, |d| existing < d + surge);
-                    judge(what, stale, format!("desired + surge {surge} allowed it"), v);
+                    judge(what, stale, format!("desired + surge {surge} allowed it"), e.at, v);
                 }
                 existing += 1;
                 peak = peak.max(existing);
@@ -361,10 +382,17 @@ fn check_bounds(
                 running.remove(e.name.as_str());
                 let left = running.len() as u32;
                 let begun = deletion_begun(r, &e.name).map_or(e.at, |b| b.min(e.at));
-                let stale = staleness(p, begun, |d| left >= d.saturating_sub(unavailable));
+                // A machine not ready when its deletion began costs no
+                // availability (the planner removes those first, freely).
+                if !ready_at(r, &e.name, begun) {
+                    continue;
+                }
+                // Judged by any count in effect from its deletion's start to its stop.
+                let stale = staleness(p, e.at, |d| left >= d.saturating_sub(unavailable))
+                    .map(|s| s.saturating_sub(e.at.duration_since(begun).unwrap_or_default()));
                 let what = format!("{} stopped at {:.1}s leaving {left} running", e.name, at(e.at));
                 let bound = format!("desired - unavailable {unavailable} allowed it ({})", stopped_by(r, e));
-                judge(what, stale, bound, v);
+                judge(what, stale, bound, begun, v);
             }
             _ => {}
         }
@@ -376,6 +404,63 @@ fn check_bounds(
         oldest.as_secs_f64(),
         if residual.is_empty() { String::new() } else { format!(", sent right after a SIGCONT: {residual:?}") }
     );
+    first_broken
+}
+
+/// What happened to pool `i` from `from` to `to`, in time order: its changes,
+/// the engine's events, the engine requests of every replica for its
+/// containers, its writes in the store, and the faults.
+fn timeline(r: &Record, i: usize, from: SystemTime, to: SystemTime) -> String {
+    let at = |t: SystemTime| t.duration_since(r.setting.started).map_or(0.0, |d| d.as_secs_f64());
+    let who = |session: &str| {
+        // drover/<host>-<pid>-<random>
+        let pid = session.rsplit('-').nth(1).and_then(|p| p.parse::<u32>().ok());
+        let slot = r.processes.iter().find(|(_, p)| Some(*p) == pid).map(|(s, _)| *s);
+        format!("replica {} ({session})", slot.map_or("?".to_owned(), |s| s.to_string()))
+    };
+    let (p, events) = (&r.pools[i], &r.events[i]);
+    let mut lines: Vec<(SystemTime, String)> = Vec::new();
+    for c in &p.changes {
+        let what = format!("replicas {:?} version {:?}", c.replicas, c.version);
+        lines.push((c.sent, format!("client: change sent: {what}")));
+        if let Some(acked) = c.acked {
+            lines.push((acked, format!("client: change acknowledged: {what}, generation {:?}", c.generation)));
+        }
+    }
+    let ours: HashSet<&str> = events.iter().flat_map(|e| [e.name.as_str(), e.id.as_str()]).collect();
+    for e in events {
+        lines.push((e.at, format!("engine: {} {}", e.action, e.name)));
+    }
+    for (slot, requests) in &r.requests {
+        for q in requests.iter().filter(|q| q.changes()) {
+            let target = q.creates().or_else(|| q.path.split("/containers/").nth(1)?.split(['/', '?']).next());
+            if target.is_some_and(|t| ours.contains(t)) {
+                lines.push((q.at, format!("replica {slot} asked: {q}")));
+            }
+        }
+    }
+    for w in r.writes.iter().filter(|w| w.pool.as_deref() == Some(p.name.as_str())) {
+        let lease = format!("lease {:?} token {:?}", w.holder, w.token);
+        let line = format!("store: {} wrote {} {} {:?} under {lease}", who(&w.session), w.tbl, w.what, w.detail);
+        lines.push((SystemTime::from(w.at), line));
+    }
+    for f in &r.faults {
+        lines.push((f.began, format!("fault begins: {}", f.note)));
+        lines.push((f.ended, "fault ends".to_owned()));
+    }
+    lines.sort_by_key(|(t, _)| *t);
+    let mut out = String::new();
+    for (t, line) in lines.into_iter().filter(|(t, _)| *t >= from && *t <= to) {
+        let _ = writeln!(out, "  {:>8.3}s  {line}", at(t));
+    }
+    out
+}
+
+/// Whether the store held machine `name` as ready at `t`.
+fn ready_at(r: &Record, name: &str, t: SystemTime) -> bool {
+    let flips = r.writes.iter().filter(|w| w.tbl == "machines" && w.detail.as_deref() == Some(name));
+    let mut before = flips.filter(|w| SystemTime::from(w.at) <= t && (w.what == "ready" || w.what == "unready"));
+    before.next_back().is_some_and(|w| w.what == "ready")
 }
 
 /// When the store first marked machine `name` as being deleted.
@@ -433,6 +518,7 @@ fn record_of(pool: PoolRun, events: Vec<EngineEvent>, requests: Vec<Request>, fa
         converged: Some(Duration::ZERO),
         final_pools: vec![Final { view, containers: Vec::new(), records: HashSet::new() }],
         panics: Vec::new(),
+        processes: Vec::new(),
     }
 }
 
@@ -509,11 +595,32 @@ fn a_running_machine_stopped_below_the_availability_bound_is_caught() {
         event(30.0, "create", "c"),
         event(30.1, "start", "c"),
         event(31.0, "die", "a"),
+        event(31.1, "destroy", "a"),
         event(32.0, "die", "b"),
+        event(32.1, "destroy", "b"),
+        // Never ready: its removal costs nothing.
+        event(33.0, "create", "d"),
+        event(33.1, "start", "d"),
+        event(33.5, "die", "d"),
     ]);
-    let report = check(&record_of(p, events, Vec::new(), Vec::new()));
+    let mut r = record_of(p, events, Vec::new(), Vec::new());
+    let wrote = |at: f64, what: &str, machine: &str| Write {
+        at: chrono::DateTime::from(secs(at)),
+        session: "drover/h-1-x".into(),
+        tbl: "machines".into(),
+        pool: Some("p".into()),
+        what: what.into(),
+        detail: Some(machine.into()),
+        holder: Some("h-1-x".into()),
+        token: Some(1),
+        expires_at: None,
+    };
+    r.writes = vec![wrote(2.0, "ready", "a"), wrote(2.0, "ready", "b"), wrote(30.9, "terminating", "a")];
+    r.writes.extend([wrote(31.9, "terminating", "b"), wrote(33.4, "terminating", "d")]);
+    let report = check(&r);
     assert_eq!(report.violations.len(), 1, "{:?}", report.violations);
     assert!(report.violations[0].contains("b stopped at 32.0s leaving 1 running"), "{:?}", report.violations);
+    assert!(report.evidence.contains("32.000s  engine: die b"), "{}", report.evidence);
 }
 
 #[test]

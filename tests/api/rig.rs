@@ -402,7 +402,8 @@ pub struct Write {
     pub pool: Option<String>,
     /// pools: `spec`, `status` or `other` (which document an update
     /// changed); events: the reason; machines: `terminating` when its
-    /// deletion began, else the operation.
+    /// deletion began, `ready` or `unready` when that changed, else the
+    /// operation.
     pub what: String,
     /// machines: the machine's name; pools: `generation/observed`.
     pub detail: Option<String>,
@@ -483,6 +484,9 @@ begin
     elsif tg_table_name = 'machines' and tg_op = 'UPDATE' and to_jsonb(old) ->> 'terminating_since' is null
             and doc ->> 'terminating_since' is not null then
         what := 'terminating';
+    elsif tg_table_name = 'machines' and tg_op <> 'DELETE'
+            and (doc ->> 'ready')::boolean is distinct from coalesce((to_jsonb(old) ->> 'ready')::boolean, false) then
+        what := case when (doc ->> 'ready')::boolean then 'ready' else 'unready' end;
     end if;
     select holder, token, expires_at into h, t, e from leases where kind = 'pool' and name = p;
     insert into test_write_log (at, session, tbl, op, pool, what, detail, holder, token, expires_at)
