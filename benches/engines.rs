@@ -13,6 +13,10 @@
 //! Run: `cargo bench --bench engines` (needs Docker and root, for the
 //! extra engines' bridges). `DROVER_BENCH_N=60`.
 
+// Bounded docker CLI calls and engine requests, shared with the tests.
+#[allow(dead_code)]
+#[path = "../tests/support/command.rs"]
+mod command;
 #[path = "../tests/support/images.rs"]
 mod images;
 // Shared with the tests, which use all of it.
@@ -128,7 +132,10 @@ async fn pool_containers(docker: &bollard::Docker, pool: &str, all: bool) -> any
     let label = format!("drover.dev/pool={pool}");
     let filters = std::collections::HashMap::from([("label".to_owned(), vec![label])]);
     let opts = bollard::query_parameters::ListContainersOptionsBuilder::default().all(all).filters(&filters).build();
-    Ok(docker.list_containers(Some(opts)).await?.len() as u64)
+    let list = command::engine_call("listing containers", docker.list_containers(Some(opts)))
+        .await
+        .map_err(|e| anyhow::anyhow!(e))??;
+    Ok(list.len() as u64)
 }
 
 /// Time from the scale request until `n` machines are running on the

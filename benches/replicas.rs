@@ -36,6 +36,10 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use sqlx::Connection;
 
+// Bounded docker CLI calls, shared with the tests.
+#[allow(dead_code)]
+#[path = "../tests/support/command.rs"]
+mod command;
 #[path = "support/measure.rs"]
 mod measure;
 // Shared with the tests, which use more of them.
@@ -377,16 +381,12 @@ async fn failover(pg: &postgres::PgServer, lease: &str, trials: usize) -> anyhow
         // The survivor first, or it would replace what is removed.
         a.kill();
         b.kill();
-        let _ = Command::new("docker")
-            .args(["ps", "-aq", "--filter", &format!("label=drover.dev/pool={pool_name}")])
-            .output()
-            .map(|out| {
-                let ids: Vec<String> =
-                    String::from_utf8_lossy(&out.stdout).split_whitespace().map(str::to_owned).collect();
-                if !ids.is_empty() {
-                    let _ = Command::new("docker").args(["rm", "-f"]).args(&ids).output();
-                }
-            });
+        let ids = command::docker(&["ps", "-aq", "--filter", &format!("label=drover.dev/pool={pool_name}")])
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let ids: Vec<&str> = ids.split_whitespace().collect();
+        if !ids.is_empty() {
+            command::docker(&[&["rm", "-f"][..], &ids].concat()).map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
     }
     let mut sorted = samples.clone();
     println!("\n| lease | SIGKILL of the driver -> the next change applied by the other replica ({trials} trials) |");

@@ -71,4 +71,4 @@ cargo test "$@"
 echo "==> the API tests again, on PostgreSQL"
 # The tests of several replicas use PostgreSQL in both runs; they ran above.
 DROVER_TEST_DATABASE=postgres cargo test --test api "$@" -- \
-    --skip replicas:: --skip consistency:: --skip job_leases::
+    --skip replicas:: --skip consistency:: --skip job_leases:: --skip chaos::

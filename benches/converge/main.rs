@@ -22,6 +22,10 @@
 //! `DROVER_BENCH_N=50`, `DROVER_BENCH_ROUNDS=2` (best of),
 //! `DROVER_BENCH_IMAGES=quick` or `stubborn` (default: both).
 
+// Bounded docker CLI calls and engine requests, shared with the tests.
+#[allow(dead_code)]
+#[path = "../../tests/support/command.rs"]
+mod command;
 #[path = "../../tests/support/images.rs"]
 mod images;
 

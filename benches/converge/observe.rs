@@ -17,7 +17,9 @@ pub const LIMIT: Duration = Duration::from_secs(600);
 pub async fn running(docker: &Docker, label: &str, image: &str) -> anyhow::Result<(usize, usize)> {
     let filters = HashMap::from([("label".to_owned(), vec![label.to_owned()])]);
     let opts = ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
-    let list = docker.list_containers(Some(opts)).await?;
+    let list = crate::command::engine_call("listing containers", docker.list_containers(Some(opts)))
+        .await
+        .map_err(|e| anyhow::anyhow!(e))??;
     let run = |c: &&bollard::models::ContainerSummary| matches!(c.state, Some(ContainerSummaryStateEnum::RUNNING));
     let wanted = list.iter().filter(run).filter(|c| c.image.as_deref() == Some(image)).count();
     let others = list.iter().filter(run).count() - wanted;
@@ -28,7 +30,10 @@ pub async fn running(docker: &Docker, label: &str, image: &str) -> anyhow::Resul
 pub async fn count(docker: &Docker, label: &str) -> anyhow::Result<usize> {
     let filters = HashMap::from([("label".to_owned(), vec![label.to_owned()])]);
     let opts = ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
-    Ok(docker.list_containers(Some(opts)).await?.len())
+    let list = crate::command::engine_call("listing containers", docker.list_containers(Some(opts)))
+        .await
+        .map_err(|e| anyhow::anyhow!(e))??;
+    Ok(list.len())
 }
 
 /// Waits until exactly `n` containers with `label` run `image` and none

@@ -3,7 +3,6 @@
 //! `--update-order start-first` and no delay. The swarm is initialised for
 //! the bench and left again only if the bench initialised it.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bollard::Docker;
@@ -17,10 +16,9 @@ pub struct Swarm {
     pub label: String,
 }
 
+/// A docker CLI call, bounded: a hung engine fails the bench, naming it.
 fn cli(args: &[&str]) -> anyhow::Result<String> {
-    let out = Command::new("docker").args(args).output()?;
-    anyhow::ensure!(out.status.success(), "docker {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    crate::command::docker(args).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 impl Swarm {

@@ -3,7 +3,6 @@
 //! registry is reachable), and a sampler of a pool's containers.
 
 use std::collections::HashMap;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -12,6 +11,7 @@ use bollard::Docker;
 use bollard::models::ContainerSummaryStateEnum;
 use bollard::query_parameters::ListContainersOptionsBuilder;
 
+use crate::command::{self, DOCKER_LIMIT};
 use crate::images::{self, docker};
 pub use crate::images::{CRASH_IMAGE, HEALTHY_IMAGE, PLAIN_IMAGE, STUBBORN_V1, STUBBORN_V2, V1, V2};
 
@@ -24,13 +24,7 @@ pub const SKIP_DOCKER: &str = "DROVER_SKIP_DOCKER_TESTS";
 /// when [`SKIP_DOCKER`] is set), so an opted-out run lists it as ignored;
 /// `opt_outs.rs` checks that every such test does.
 pub fn require_docker() {
-    let probe = Command::new("docker").args(["version", "--format", "{{.Server.Version}}"]).output();
-    let problem = match probe {
-        Ok(out) if out.status.success() => None,
-        Ok(out) => Some(String::from_utf8_lossy(&out.stderr).trim().to_owned()),
-        Err(e) => Some(format!("cannot run the docker CLI: {e}")),
-    };
-    if let Some(why) = problem {
+    if let Err(why) = command::docker(&["version", "--format", "{{.Server.Version}}"]) {
         panic!(
             "this test needs a running Docker engine ({why}); start one (scripts/test.sh tries), or set \
              {SKIP_DOCKER}=1 to list the Docker tests as ignored"
@@ -51,15 +45,33 @@ impl Drop for Cleanup {
 }
 
 impl Cleanup {
+    /// Never panics: it runs in `Drop`, often while a failed test unwinds,
+    /// where a panic would abort the whole test binary. A failure is printed
+    /// and the sweep carries on; a hung engine ends it (every later call
+    /// would wait out its limit too).
     fn sweep(&self) {
         for pool in &self.0 {
-            let ids = Command::new("docker")
-                .args(["ps", "-aq", "--filter", &format!("label=drover.dev/pool={pool}")])
-                .output()
-                .map(|o| String::from_utf8_lossy(&o.stdout).split_whitespace().map(str::to_owned).collect::<Vec<_>>())
-                .unwrap_or_default();
-            if !ids.is_empty() {
-                let _ = Command::new("docker").arg("rm").arg("-f").args(&ids).output();
+            let listed = command::docker(&["ps", "-aq", "--filter", &format!("label=drover.dev/pool={pool}")]);
+            let ids = match listed {
+                Ok(ids) => ids,
+                Err(e) => {
+                    eprintln!("Cleanup: the containers of pool {pool} may be left behind: {e}");
+                    if e.timed_out() {
+                        return;
+                    }
+                    continue;
+                }
+            };
+            let ids: Vec<&str> = ids.split_whitespace().collect();
+            // A few at a time: Docker 20.10 can deadlock removing many at once.
+            for batch in ids.chunks(8) {
+                let args: Vec<&str> = ["rm", "-f"].into_iter().chain(batch.iter().copied()).collect();
+                if let Err(e) = command::docker(&args) {
+                    eprintln!("Cleanup: containers of pool {pool} may be left behind: {e}");
+                    if e.timed_out() {
+                        return;
+                    }
+                }
             }
         }
     }
@@ -76,18 +88,21 @@ pub struct Seen {
     pub labels: HashMap<String, String>,
 }
 
+/// A client of the local engine whose every request gives up after
+/// [`DOCKER_LIMIT`] (bollard's default is two minutes).
 pub async fn client() -> Docker {
-    Docker::connect_with_defaults().expect("docker client").negotiate_version().await.expect("docker version")
+    let docker = Docker::connect_with_defaults().expect("docker client").with_timeout(DOCKER_LIMIT);
+    docker.negotiate_version().await.unwrap_or_else(|e| panic!("asking the Docker engine its version: {e}"))
 }
 
 /// Containers carrying `label` (`key=value`), as the engine lists them.
 pub async fn containers(docker: &Docker, label: &str) -> Vec<Seen> {
     let filters = HashMap::from([("label".to_owned(), vec![label.to_owned()])]);
     let opts = ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
-    docker
-        .list_containers(Some(opts))
+    command::engine_call("listing containers", docker.list_containers(Some(opts)))
         .await
-        .expect("listing containers")
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|e| panic!("listing containers: {e}"))
         .into_iter()
         .map(|c| Seen {
             name: c.names.unwrap_or_default().first().map(|n| n.trim_start_matches('/').to_owned()).unwrap_or_default(),
@@ -159,12 +174,23 @@ pub fn remove_by_hand(name: &str) {
     docker(&["rm", "-f", name]);
 }
 
+/// One container event, as the engine reports it.
+#[derive(Debug, Clone)]
+pub struct EngineEvent {
+    /// By the engine's clock (this host's).
+    pub at: std::time::SystemTime,
+    /// create, start, kill, die, stop, destroy...
+    pub action: String,
+    pub name: String,
+    pub id: String,
+}
+
 /// The engine's own record of what happened to a pool's containers, from
 /// the moment it starts: what a test checks "no running machine was
 /// removed" against, rather than drover's word for it.
 pub struct EventLog {
-    /// (action, container name), in the engine's order.
-    seen: Arc<Mutex<Vec<(String, String)>>>,
+    /// In the engine's order.
+    seen: Arc<Mutex<Vec<EngineEvent>>>,
     handle: tokio::task::JoinHandle<()>,
 }
 
@@ -192,28 +218,35 @@ impl EventLog {
                     continue;
                 }
                 let action = ev.action.unwrap_or_default();
+                let id = ev.actor.as_ref().and_then(|a| a.id.clone()).unwrap_or_default();
                 let name = ev.actor.and_then(|a| a.attributes?.get("name").cloned()).unwrap_or_default();
+                let nanos = ev.time_nano.and_then(|t| u64::try_from(t).ok()).unwrap_or(0);
+                let at = std::time::UNIX_EPOCH + Duration::from_nanos(nanos);
                 if let Ok(mut log) = log.lock() {
-                    log.push((action, name));
+                    log.push(EngineEvent { at, action, name, id });
                 }
             }
         });
         Self { seen, handle }
     }
 
+    /// Every event so far, in the engine's order.
+    pub fn entries(&self) -> Vec<EngineEvent> {
+        self.seen.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
     /// Containers the engine stopped, killed or removed, with the action.
     pub fn removals(&self) -> Vec<(String, String)> {
-        let seen = self.seen.lock().map(|s| s.clone()).unwrap_or_default();
-        seen.into_iter().filter(|(action, _)| matches!(action.as_str(), "kill" | "stop" | "destroy")).collect()
+        let seen = self.entries().into_iter().map(|e| (e.action, e.name));
+        seen.filter(|(action, _)| matches!(action.as_str(), "kill" | "stop" | "destroy")).collect()
     }
 
     /// The most containers that existed at once, `at_start` existing when
     /// the log started.
     pub fn peak_existing(&self, at_start: usize) -> usize {
-        let seen = self.seen.lock().map(|s| s.clone()).unwrap_or_default();
         let (mut now, mut peak) = (at_start as i64, at_start as i64);
-        for (action, _) in &seen {
-            match action.as_str() {
+        for e in self.entries() {
+            match e.action.as_str() {
                 "create" => now += 1,
                 "destroy" => now -= 1,
                 _ => {}
@@ -225,8 +258,7 @@ impl EventLog {
 
     /// Containers the engine created.
     pub fn created(&self) -> Vec<String> {
-        let seen = self.seen.lock().map(|s| s.clone()).unwrap_or_default();
-        seen.into_iter().filter(|(action, _)| action == "create").map(|(_, name)| name).collect()
+        self.entries().into_iter().filter(|e| e.action == "create").map(|e| e.name).collect()
     }
 }
 

@@ -1,8 +1,12 @@
 //! All integration tests, in one binary to keep link time low.
 
 mod apply;
+mod chaos;
+mod chaos_checks;
 mod cli;
 mod clusters;
+#[path = "../support/command.rs"]
+mod command;
 mod connections;
 mod consistency;
 mod cors;
@@ -36,6 +40,7 @@ mod postgres;
 mod process;
 mod reconcile;
 mod replicas;
+mod rig;
 mod rollouts;
 mod security;
 mod soak;

@@ -3,155 +3,26 @@
 //! simulated runtime and the real Docker engine. The faults are real too:
 //! SIGKILL, SIGSTOP/SIGCONT, the database server stopped and started, and
 //! the network between a replica and the database cut by a proxy the test
-//! controls.
-//!
-//! Leases last 3 s here (15 s by default), so that a takeover takes
-//! seconds; the rules are the same at any duration.
+//! controls. The rig (replicas, proxies, the store's write log) is
+//! `rig.rs`, shared with the chaos test.
 
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tempfile::TempDir;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::time::Instant;
 
 use crate::docker::{self, Cleanup, EventLog, V1, V2, require_docker};
-use crate::helpers::{admin_token, client_with_token, unique, wait_for};
+use crate::helpers::{client_with_token, unique, wait_for};
 use crate::postgres::{self, PgServer};
 use crate::process::Process;
-
-const LEASE: &str = "3s";
-const LEASE_DURATION: Duration = Duration::from_secs(3);
-const LIMIT: Duration = Duration::from_secs(120);
-
-/// One drover process of a group sharing a store.
-struct Replica {
-    proc: Process,
-    dir: TempDir,
-    /// Its own way to the Docker engine, which records what it asked.
-    docker: Option<Arc<DockerProxy>>,
-}
-
-impl Replica {
-    /// `drover serve` on `database_url`, with its own data directory, on
-    /// the simulated runtime or (with `docker`) the Docker engine through
-    /// a recording proxy.
-    async fn start(database_url: &str, docker: bool, extra: &[&str]) -> Replica {
-        let dir = TempDir::new().expect("temporary directory");
-        let proxy = if docker { Some(DockerProxy::start(dir.path().join("docker.sock")).await) } else { None };
-        let mut args: Vec<String> =
-            ["--database-url", database_url, "--lease-duration", LEASE, "--resync-interval", "2s"]
-                .map(str::to_owned)
-                .to_vec();
-        match &proxy {
-            Some(p) => args.extend(["--docker-host".to_owned(), format!("unix://{}", p.path.display())]),
-            None => args.extend(["--runtime".to_owned(), "simulated".to_owned()]),
-        }
-        args.extend(extra.iter().map(|s| (*s).to_owned()));
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let proc = Process::spawn_with(dir.path(), &args);
-        proc.wait_up().await;
-        Replica { proc, dir, docker: proxy }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.proc.addr)
-    }
-
-    /// Whether `driver` (a pool's `status.driver`) names this process.
-    fn is(&self, driver: &Value) -> bool {
-        driver.as_str().is_some_and(|d| d.contains(&format!("-{}-", self.proc.pid())))
-    }
-}
-
-/// The admin token, written by whichever replica started first.
-fn token(replicas: &[&Replica]) -> String {
-    replicas
-        .iter()
-        .find(|r| r.dir.path().join("admin.token").exists())
-        .map(|r| admin_token(r.dir.path()))
-        .expect("one replica wrote the admin token")
-}
-
-/// A fresh database on the shared test server.
-fn database() -> String {
-    postgres::shared().fresh_database()
-}
-
-/// Pool leases held now by each replica, as any replica's `/metrics` says.
-async fn leases_held(client: &reqwest::Client, r: &Replica) -> HashMap<String, f64> {
-    let text = client.get(r.url("/metrics")).send().await.expect("metrics").text().await.expect("metrics text");
-    text.lines()
-        .filter(|l| l.starts_with("drover_leases_held{"))
-        .filter_map(|l| {
-            let replica = l.split("replica=\"").nth(1)?.split('"').next()?.to_owned();
-            Some((replica, l.rsplit(' ').next()?.parse().ok()?))
-        })
-        .collect()
-}
-
-/// `count` pool names starting with `prefix`, half of which `b` is to
-/// drive (answered second) and the rest `a`, chosen by the same rendezvous
-/// hash the replicas use once both are alive: left to chance, six pools
-/// all land on one replica once in 64 runs.
-async fn names_split(
-    client: &reqwest::Client,
-    a: &Replica,
-    b: &Replica,
-    prefix: &str,
-    count: usize,
-) -> (Vec<String>, Vec<String>) {
-    let mut alive = Vec::new();
-    wait_for(LIMIT, "both replicas alive on the store", async || {
-        alive = leases_held(client, a).await.into_keys().collect();
-        alive.len() == 2
-    })
-    .await;
-    let id_of = |r: &Replica| alive.iter().find(|id| r.is(&json!(id))).cloned();
-    let (Some(_), Some(id_b)) = (id_of(a), id_of(b)) else { panic!("the replicas alive are a and b: {alive:?}") };
-    let (mut of_a, mut of_b) = (Vec::new(), Vec::new());
-    for i in 0..1000 {
-        let name = unique(&format!("{prefix}{i}"));
-        let (side, wanted) = if drover::replicas::owner(&alive, &name) == Some(id_b.as_str()) {
-            (&mut of_b, count / 2)
-        } else {
-            (&mut of_a, count - count / 2)
-        };
-        if side.len() < wanted {
-            side.push(name);
-        }
-    }
-    assert_eq!(of_a.len() + of_b.len(), count, "a thousand names hold {count} split between {alive:?}");
-    let all = of_a.iter().chain(&of_b).cloned().collect();
-    (all, of_b)
-}
-
-/// Creates a pool of one machine per name through `a`, and waits until
-/// each machine is ready and the pools of `of_b` are driven by `b`, the
-/// others by `a`.
-async fn create_ready(client: &reqwest::Client, a: &Replica, b: &Replica, names: &[String], of_b: &[String]) {
-    for n in names {
-        let spec = json!({"name": n, "replicas": 1, "version": V1});
-        assert_eq!(client.post(a.url("/v1/pools")).json(&spec).send().await.unwrap().status(), StatusCode::CREATED);
-    }
-    for n in names {
-        let driver = if of_b.contains(n) { b } else { a };
-        a.proc
-            .wait_pool(client, n, LIMIT, "one machine, driven by its replica", |p| {
-                p["status"]["ready_replicas"] == 1 && driver.is(&p["status"]["driver"])
-            })
-            .await;
-    }
-}
-
-fn patch(client: &reqwest::Client, url: String, body: Value) -> reqwest::RequestBuilder {
-    client.patch(url).header("content-type", "application/merge-patch+json").body(body.to_string())
-}
+use crate::rig::{
+    LEASE_DURATION, LIMIT, Replica, Request, TcpProxy, Write, WriteLog, create_ready, database, leases_held,
+    names_split, patch, token,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_share_300_pools_and_every_replica_serves_the_whole_api() {
@@ -278,10 +149,31 @@ async fn sigkill_of_the_replica_driving_a_50_machine_rollout_another_finishes_it
     assert!(peak <= 55, "the surge bound (50 + 5) held across the takeover: {peak} containers at once");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[cfg_attr(skip_docker_tests, ignore = "DROVER_SKIP_DOCKER_TESTS is set")]
-async fn a_replica_paused_past_its_leases_changes_nothing_when_it_resumes() {
-    require_docker();
+/// What both pause tests start from: replica `b` (one engine operation at
+/// a time) paused past its leases with work in flight, `a` done with that
+/// work meanwhile, and `b` just resumed. Fields drop in order: the
+/// replicas stop before their containers are swept.
+struct PausedPastLeases {
+    a: Replica,
+    b: Replica,
+    client: reqwest::Client,
+    d: bollard::Docker,
+    /// The pools b drove, and the engine's record of each from before the work.
+    of_b: Vec<String>,
+    logs: Vec<EventLog>,
+    first: HashMap<String, HashSet<String>>,
+    /// b's replica id, which its leases and its sessions carry.
+    b_id: String,
+    writes: WriteLog,
+    /// The database's clock just before b was paused and just after it resumed.
+    paused: chrono::DateTime<chrono::Utc>,
+    resumed: chrono::DateTime<chrono::Utc>,
+    /// How many requests b's Docker proxy had seen when b resumed.
+    resumed_at: usize,
+    _cleanup: Cleanup,
+}
+
+async fn pause_past_leases(prefix: &str) -> PausedPastLeases {
     // Declared before the replicas, so dropped after them: swept while a
     // replica still runs, a pool's machines would be created again.
     let mut cleanup = Cleanup(Vec::new());
@@ -290,10 +182,13 @@ async fn a_replica_paused_past_its_leases_changes_nothing_when_it_resumes() {
     let a = Replica::start(&db, true, &[]).await;
     // One engine operation of b at a time, so that the test can tell when
     // none is between its lease check and the engine (below).
-    let mut b = Replica::start(&db, true, &["--max-parallel", "1"]).await;
+    let b = Replica::start(&db, true, &["--max-parallel", "1"]).await;
     let client = client_with_token(&token(&[&a, &b]));
-    let (names, of_b) = names_split(&client, &a, &b, "ha-stop", 6).await;
+    let (names, of_b) = names_split(&client, &a, &b, prefix, 6).await;
     cleanup.0.clone_from(&names);
+    // Once the replicas have migrated the database, before any pool exists.
+    let writes = WriteLog::install(&db).await;
+    let b_id = b.id(&client, &a).await;
     create_ready(&client, &a, &b, &names, &of_b).await;
     let logs: Vec<EventLog> = of_b.iter().map(|n| EventLog::start(&d, n)).collect();
     let mut first = HashMap::new();
@@ -318,6 +213,7 @@ async fn a_replica_paused_past_its_leases_changes_nothing_when_it_resumes() {
     }
     wait_for(LIMIT, "b to send its first create", async || docker_b.requests()[before..].iter().any(Request::changes))
         .await;
+    let paused = writes.now().await;
     b.proc.signal(libc::SIGSTOP);
     docker_b.hold(false);
     // Twice the lease: the fault itself (b is paused for it), not a wait for something.
@@ -331,21 +227,95 @@ async fn a_replica_paused_past_its_leases_changes_nothing_when_it_resumes() {
     }
     let resumed_at = docker_b.requests().len();
     b.proc.signal(libc::SIGCONT);
+    let resumed = writes.now().await;
+    PausedPastLeases {
+        a,
+        b,
+        client,
+        d,
+        of_b,
+        logs,
+        first,
+        b_id,
+        writes,
+        paused,
+        resumed,
+        resumed_at,
+        _cleanup: cleanup,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(skip_docker_tests, ignore = "DROVER_SKIP_DOCKER_TESTS is set")]
+async fn a_replica_paused_past_its_leases_changes_nothing_when_it_resumes() {
+    require_docker();
+    let mut s = pause_past_leases("ha-stop").await;
+    let docker_b = s.b.docker.clone().expect("b's Docker proxy");
     // b runs again for two leases' time: whatever it had in flight wakes up
     // now and must find its leases gone.
     crate::helpers::hold_for(2 * LEASE_DURATION, "b asks the engine for no change after it resumed", async || {
         let changes: Vec<String> =
-            docker_b.requests()[resumed_at..].iter().filter(|r| r.changes()).map(|r| r.to_string()).collect();
+            docker_b.requests()[s.resumed_at..].iter().filter(|r| r.changes()).map(|r| r.to_string()).collect();
         if changes.is_empty() { Ok(()) } else { Err(format!("b sent {changes:?}")) }
     })
     .await;
-    assert!(b.proc.is_running(), "b resumed and runs on; it only stopped acting");
-    for (n, log) in of_b.iter().zip(&logs) {
-        let containers = docker::pool_containers(&d, n).await;
+    assert!(s.b.proc.is_running(), "b resumed and runs on; it only stopped acting");
+    for (n, log) in s.of_b.iter().zip(&s.logs) {
+        let containers = docker::pool_containers(&s.d, n).await;
         assert_eq!(containers.len(), 3, "{n}: exactly the 3 machines asked for");
-        let created: Vec<String> = log.created().into_iter().filter(|c| !first[n].contains(c)).collect();
+        let created: Vec<String> = log.created().into_iter().filter(|c| !s.first[n].contains(c)).collect();
         assert_eq!(created.len(), 2, "{n}: the engine created 2 containers, not one more: {created:?}");
         assert!(containers.iter().all(|c| c.running), "{n}: the one b created is started by a: {containers:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(skip_docker_tests, ignore = "DROVER_SKIP_DOCKER_TESTS is set")]
+async fn a_replica_paused_past_its_leases_writes_nothing_to_the_store_under_them_when_it_resumes() {
+    require_docker();
+    let mut s = pause_past_leases("ha-fence").await;
+    let of_b = |w: &Write| w.pool.as_ref().is_some_and(|p| s.of_b.contains(p));
+    // The log sees b's writes at all: its passes recorded its pools'
+    // machines and status under its leases before the pause.
+    let before: Vec<Write> =
+        s.writes.rows().await.into_iter().filter(|w| w.by(&s.b_id) && w.at < s.paused && of_b(w)).collect();
+    for (table, what) in [("machines", None), ("pools", Some("status"))] {
+        let logged = before.iter().any(|w| w.tbl == table && what.is_none_or(|what| w.what == what));
+        assert!(logged, "b's writes of {table} before the pause are logged: {before:#?}");
+    }
+    assert!(before.iter().all(Write::under_own_lease), "before the pause b wrote under its leases: {before:#?}");
+    let token_before =
+        |pool: &str| before.iter().filter(|w| w.pool.as_deref() == Some(pool)).filter_map(|w| w.token).max();
+
+    // b runs again for two leases' time: its pass wakes up with its create
+    // answered and the machine to record; whatever it writes must be under
+    // a lease it holds anew (it rejoins, and may be handed pools back).
+    crate::helpers::hold_for(2 * LEASE_DURATION, "b writes nothing under the leases it lost", async || {
+        let after: Vec<Write> =
+            s.writes.rows().await.into_iter().filter(|w| w.by(&s.b_id) && w.at > s.resumed && of_b(w)).collect();
+        let fenced: Vec<&Write> = after
+            .iter()
+            .filter(|w| {
+                let pool = w.pool.as_deref().unwrap_or_default();
+                !w.under_own_lease() || w.token <= token_before(pool)
+            })
+            .collect();
+        if fenced.is_empty() { Ok(()) } else { Err(format!("b wrote after it resumed: {fenced:#?}")) }
+    })
+    .await;
+    let after = s.writes.rows().await.into_iter().filter(|w| w.by(&s.b_id) && w.at > s.resumed && of_b(w)).count();
+    eprintln!(
+        "b wrote {} rows of its pools before the pause, {after} after it resumed (under leases taken anew)",
+        before.len()
+    );
+    assert!(s.b.proc.is_running(), "b resumed and runs on; it only stopped acting");
+    // And the store holds what a did: three machine records per pool, one
+    // per container.
+    for n in &s.of_b {
+        let recorded = s.a.proc.machine_names(&s.client, n).await;
+        let seen: HashSet<String> = docker::pool_containers(&s.d, n).await.into_iter().map(|c| c.name).collect();
+        assert_eq!(recorded, seen, "{n}: the records mirror the containers");
+        assert_eq!(seen.len(), 3, "{n}: exactly the 3 machines asked for");
     }
 }
 
@@ -409,7 +379,7 @@ async fn a_replica_cut_off_from_postgres_stops_acting_within_the_lease() {
     let d = docker::client().await;
     let db = database();
     let proxy = TcpProxy::start(postgres::shared().port()).await;
-    let through_proxy = db.replace(&format!(":{}/", postgres::shared().port()), &format!(":{}/", proxy.port));
+    let through_proxy = proxy.url_through(&db, postgres::shared().port());
     let a = Replica::start(&db, true, &[]).await;
     let b = Replica::start(&through_proxy, true, &[]).await;
     let client = client_with_token(&token(&[&a, &b]));
@@ -481,185 +451,7 @@ async fn a_bad_store_setting_stops_the_start_naming_the_setting_and_changes_noth
     assert_eq!(before, after, "no migration applied, no replica registered");
 }
 
-// ---- fault machinery ----------------------------------------------------
-
-/// One request the Docker proxy forwarded.
-#[derive(Debug, Clone)]
-struct Request {
-    method: String,
-    path: String,
-}
-
-impl Request {
-    /// Whether it changes a container (create, start, stop, kill, remove...).
-    fn changes(&self) -> bool {
-        self.method != "GET" && self.method != "HEAD" && self.path.contains("/containers")
-    }
-}
-
-impl std::fmt::Display for Request {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {}", self.method, self.path)
-    }
-}
-
-/// A Unix socket forwarding to the Docker engine's, recording the request
-/// line of every request one replica sends: which replica asked the engine
-/// for what, which the engine's own event log cannot say.
-struct DockerProxy {
-    path: PathBuf,
-    seen: Arc<Mutex<Vec<Request>>>,
-    /// While true, a request that changes a container is recorded but not
-    /// passed on: its sender waits for the answer.
-    held: tokio::sync::watch::Sender<bool>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl DockerProxy {
-    async fn start(path: PathBuf) -> Arc<DockerProxy> {
-        let listener = UnixListener::bind(&path).expect("binding the Docker proxy");
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let log = seen.clone();
-        let held = tokio::sync::watch::Sender::new(false);
-        let hold = held.subscribe();
-        let task = tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                let (log, hold) = (log.clone(), hold.clone());
-                tokio::spawn(async move {
-                    if let Ok(engine) = UnixStream::connect("/var/run/docker.sock").await {
-                        relay_recording(client, engine, log, hold).await;
-                    }
-                });
-            }
-        });
-        Arc::new(DockerProxy { path, seen, held, task })
-    }
-
-    fn hold(&self, on: bool) {
-        self.held.send_replace(on);
-    }
-
-    fn requests(&self) -> Vec<Request> {
-        self.seen.lock().map(|s| s.clone()).unwrap_or_default()
-    }
-}
-
-impl Drop for DockerProxy {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-/// Copies both ways; reads request lines out of what the client sends.
-async fn relay_recording(
-    client: UnixStream,
-    engine: UnixStream,
-    log: Arc<Mutex<Vec<Request>>>,
-    mut hold: tokio::sync::watch::Receiver<bool>,
-) {
-    let (mut client_rx, mut client_tx) = client.into_split();
-    let (mut engine_rx, mut engine_tx) = engine.into_split();
-    let upstream = async {
-        let mut buf = vec![0u8; 64 * 1024];
-        let mut pending = Vec::new();
-        loop {
-            let n = match client_rx.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => n,
-            };
-            pending.extend_from_slice(&buf[..n]);
-            if record_requests(&mut pending, &log) && hold.wait_for(|held| !*held).await.is_err() {
-                break;
-            }
-            if engine_tx.write_all(&buf[..n]).await.is_err() {
-                break;
-            }
-        }
-        let _ = engine_tx.shutdown().await;
-    };
-    let downstream = async {
-        let _ = tokio::io::copy(&mut engine_rx, &mut client_tx).await;
-        let _ = client_tx.shutdown().await;
-    };
-    tokio::join!(upstream, downstream);
-}
-
-/// Takes every complete `METHOD /path HTTP/1.1` line out of `pending`;
-/// answers whether one of them changes a container.
-fn record_requests(pending: &mut Vec<u8>, log: &Mutex<Vec<Request>>) -> bool {
-    let mut changes = false;
-    let text = String::from_utf8_lossy(pending).into_owned();
-    let mut consumed = 0;
-    for (at, _) in text.match_indices(" HTTP/1.1\r\n") {
-        // The request line starts at its method, which may follow the
-        // previous request's body directly (no line break in between).
-        let before = &text[consumed..at];
-        let start = ["GET /", "HEAD /", "POST /", "PUT /", "DELETE /"].iter().filter_map(|m| before.rfind(m)).max();
-        if let Some(start) = start
-            && let Some((method, path)) = before[start..].split_once(' ')
-            && let Ok(mut log) = log.lock()
-        {
-            let request = Request { method: method.to_owned(), path: path.to_owned() };
-            changes |= request.changes();
-            log.push(request);
-        }
-        consumed = at + " HTTP/1.1\r\n".len();
-    }
-    // Keep only an unfinished tail (bounded: bodies are not request lines).
-    let rest = &pending[consumed.min(pending.len())..];
-    let keep = rest.len().min(4096);
-    *pending = rest[rest.len() - keep..].to_vec();
-    changes
-}
-
-/// A TCP proxy to the database that the test can cut: open connections
-/// are dropped and new ones closed at once, as a network partition would.
-struct TcpProxy {
-    port: u16,
-    cut: Arc<std::sync::atomic::AtomicBool>,
-    conns: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl TcpProxy {
-    async fn start(target: u16) -> TcpProxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("binding the database proxy");
-        let port = listener.local_addr().expect("proxy address").port();
-        let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let conns: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>> = Arc::default();
-        let (is_cut, open) = (cut.clone(), conns.clone());
-        let task = tokio::spawn(async move {
-            while let Ok((mut client, _)) = listener.accept().await {
-                if is_cut.load(std::sync::atomic::Ordering::SeqCst) {
-                    continue; // dropped: closed at once
-                }
-                let conn = tokio::spawn(async move {
-                    if let Ok(mut db) = TcpStream::connect(("127.0.0.1", target)).await {
-                        let _ = tokio::io::copy_bidirectional(&mut client, &mut db).await;
-                    }
-                });
-                if let Ok(mut open) = open.lock() {
-                    open.push(conn);
-                }
-            }
-        });
-        TcpProxy { port, cut, conns, task }
-    }
-
-    fn cut(&self) {
-        self.cut.store(true, std::sync::atomic::Ordering::SeqCst);
-        if let Ok(mut open) = self.conns.lock() {
-            open.drain(..).for_each(|c| c.abort());
-        }
-    }
-}
-
-impl Drop for TcpProxy {
-    fn drop(&mut self) {
-        self.task.abort();
-        self.cut();
-    }
-}
+// ---- load ----------------------------------------------------------------
 
 /// One answer of the load.
 #[derive(Debug)]
@@ -713,26 +505,4 @@ impl Load {
         self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
         self.task.await.expect("the load task")
     }
-}
-
-#[test]
-fn request_lines_are_read_out_of_a_byte_stream_split_anywhere() {
-    let log = Mutex::new(Vec::new());
-    let stream = b"POST /v1.47/containers/create?name=x HTTP/1.1\r\nHost: d\r\nContent-Length: 2\r\n\r\n{}GET /v1.47/containers/json HTTP/1.1\r\n\r\nDELETE /v1.47/containers/abc?force=true HTTP/1.1\r\n\r\n";
-    let mut pending = Vec::new();
-    for chunk in stream.chunks(7) {
-        pending.extend_from_slice(chunk);
-        record_requests(&mut pending, &log);
-    }
-    let seen: Vec<String> = log.lock().unwrap().iter().map(|r| r.to_string()).collect();
-    assert_eq!(
-        seen,
-        [
-            "POST /v1.47/containers/create?name=x",
-            "GET /v1.47/containers/json",
-            "DELETE /v1.47/containers/abc?force=true"
-        ]
-    );
-    let changes: Vec<bool> = log.lock().unwrap().iter().map(Request::changes).collect();
-    assert_eq!(changes, [true, false, true]);
 }

@@ -21,11 +21,10 @@ pub struct ExtraEngine {
     daemon: Option<Child>,
 }
 
+/// `cmd`'s trimmed output; a hung engine (or anything else) gets the
+/// bounded wait of `command.rs`.
 fn run(cmd: &mut Command) -> Result<String, String> {
-    let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("{cmd:?}: {}", String::from_utf8_lossy(&out.stderr).trim()));
-    }
+    let out = crate::command::run_within(cmd, crate::command::DOCKER_LIMIT).map_err(|e| e.to_string())?;
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
@@ -109,7 +108,8 @@ impl ExtraEngine {
     /// An API client of this engine.
     pub fn client(&self) -> Result<bollard::Docker, String> {
         let socket = self.socket();
-        bollard::Docker::connect_with_unix(&socket.to_string_lossy(), 120, bollard::API_DEFAULT_VERSION)
+        let limit = crate::command::DOCKER_LIMIT.as_secs();
+        bollard::Docker::connect_with_unix(&socket.to_string_lossy(), limit, bollard::API_DEFAULT_VERSION)
             .map_err(|e| format!("connecting to {}: {e}", self.endpoint()))
     }
 

@@ -23,10 +23,10 @@ pub const STUBBORN_V2: &str = "drover-test/stubborn:2";
 /// A long-running image with a Docker HEALTHCHECK that passes.
 pub const HEALTHY_IMAGE: &str = "drover-test/healthy:1";
 
+/// `docker <args>`, its trimmed output; fails the caller with the reason,
+/// a hung engine included (`command.rs` bounds the wait).
 pub fn docker(args: &[&str]) -> String {
-    let out = Command::new("docker").args(args).env("DOCKER_BUILDKIT", "0").output().expect("running docker");
-    assert!(out.status.success(), "docker {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    crate::command::docker(args).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Compiles `machine.rs` into a static binary in `dir`.
