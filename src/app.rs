@@ -23,6 +23,7 @@ use tokio_util::task::TaskTracker;
 use crate::config::{RuntimeKind, ServeConfig};
 use crate::db;
 use crate::domain::pool::{HostPolicy, SpecLimits};
+use crate::engines::{EngineSet, LOCAL_ENGINE};
 use crate::reconcile::{
     self,
     observe::Timing,
@@ -30,10 +31,9 @@ use crate::reconcile::{
     terminator::Terminator,
     worker::{PoolQueue, WorkerSettings},
 };
+use crate::runtime::Backend;
+use crate::runtime::Wake;
 use crate::runtime::docker::{DockerBackend, Endpoint};
-use crate::runtime::engine::Backend;
-use crate::runtime::engines::LOCAL_ENGINE;
-use crate::runtime::{Engines, Wake};
 pub use crate::state::{AppState, Shared};
 
 /// The host-safety policy from the settings: besides the built-in
@@ -87,11 +87,11 @@ impl Application {
         crate::auth::bootstrap(&db, &config.data_dir).await?;
         let tokens = Arc::new(crate::auth::cache::TokenCache::load(&db).await.context("loading the tokens")?);
         let (queue, wakes) = PoolQueue::channel();
-        let engine_settings = crate::runtime::EngineSettings {
+        let engine_settings = crate::engines::EngineSettings {
             max_parallel: config.max_parallel as usize,
             lost_after: config.engine_lost_after,
         };
-        let engines = Engines::new(queue.sender(), engine_settings);
+        let set = EngineSet::new(queue.sender(), engine_settings);
         let local = match config.runtime {
             RuntimeKind::Docker => {
                 let endpoint = config.docker_host.clone().map_or(Endpoint::Default, Endpoint::Plain);
@@ -99,20 +99,20 @@ impl Application {
             }
             RuntimeKind::Simulated => Backend::Simulated(Default::default()),
         };
-        let local = engines.add(LOCAL_ENGINE, Default::default(), local);
+        let local = set.add(LOCAL_ENGINE, Default::default(), local);
         let metrics = Arc::new(crate::metrics::Metrics::default().with(|r| {
             if let Some(fresh) = db.freshness() {
                 fresh.stats.register(r);
             }
         }));
-        let registry = crate::engines::Registry {
+        let engines = crate::engines::Engines {
             metrics: metrics.clone(),
             db: db.clone(),
-            engines: engines.clone(),
+            set: set.clone(),
             data_dir: config.data_dir.clone(),
             simulated: config.runtime == RuntimeKind::Simulated,
         };
-        registry.load().await.context("loading the registered engines")?;
+        engines.load().await.context("loading the registered engines")?;
         let (access, oidc) = load_access(&config).await?;
         let tls = load_tls(&config)?;
         let listener = TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
@@ -139,7 +139,7 @@ impl Application {
             metrics: metrics.clone(),
             changes: changes.clone(),
             db: db.clone(),
-            engines: engines.clone(),
+            engines: set.clone(),
             timing: Timing { settle: config.machine_settle_time, ..Timing::default() },
             stop_timeout_secs: i64::try_from(config.stop_timeout.as_secs()).unwrap_or(i64::MAX),
             nodes: reconcile::NodeSettings::from_config(&config),
@@ -162,14 +162,13 @@ impl Application {
         let upgrades = crate::upgrade::service::Upgrades::new(db.clone(), clusters.clone(), upgrade_queue.clone());
         let token_service = crate::auth::tokens::Tokens::new(db.clone(), tokens.clone());
         let keys = crate::idempotency::Keys::new(db.clone(), config.request_timeout, tasks.clone());
-        let apply = crate::apply::Apply::new(db.clone(), pools.clone(), registry.clone(), clusters.clone());
+        let apply = crate::apply::Apply::new(db.clone(), pools.clone(), engines.clone(), clusters.clone());
         let state = AppState::new(Shared {
             apply,
             pools,
             machines,
             clusters,
             upgrades,
-            registry,
             token_service,
             events: crate::events::Events::new(db.clone()),
             keys,
@@ -233,9 +232,9 @@ impl Application {
                 state.replica.clone(),
                 cancel.clone(),
             ));
-            tasks.spawn(crate::engines::follow(state.registry.clone(), cancel.clone()));
+            tasks.spawn(crate::engines::follow(state.engines.clone(), cancel.clone()));
         }
-        state.engines.start(&cancel, &tasks);
+        state.engines.set.start(&cancel, &tasks);
         if let Some(verifier) = &state.oidc {
             verifier.keep_fresh(&tasks, &cancel);
         }

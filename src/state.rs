@@ -10,7 +10,6 @@ use crate::config::ServeConfig;
 use crate::db::Db;
 use crate::domain::pool::SpecLimits;
 use crate::reconcile::{self, worker::PoolQueue};
-use crate::runtime::Engines;
 
 /// Shared by every handler; cheap to clone.
 #[derive(Clone)]
@@ -28,8 +27,9 @@ pub struct Shared {
     pub clusters: crate::clusters::Clusters,
     /// Upgrade jobs, for the API.
     pub upgrades: crate::upgrade::service::Upgrades,
-    /// Registered engines, for the API.
-    pub registry: crate::engines::Registry,
+    /// The engines: registered ones for the API, and the live set (with
+    /// what each holds) that the reconciler drives (`engines.set`).
+    pub engines: crate::engines::Engines,
     /// Declarative fleets (`POST /v1/apply`).
     pub apply: crate::apply::Apply,
     /// Tokens and the audit trail, for the API.
@@ -41,8 +41,6 @@ pub struct Shared {
     /// Wakes the upgrade runner (the upgrades service wakes it on a new job).
     pub upgrade_queue: crate::upgrade::UpgradeQueue,
     pub db: Db,
-    /// The container engines and what they hold.
-    pub engines: Engines,
     /// Wakes the reconcile worker for a pool.
     pub queue: PoolQueue,
     pub config: Arc<ServeConfig>,

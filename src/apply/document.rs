@@ -20,11 +20,11 @@ use utoipa::ToSchema;
 
 use crate::clusters::{ClusterSpecInput, NewCluster};
 use crate::domain::ValidationErrors;
-use crate::domain::engine::{self, EngineSpec};
 use crate::domain::json;
 use crate::domain::names::check_dns_label;
 use crate::domain::pool::{PoolSpec, PoolSpecInput, SpecLimits};
 use crate::engines::EngineSpecInput;
+use crate::engines::spec::{self as engine, EngineSpec};
 
 /// The one `apiVersion` of fleet documents; leaving it out means this one.
 pub const API_VERSION: &str = "drover.dev/v1";

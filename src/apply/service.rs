@@ -2,7 +2,7 @@
 //! (unless it is a dry run) execute the plan in one transaction.
 //!
 //! Every write goes through the service that owns the object
-//! (`Pools::create_in`, `Registry::insert_in`, `Clusters::update_in`, ...),
+//! (`Pools::create_in`, `Engines::insert_in`, `Clusters::update_in`, ...),
 //! so events, revisions and rollouts happen as for the single-object
 //! routes; they all run in one transaction, so an apply commits whole or
 //! not at all. The transaction starts by moving the apply set's revision
@@ -24,11 +24,11 @@ use super::plan::{self, Action, Existing, Key, Options, Owner, Ownership, Plan, 
 use crate::clusters::{ClusterError, Clusters, Prepared};
 use crate::db::{self, Db, pools::Pool};
 use crate::domain::ValidationErrors;
-use crate::domain::engine::{EngineSpec, Tls};
 use crate::domain::names::check_dns_label;
 use crate::domain::pool::PoolSpec;
 use crate::domain::role::Role;
-use crate::engines::{EngineError, Registry, Removed};
+use crate::engines::spec::{EngineSpec, Tls};
+use crate::engines::{EngineError, Engines, Removed};
 use crate::pools::{Planned, PoolError, Pools};
 
 /// The apply service.
@@ -36,7 +36,7 @@ use crate::pools::{Planned, PoolError, Pools};
 pub struct Apply {
     db: Db,
     pools: Pools,
-    registry: Registry,
+    registry: Engines,
     clusters: Clusters,
 }
 
@@ -118,7 +118,7 @@ struct Found {
 }
 
 impl Apply {
-    pub fn new(db: Db, pools: Pools, registry: Registry, clusters: Clusters) -> Self {
+    pub fn new(db: Db, pools: Pools, registry: Engines, clusters: Clusters) -> Self {
         Self { db, pools, registry, clusters }
     }
 

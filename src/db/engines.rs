@@ -7,7 +7,20 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 
-use crate::domain::engine::Tls;
+/// A TLS client identity and the CA that signed the engine's certificate,
+/// all PEM. Secret: never shown, never logged.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Tls {
+    pub cert: String,
+    pub key: String,
+    pub ca: String,
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Tls { <redacted> }")
+    }
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredEngine {

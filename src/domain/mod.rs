@@ -2,14 +2,12 @@
 //! and pool specs. Nothing here does IO, so every rule is unit-tested alone.
 
 pub mod backoff;
-pub mod engine;
 pub mod event;
 pub mod image;
 pub mod json;
 pub mod labels;
 pub mod machine;
 pub mod names;
-pub mod placement;
 pub mod pool;
 pub mod role;
 pub mod rollout;

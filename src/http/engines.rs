@@ -13,15 +13,15 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use crate::domain::engine as rules;
-use crate::domain::placement::Block;
 pub use crate::engines::TlsInput;
+use crate::engines::breaker::Block;
+use crate::engines::spec as rules;
+use crate::engines::{Engine, Reachability};
 use crate::engines::{EngineError, EngineInfo, EngineSpecInput};
 use crate::error::{ApiError, ApiResult, Problem};
 use crate::http::extract::{ApiJson, ApiQuery};
 use crate::http::pagination::PageParams;
 use crate::http::wire::{EventList, location};
-use crate::runtime::{Engine, Reachability};
 use crate::state::AppState;
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -200,7 +200,7 @@ fn engine_response(status: StatusCode, info: EngineInfo) -> Response {
 async fn register_engine(State(state): State<AppState>, ApiJson(body): ApiJson<RegisterEngine>) -> ApiResult<Response> {
     let RegisterEngine { name, endpoint, labels, tls } = body;
     let raw = EngineSpecInput { endpoint, labels, tls }.into_raw(name);
-    Ok(engine_response(StatusCode::CREATED, state.registry.register(raw).await?))
+    Ok(engine_response(StatusCode::CREATED, state.engines.register(raw).await?))
 }
 
 /// List engines in name order, `local` among them.
@@ -213,7 +213,7 @@ async fn list_engines(
     State(state): State<AppState>,
     ApiQuery(page): ApiQuery<PageParams>,
 ) -> ApiResult<Json<EngineList>> {
-    let page = state.registry.list(&page.request()?).await?;
+    let page = state.engines.list(&page.request()?).await?;
     Ok(Json(EngineList {
         items: page.items.into_iter().map(EngineView::from).collect(),
         next_cursor: page.next_cursor,
@@ -227,7 +227,7 @@ async fn list_engines(
         (status = 404, description = "No such engine", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn get_engine(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Json<EngineView>> {
-    Ok(Json(state.registry.get(&name).await?.into()))
+    Ok(Json(state.engines.get(&name).await?.into()))
 }
 
 /// Forget an engine (admin). Refused while machines live there: drain it
@@ -242,7 +242,7 @@ async fn get_engine(State(state): State<AppState>, Path(name): Path<String>) -> 
     ))]
 #[tracing::instrument(skip(state))]
 async fn delete_engine(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<StatusCode> {
-    state.registry.remove(&name).await?;
+    state.engines.remove(&name).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -256,7 +256,7 @@ async fn delete_engine(State(state): State<AppState>, Path(name): Path<String>) 
     ))]
 #[tracing::instrument(skip(state))]
 async fn drain_engine(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
-    Ok(engine_response(StatusCode::ACCEPTED, state.registry.drain(&name, true).await?))
+    Ok(engine_response(StatusCode::ACCEPTED, state.engines.drain(&name, true).await?))
 }
 
 /// Stop draining an engine (admin): pools may place machines there again.
@@ -267,7 +267,7 @@ async fn drain_engine(State(state): State<AppState>, Path(name): Path<String>) -
     ))]
 #[tracing::instrument(skip(state))]
 async fn undrain_engine(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Json<EngineView>> {
-    Ok(Json(state.registry.drain(&name, false).await?.into()))
+    Ok(Json(state.engines.drain(&name, false).await?.into()))
 }
 
 /// The engine's events, newest first: registered, unreachable, lost, back, drained.
@@ -283,7 +283,7 @@ async fn list_engine_events(
     Path(name): Path<String>,
     ApiQuery(page): ApiQuery<PageParams>,
 ) -> ApiResult<Json<EventList>> {
-    Ok(Json(state.registry.events(&name, &page.request_by_id()?).await?.into()))
+    Ok(Json(state.engines.events(&name, &page.request_by_id()?).await?.into()))
 }
 
 #[cfg(test)]

@@ -58,7 +58,7 @@ async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Readiness>) 
         Ok(_) => Check { name: "database", ok: true, detail: None },
         Err(e) => Check { name: "database", ok: false, detail: Some(e.to_string()) },
     };
-    let ping = match state.engines.local() {
+    let ping = match state.engines.set.local() {
         Some(local) => local.ping().await,
         None => Err(crate::runtime::RuntimeError::Unavailable("no local engine".into())),
     };

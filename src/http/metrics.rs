@@ -26,7 +26,7 @@ async fn metrics(State(state): State<AppState>) -> ApiResult<Response> {
     let rendered = |r: std::fmt::Result| r.map_err(|e| ApiError::Internal(anyhow::anyhow!("rendering metrics: {e}")));
     rendered(state.metrics.render(&mut out))?;
     rendered(state.db.gauges().await?.render(&mut out))?;
-    rendered(engine_gauges(&state.engines).render(&mut out))?;
+    rendered(engine_gauges(&state.engines.set).render(&mut out))?;
     if let Some(leases) = &state.reconcile.leases {
         rendered(crate::replicas::gauges(&state.db, leases).await?.render(&mut out))?;
     }
@@ -36,7 +36,7 @@ async fn metrics(State(state): State<AppState>) -> ApiResult<Response> {
 }
 
 /// Each engine: does it answer, and how many machines it holds.
-fn engine_gauges(engines: &crate::runtime::Engines) -> ScrapeGauges {
+fn engine_gauges(engines: &crate::engines::EngineSet) -> ScrapeGauges {
     let mut g = ScrapeGauges::default();
     let all = engines.all();
     let up: Vec<_> = all.iter().map(|e| (vec![e.name.clone()], f64::from(u8::from(e.reachable())))).collect();

@@ -11,15 +11,16 @@ use super::observe::Timing;
 use super::starter::Starter;
 use super::terminator::Terminator;
 use crate::db::{Db, WriteTx};
+use crate::engines::EngineSet;
 use crate::k8s::NodeSettings;
 use crate::replicas::Fence;
-use crate::runtime::{Engines, RuntimeError, Wake};
+use crate::runtime::{RuntimeError, Wake};
 
 /// What every pass needs, shared by the worker and the API's dry runs.
 #[derive(Clone)]
 pub struct Context {
     pub db: Db,
-    pub engines: Engines,
+    pub engines: EngineSet,
     pub timing: Timing,
     pub stop_timeout_secs: i64,
     pub metrics: Arc<crate::metrics::Metrics>,

@@ -15,8 +15,9 @@ use super::terminate::deleting_event;
 use crate::db::{self, machines::Machine, pools::Pool};
 use crate::domain::event::{EventType, NewEvent};
 use crate::domain::machine::MachinePhase;
-use crate::domain::placement::Scope;
-use crate::runtime::{Container, ContainerState, CreateContainer, Engine, RuntimeError, Wake, labels};
+use crate::engines::Engine;
+use crate::engines::breaker::Scope;
+use crate::runtime::{Container, ContainerState, CreateContainer, RuntimeError, Wake, labels};
 
 /// Applies a plan; answers the first error of the container operations.
 pub(super) async fn execute(

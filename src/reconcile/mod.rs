@@ -14,7 +14,6 @@
 
 mod context;
 pub mod decide;
-mod engine_events;
 mod execute;
 mod node;
 pub mod observe;
@@ -42,8 +41,8 @@ use futures_util::future::join_all;
 use crate::clusters::ConnectError;
 use crate::db::{self, pools::Pool};
 use crate::domain::event::SubjectKind;
-use crate::domain::placement::Block;
 use crate::domain::rollout::Counts;
+use crate::engines::breaker::Block;
 use crate::runtime::{Container, RuntimeError};
 use observe::{EngineView, Observation, World};
 use plan::{Observed, Plan};
@@ -56,7 +55,7 @@ fn engine_views(ctx: &Context, pool: &Pool, now: DateTime<Utc>) -> Vec<EngineVie
         .iter()
         .map(|e| {
             let health = e.health();
-            let reachable = health.reachability == crate::runtime::Reachability::Reachable;
+            let reachable = health.reachability == crate::engines::Reachability::Reachable;
             EngineView {
                 name: e.name.clone(),
                 reachable,

@@ -13,7 +13,8 @@ use super::plan::Observed;
 use crate::db::machines::Machine;
 use crate::domain::machine::{MachinePhase, RestartPolicy};
 use crate::domain::pool::PoolSpec;
-use crate::runtime::{Container, ContainerState, HealthState, Unplaceable};
+use crate::engines::Unplaceable;
+use crate::runtime::{Container, ContainerState, HealthState};
 
 /// The timing rules of machines, from the server's settings.
 #[derive(Debug, Clone, Copy)]

@@ -200,7 +200,8 @@ impl Passes for Context {
     }
 
     fn engine_changed(&self, engine: &str, change: EngineChange, message: String) {
-        super::engine_events::record(self, engine, change, message);
+        let (ctx, ev) = (self.clone(), crate::engines::events::event(engine, change, message));
+        self.tasks.clone().spawn(async move { ctx.record(&ev).await });
     }
 }
 

@@ -12,12 +12,14 @@
 pub mod cache;
 mod container;
 pub mod docker;
-pub mod engine;
-pub mod engines;
 pub mod simulated;
 
 pub use container::{
     Container, ContainerState, CreateContainer, EngineChange, Gate, HealthState, RuntimeError, Wake, labels,
 };
-pub use engine::{Engine, EngineHealth, EngineSettings, Reachability, Unplaceable};
-pub use engines::Engines;
+
+/// How an engine is reached: a Docker Engine, or the simulation.
+pub enum Backend {
+    Docker(docker::DockerBackend),
+    Simulated(simulated::SimulatedBackend),
+}

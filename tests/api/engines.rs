@@ -151,7 +151,7 @@ async fn losing_an_engine_replaces_its_machines_and_its_return_trims_the_surplus
     wait_spread(&app, &pool, &[("a", 2), ("b", 2), ("local", 2)]).await;
     let before: HashSet<String> = crate::helpers::names(&app.machines(&pool).await);
 
-    let b = app.state.engines.get("b").expect("engine b");
+    let b = app.state.engines.set.get("b").expect("engine b");
     b.simulation().expect("simulated").outage(true);
     let p = wait_spread(&app, &pool, &[("a", 3), ("local", 3)]).await;
     let healthy =
@@ -209,7 +209,7 @@ async fn a_lost_engine_can_be_removed_with_its_machines_and_a_pool_on_it_deleted
     let pool = unique("gone");
     app.create_pool_ok(&pool, 2, json!({"engines": ["a"]})).await;
     wait_spread(&app, &pool, &[("a", 2)]).await;
-    let a = app.state.engines.get("a").expect("engine a");
+    let a = app.state.engines.set.get("a").expect("engine a");
     a.simulation().expect("simulated").outage(true);
     // Unreachable but not yet lost: its machines may come back, so it stays.
     let body = assert_problem(app.request(Method::DELETE, "/v1/engines/a", None).await, 409, None).await;

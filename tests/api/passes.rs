@@ -12,13 +12,14 @@ use drover::config::ServeConfig;
 use drover::db::{self, Db};
 use drover::domain::pool::{HostPolicy, PoolSpec, PoolSpecInput, SpecLimits};
 use drover::domain::status::{ConditionType, Reason};
+use drover::engines::{Engine, EngineSet, EngineSettings};
 use drover::reconcile::observe::Timing;
 use drover::reconcile::starter::Starter;
 use drover::reconcile::terminator::Terminator;
 use drover::reconcile::{Context, NodeSettings, Outcome, reconcile_once};
-use drover::runtime::engine::Backend;
+use drover::runtime::Backend;
+use drover::runtime::ContainerState;
 use drover::runtime::simulated::SimulatedBackend;
-use drover::runtime::{ContainerState, Engine, EngineSettings, Engines};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -35,7 +36,7 @@ async fn rig() -> Rig {
     let db: Db = crate::helpers::test_store(dir.path()).await;
     let (wakes, _rx) = tokio::sync::mpsc::unbounded_channel();
     let settings = EngineSettings { max_parallel: 8, lost_after: Duration::from_secs(30) };
-    let engines = Engines::new(wakes.clone(), settings);
+    let engines = EngineSet::new(wakes.clone(), settings);
     let clock = Clock::manual(Utc::now());
     let engine =
         engines.add("local", Default::default(), Backend::Simulated(SimulatedBackend::with_clock(clock.clone())));

@@ -229,7 +229,7 @@ async fn engines_scenario(s: &Session, app: &TestApp) -> anyhow::Result<()> {
     let machines = app.machines("web").await;
     let victim = machines.iter().find(|m| m["engine"] == "a").context("a machine on engine a")?;
     let (name, id) = (victim["name"].as_str().unwrap_or_default(), victim["container_id"].as_str().unwrap_or_default());
-    let engine_a = app.state.engines.get("a").context("engine a")?;
+    let engine_a = app.state.engines.set.get("a").context("engine a")?;
     engine_a.simulation().context("engine a is simulated")?.change(id, |c| {
         c.state = drover::runtime::ContainerState::Exited;
         c.exit_code = Some(137);
@@ -260,7 +260,7 @@ async fn engines_scenario(s: &Session, app: &TestApp) -> anyhow::Result<()> {
     // Engine b goes away: its machines become unknown and, once it is given
     // up for lost, are replaced on a and local; its group, the pool's
     // conditions and the engines view say so.
-    app.state.engines.get("b").context("engine b")?.simulation().context("engine b is simulated")?.outage(true);
+    app.state.engines.set.get("b").context("engine b")?.simulation().context("engine b is simulated")?.outage(true);
     s.wait_until(
         "engine b's machines unknown and its group unreachable",
         &format!(

@@ -4,14 +4,14 @@ use proptest::prelude::*;
 use serde_json::json;
 
 use super::*;
-use crate::domain::placement::Block;
 use crate::domain::pool::HostPolicy;
+use crate::engines::breaker::Block;
 use crate::reconcile::testing::{engine, pool, t0};
 
 fn machine(name: &str, up_to_date: bool, ready: bool) -> Observed {
     Observed::for_test(name, up_to_date, ready)
 }
-use crate::runtime::Unplaceable;
+use crate::engines::Unplaceable;
 
 fn no_failures(_: &str) -> Option<Failure> {
     None

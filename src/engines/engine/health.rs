@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use utoipa::ToSchema;
 
 use super::{Engine, after};
-use crate::runtime::container::{EngineChange, RuntimeError, Wake};
+use crate::runtime::{EngineChange, RuntimeError, Wake};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]

@@ -3,8 +3,8 @@
 //! code, so that nothing in production calls them by accident; on a Docker
 //! engine there is no simulation to reach.
 
-use super::{Backend, Engine};
-use crate::runtime::container::{Container, RuntimeError};
+use super::Engine;
+use crate::runtime::{Backend, Container, RuntimeError};
 
 /// A simulated engine, to act on as the world would.
 pub struct Simulation<'a> {

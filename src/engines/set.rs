@@ -9,14 +9,14 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::container::{Container, RuntimeError, Wake};
-use super::engine::{Backend, Engine, EngineSettings};
+use super::engine::{Engine, EngineSettings};
+use crate::runtime::{Backend, Container, RuntimeError, Wake};
 
 /// The engine of `--docker-host` (or the simulated one): always there.
 pub const LOCAL_ENGINE: &str = "local";
 
 #[derive(Clone)]
-pub struct Engines {
+pub struct EngineSet {
     inner: Arc<Inner>,
 }
 
@@ -30,7 +30,7 @@ struct Inner {
     informers: Mutex<HashMap<String, CancellationToken>>,
 }
 
-impl Engines {
+impl EngineSet {
     pub fn new(wakes: mpsc::UnboundedSender<Wake>, settings: EngineSettings) -> Self {
         Self {
             inner: Arc::new(Inner {

@@ -1,6 +1,6 @@
 //! Engines as a resource: registering, draining and removing the Docker
 //! engines pools may use, and bringing the registered ones up at start.
-//! The store holds what was registered; [`runtime::Engines`] holds the live
+//! The store holds what was registered; [`EngineSet`] holds the live
 //! clients, their informers and caches.
 //!
 //! A TLS identity is stored in SQLite (write-only, like cluster
@@ -15,14 +15,14 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use utoipa::ToSchema;
 
+use super::{Engine, EngineSet};
 use crate::db::page::{Page, PageRequest};
 use crate::db::{self, Db, engines::StoredEngine};
 use crate::domain::ValidationErrors;
-use crate::domain::engine::{self, Endpoint as Address, RawEngine, Tls};
 use crate::domain::event::{Event, EventType, NewEvent, SubjectKind};
+use crate::engines::spec::{self, Endpoint as Address, RawEngine, Tls};
+use crate::runtime::Backend;
 use crate::runtime::docker::{DockerBackend, Endpoint};
-use crate::runtime::engine::Backend;
-use crate::runtime::{Engine, Engines};
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -83,9 +83,9 @@ impl EngineSpecInput {
 
 /// The engines service: the store's registrations and the live engines.
 #[derive(Clone)]
-pub struct Registry {
+pub struct Engines {
     pub db: Db,
-    pub engines: Engines,
+    pub set: EngineSet,
     pub data_dir: PathBuf,
     /// The server runs simulated engines: `sim://` endpoints only.
     pub simulated: bool,
@@ -128,7 +128,7 @@ fn write_tls(data_dir: &Path, name: &str, tls: &Tls) -> std::io::Result<(PathBuf
 
 /// The engine client for a registration.
 fn backend(
-    reg: &Registry,
+    reg: &Engines,
     name: &str,
     address: &str,
     endpoint: &Address,
@@ -145,16 +145,16 @@ fn backend(
     })
 }
 
-fn bring_up(reg: &Registry, stored: &StoredEngine) -> Result<Arc<Engine>, EngineError> {
-    let raw = engine::RawEngine {
+fn bring_up(reg: &Engines, stored: &StoredEngine) -> Result<Arc<Engine>, EngineError> {
+    let raw = spec::RawEngine {
         name: stored.name.clone(),
         endpoint: stored.endpoint.clone(),
         labels: stored.labels.clone(),
         tls: stored.tls.clone(),
     };
-    let spec = engine::validate(raw, reg.simulated).map_err(EngineError::Invalid)?;
+    let spec = spec::validate(raw, reg.simulated).map_err(EngineError::Invalid)?;
     let backend = backend(reg, &spec.name, &spec.address, &spec.endpoint, spec.tls.as_ref())?;
-    let engine = reg.engines.add(&spec.name, spec.labels.clone(), backend);
+    let engine = reg.set.add(&spec.name, spec.labels.clone(), backend);
     engine.set_draining(stored.draining);
     Ok(engine)
 }
@@ -166,7 +166,7 @@ const FOLLOW_EVERY: std::time::Duration = std::time::Duration::from_secs(3);
 /// With several replicas: keeps this replica's live engines in step with
 /// the store, so that an engine registered, drained or removed through any
 /// replica is used, or not, by all of them within [`FOLLOW_EVERY`].
-pub async fn follow(reg: Registry, cancel: tokio_util::sync::CancellationToken) {
+pub async fn follow(reg: Engines, cancel: tokio_util::sync::CancellationToken) {
     let mut refused = std::collections::HashSet::new();
     loop {
         tokio::select! {
@@ -183,7 +183,7 @@ fn event(engine: &str, type_: EventType, reason: &'static str, message: String) 
     NewEvent::engine(engine, type_, reason, message)
 }
 
-impl Registry {
+impl Engines {
     /// Adds every registered engine to the live set; one that cannot be
     /// brought up (a registration no longer valid for this server, files that
     /// cannot be written) is logged and left out, not fatal.
@@ -203,7 +203,7 @@ impl Registry {
     async fn sync(&self, refused: &mut std::collections::HashSet<String>) -> Result<(), EngineError> {
         let stored = db::engines::list(self.db.background()).await?;
         for s in &stored {
-            match self.engines.get(&s.name) {
+            match self.set.get(&s.name) {
                 Some(live) => {
                     if live.draining() != s.draining {
                         live.set_draining(s.draining);
@@ -218,9 +218,9 @@ impl Registry {
                 },
             }
         }
-        for live in self.engines.all() {
-            if live.name != engine::LOCAL && !stored.iter().any(|s| s.name == live.name) {
-                self.engines.remove(&live.name);
+        for live in self.set.all() {
+            if live.name != spec::LOCAL && !stored.iter().any(|s| s.name == live.name) {
+                self.set.remove(&live.name);
                 self.metrics.forget_engine(&live.name);
                 tracing::info!(engine = %live.name, "engine removed through another replica");
             }
@@ -230,7 +230,7 @@ impl Registry {
 
     /// The engine, with whether it has a TLS identity.
     pub async fn get(&self, name: &str) -> Result<EngineInfo, EngineError> {
-        let engine = self.engines.get(name).ok_or_else(|| EngineError::NotFound(name.to_owned()))?;
+        let engine = self.set.get(name).ok_or_else(|| EngineError::NotFound(name.to_owned()))?;
         Ok(EngineInfo { tls: self.with_tls().await?.contains(&engine.name), engine })
     }
 
@@ -244,7 +244,7 @@ impl Registry {
         let with_tls = self.with_tls().await?;
         let after = req.after.clone().unwrap_or_default();
         let rows: Vec<EngineInfo> = self
-            .engines
+            .set
             .all()
             .into_iter()
             .filter(|e| e.name > after)
@@ -256,20 +256,20 @@ impl Registry {
 
     /// A page of the engine's events, newest first.
     pub async fn events(&self, name: &str, req: &PageRequest<i64>) -> Result<Page<Event>, EngineError> {
-        self.engines.get(name).ok_or_else(|| EngineError::NotFound(name.to_owned()))?;
+        self.set.get(name).ok_or_else(|| EngineError::NotFound(name.to_owned()))?;
         Ok(db::events::page(self.db.read(), SubjectKind::Engine, name, req).await?)
     }
 
     /// Registers an engine and starts its informer.
     pub async fn register(&self, raw: RawEngine) -> Result<EngineInfo, EngineError> {
         let reg = self;
-        let spec = engine::validate(raw, reg.simulated).map_err(EngineError::Invalid)?;
+        let spec = spec::validate(raw, reg.simulated).map_err(EngineError::Invalid)?;
         let mut tx = reg.db.begin_write().await?;
         reg.insert_in(&mut tx, &spec, None, Utc::now()).await?;
         let backend = backend(reg, &spec.name, &spec.address, &spec.endpoint, spec.tls.as_ref())?;
         tx.commit().await?;
         tracing::info!(engine = %spec.name, address = %spec.address, "engine registered");
-        Ok(EngineInfo { tls: spec.tls.is_some(), engine: reg.engines.add(&spec.name, spec.labels, backend) })
+        Ok(EngineInfo { tls: spec.tls.is_some(), engine: reg.set.add(&spec.name, spec.labels, backend) })
     }
 
     /// Stores a registration that passed its rules, with its event, in the
@@ -278,7 +278,7 @@ impl Registry {
     pub async fn insert_in(
         &self,
         tx: &mut db::WriteTx,
-        spec: &engine::EngineSpec,
+        spec: &spec::EngineSpec,
         by: Option<&str>,
         now: DateTime<Utc>,
     ) -> Result<(), EngineError> {
@@ -297,16 +297,16 @@ impl Registry {
 
     /// Brings up an engine whose registration was committed: its client
     /// (and TLS files) and informer.
-    pub fn activate(&self, spec: engine::EngineSpec) -> Result<EngineInfo, EngineError> {
+    pub fn activate(&self, spec: spec::EngineSpec) -> Result<EngineInfo, EngineError> {
         let backend = backend(self, &spec.name, &spec.address, &spec.endpoint, spec.tls.as_ref())?;
         tracing::info!(engine = %spec.name, address = %spec.address, "engine registered");
-        Ok(EngineInfo { tls: spec.tls.is_some(), engine: self.engines.add(&spec.name, spec.labels, backend) })
+        Ok(EngineInfo { tls: spec.tls.is_some(), engine: self.set.add(&spec.name, spec.labels, backend) })
     }
 
     /// Why the engine cannot be removed now, if it cannot: it holds
     /// machines and is not lost (drain it first).
     pub async fn held(&self, name: &str) -> Result<Option<String>, EngineError> {
-        let Some(engine) = self.engines.get(name) else { return Ok(None) };
+        let Some(engine) = self.set.get(name) else { return Ok(None) };
         if engine.lost(Utc::now()) {
             return Ok(None);
         }
@@ -323,8 +323,8 @@ impl Registry {
     /// Starts (or stops) moving every machine off the engine.
     pub async fn drain(&self, name: &str, on: bool) -> Result<EngineInfo, EngineError> {
         let reg = self;
-        let engine = reg.engines.get(name).ok_or_else(|| EngineError::NotFound(name.to_owned()))?;
-        if name == engine::LOCAL {
+        let engine = reg.set.get(name).ok_or_else(|| EngineError::NotFound(name.to_owned()))?;
+        if name == spec::LOCAL {
             // The local engine is not stored; its draining lasts until restart.
             engine.set_draining(on);
         } else {
@@ -363,12 +363,12 @@ impl Registry {
     /// the live engine.
     pub async fn remove_in(&self, tx: &mut db::WriteTx, name: &str) -> Result<Removed, EngineError> {
         let reg = self;
-        if name == engine::LOCAL {
+        if name == spec::LOCAL {
             return Err(EngineError::Conflict(
                 "`local` is the server's own engine (--docker-host); it cannot be removed, only drained".into(),
             ));
         }
-        let engine = reg.engines.get(name).ok_or_else(|| EngineError::NotFound(name.to_owned()))?;
+        let engine = reg.set.get(name).ok_or_else(|| EngineError::NotFound(name.to_owned()))?;
         let lost = engine.lost(Utc::now());
         let mut held = db::engines::machines_on(tx.exec(), name, 10).await?;
         if held.is_empty() {
@@ -393,7 +393,7 @@ impl Registry {
     pub fn forget(&self, removed: Removed) {
         let Removed { engine, lost, machines } = removed;
         let name = engine.name.clone();
-        self.engines.remove(&name);
+        self.set.remove(&name);
         if lost {
             // Its machines' records now name an engine that is not there: each
             // pool's next pass drops them.

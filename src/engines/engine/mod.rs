@@ -7,13 +7,10 @@
 //! - `informer`: the loop that keeps its cache current;
 //! - [`simulation`]: what tests do to a simulated engine.
 
-mod health;
+pub mod health;
 mod informer;
 pub mod placement;
 pub mod simulation;
-
-pub use health::{EngineHealth, FIRST_LIST_GRACE, Reachability};
-pub use placement::Unplaceable;
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -23,16 +20,10 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tokio::sync::{Semaphore, mpsc};
 
-use super::cache::ContainerCache;
-use super::container::{Container, ContainerState, CreateContainer, Gate, RuntimeError, Wake, labels};
-use super::docker::DockerBackend;
-use super::simulated::SimulatedBackend;
-use crate::domain::placement::Breaker;
-
-pub enum Backend {
-    Docker(DockerBackend),
-    Simulated(SimulatedBackend),
-}
+use super::breaker::Breaker;
+use crate::runtime::cache::ContainerCache;
+use crate::runtime::{Backend, Container, ContainerState, CreateContainer, Gate, RuntimeError, Wake, labels};
+use health::{EngineHealth, Reachability};
 
 /// Settings every engine shares.
 #[derive(Debug, Clone, Copy)]
@@ -286,6 +277,7 @@ mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
 
     use super::*;
+    use crate::runtime::simulated::SimulatedBackend;
 
     fn engine() -> Engine {
         let settings = EngineSettings { max_parallel: 1, lost_after: Duration::from_secs(60) };

@@ -10,9 +10,9 @@ use chrono::Utc;
 use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
 
-use super::{Backend, Engine};
-use crate::runtime::container::{RuntimeError, Wake};
+use super::Engine;
 use crate::runtime::docker::{ContainerEvent, DockerBackend};
+use crate::runtime::{Backend, RuntimeError, Wake};
 
 /// How a quiet event stream is checked: the engine must answer a ping.
 const PING_EVERY: Duration = Duration::from_secs(5);

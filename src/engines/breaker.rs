@@ -81,7 +81,7 @@ pub struct Breaker {
 
 /// The backoff after `failures` failures in a row.
 pub fn backoff(failures: u32) -> Duration {
-    super::backoff::exponential(FIRST_BACKOFF, failures, MAX_BACKOFF)
+    crate::domain::backoff::exponential(FIRST_BACKOFF, failures, MAX_BACKOFF)
 }
 
 fn after(t: DateTime<Utc>, d: Duration) -> DateTime<Utc> {

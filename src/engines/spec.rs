@@ -7,8 +7,8 @@ use std::net::IpAddr;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
-use super::ValidationErrors;
-use super::names::check_dns_label;
+use crate::domain::ValidationErrors;
+use crate::domain::names::check_dns_label;
 
 /// The server's own engine (`--docker-host`); no registration may take it.
 pub const LOCAL: &str = "local";
@@ -28,20 +28,8 @@ pub enum Endpoint {
     Simulated,
 }
 
-/// A TLS client identity and the CA that signed the engine's certificate,
-/// all PEM. Secret: never shown, never logged.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Tls {
-    pub cert: String,
-    pub key: String,
-    pub ca: String,
-}
-
-impl std::fmt::Debug for Tls {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Tls { <redacted> }")
-    }
-}
+/// A TLS client identity (PEM), as stored: the store's type.
+pub use crate::db::engines::Tls;
 
 /// A registration that passed every rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -155,7 +143,7 @@ pub fn validate(raw: RawEngine, simulated: bool) -> Result<EngineSpec, Validatio
         errs.push("name", "reserved_name", "`local` is the server's own engine (--docker-host)");
     }
     let endpoint = parse_endpoint(&raw.endpoint, raw.tls.is_some(), simulated, &mut errs);
-    super::labels::check(&raw.labels, "labels", &mut errs);
+    crate::domain::labels::check(&raw.labels, "labels", &mut errs);
     if let Some(tls) = &raw.tls {
         check_tls(tls, &mut errs);
     }

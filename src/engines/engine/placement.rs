@@ -6,8 +6,8 @@ use chrono::{DateTime, Utc};
 
 use super::Engine;
 use super::health::Reachability;
-use crate::domain::placement::{Block, Breaker, Scope, Trip};
-use crate::runtime::container::RuntimeError;
+use crate::engines::breaker::{Block, Breaker, Scope, Trip};
+use crate::runtime::RuntimeError;
 
 /// Why an engine takes no new machine now, for its status and the pools'.
 #[derive(Debug, Clone, PartialEq, Eq)]
