@@ -84,8 +84,8 @@ impl Application {
             restrict_database_files(path)?;
         }
         let leases = shared_store.then(|| crate::replicas::Leases::new(replica.clone(), config.lease_duration));
-        crate::auth::bootstrap(&db, &config.data_dir).await?;
-        let tokens = Arc::new(crate::auth::cache::TokenCache::load(&db).await.context("loading the tokens")?);
+        crate::identity::bootstrap(&db, &config.data_dir).await?;
+        let tokens = Arc::new(crate::identity::cache::TokenCache::load(&db).await.context("loading the tokens")?);
         let (queue, wakes) = PoolQueue::channel();
         let engine_settings = crate::engines::EngineSettings {
             max_parallel: config.max_parallel as usize,
@@ -153,14 +153,14 @@ impl Application {
             fence: crate::replicas::Fence::Sole,
         };
         let inflight = Arc::new(Semaphore::new(config.max_concurrent_requests as usize));
-        let audit = crate::auth::audit_log::AuditLog::start(db.clone(), &tasks);
+        let audit = crate::audit::log::AuditLog::start(db.clone(), &tasks);
         let wake = crate::pools::Wake { queue: queue.clone(), changes: changes.clone() };
         let pools = crate::pools::Pools::new(db.clone(), reconcile.limits.clone(), wake.clone(), reconcile.clone());
         let machines = crate::pools::Machines::new(db.clone(), wake);
         let clusters = crate::clusters::Clusters::new(db.clone(), crate::k8s::RetryPolicy::from_config(&config));
         let upgrade_queue = crate::upgrade::UpgradeQueue::default();
         let upgrades = crate::upgrade::service::Upgrades::new(db.clone(), clusters.clone(), upgrade_queue.clone());
-        let token_service = crate::auth::tokens::Tokens::new(db.clone(), tokens.clone());
+        let token_service = crate::identity::tokens::Tokens::new(db.clone(), tokens.clone());
         let keys = crate::idempotency::Keys::new(db.clone(), config.request_timeout, tasks.clone());
         let apply = crate::apply::Apply::new(db.clone(), pools.clone(), engines.clone(), clusters.clone());
         let state = AppState::new(Shared {
@@ -180,7 +180,7 @@ impl Application {
             inflight,
             streams: Arc::new(Semaphore::new(config.max_streams as usize)),
             tokens,
-            refusals: Arc::new(crate::auth::refusals::RefusalAudit::new(config.audit_burst_window)),
+            refusals: Arc::new(crate::audit::refusals::RefusalAudit::new(config.audit_burst_window)),
             audit,
             changes,
             replica,
@@ -248,7 +248,7 @@ impl Application {
         )
         .with_leases(state.reconcile.leases.clone());
         tasks.spawn(crate::upgrade::runner::run(upgrades, state.upgrade_queue.clone(), cancel.clone()));
-        tasks.spawn(crate::auth::cache::run(
+        tasks.spawn(crate::identity::cache::run(
             state.tokens.clone(),
             state.db.clone(),
             state.refusals.clone(),
@@ -295,10 +295,10 @@ impl Application {
 /// cannot be used stops the start, naming it.
 async fn load_access(
     config: &ServeConfig,
-) -> anyhow::Result<(Option<Arc<crate::access::AccessConfig>>, Option<Arc<crate::access::Verifier>>)> {
+) -> anyhow::Result<(Option<Arc<crate::identity::AccessConfig>>, Option<Arc<crate::identity::Verifier>>)> {
     let Some(path) = &config.access_config else { return Ok((None, None)) };
-    let access = crate::access::AccessConfig::load(path)?;
-    let verifier = crate::access::Verifier::start(&access)
+    let access = crate::identity::AccessConfig::load(path)?;
+    let verifier = crate::identity::Verifier::start(&access)
         .await
         .with_context(|| format!("loading the OIDC keys of {}", path.display()))?;
     tracing::info!(

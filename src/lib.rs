@@ -31,10 +31,9 @@
 //! - [`apply`]: declarative fleets: documents, the planner, the service
 //!   behind `POST /v1/apply` and `drover apply`.
 
-pub mod access;
 pub mod app;
 pub mod apply;
-pub mod auth;
+pub mod audit;
 pub mod changes;
 pub mod cli;
 pub mod clock;
@@ -47,6 +46,7 @@ pub mod error;
 pub mod events;
 pub mod http;
 pub mod idempotency;
+pub mod identity;
 pub mod k8s;
 pub mod metrics;
 pub mod pools;

@@ -33,7 +33,7 @@ pub struct Shared {
     /// Declarative fleets (`POST /v1/apply`).
     pub apply: crate::apply::Apply,
     /// Tokens and the audit trail, for the API.
-    pub token_service: crate::auth::tokens::Tokens,
+    pub token_service: crate::identity::tokens::Tokens,
     /// What event streams read of subjects' histories.
     pub events: crate::events::Events,
     /// Idempotency keys of keyed POSTs.
@@ -51,11 +51,11 @@ pub struct Shared {
     /// Event streams open; `max_streams` permits.
     pub streams: Arc<Semaphore>,
     /// Every token, so that authenticating reads no store.
-    pub tokens: Arc<crate::auth::cache::TokenCache>,
+    pub tokens: Arc<crate::identity::cache::TokenCache>,
     /// Audits refusals of token-less requests once per burst.
-    pub refusals: Arc<crate::auth::refusals::RefusalAudit>,
+    pub refusals: Arc<crate::audit::refusals::RefusalAudit>,
     /// Writes the audit records of authenticated changes, batched.
-    pub audit: crate::auth::audit_log::AuditLog,
+    pub audit: crate::audit::log::AuditLog,
     /// "Pool X / job Y changed", for event streams.
     pub changes: crate::changes::Changes,
     /// This process's name among drover's replicas (the holder of its
@@ -66,9 +66,9 @@ pub struct Shared {
     /// when `--tls-cert` is given.
     pub tls: Option<Arc<crate::tls::Tls>>,
     /// The access config (`--access-config`): client-certificate subjects.
-    pub access: Option<Arc<crate::access::AccessConfig>>,
+    pub access: Option<Arc<crate::identity::AccessConfig>>,
     /// Verifies OIDC tokens, when the access config names issuers.
-    pub oidc: Option<Arc<crate::access::Verifier>>,
+    pub oidc: Option<Arc<crate::identity::Verifier>>,
     /// Fires when shutdown begins: long-lived responses (event streams)
     /// end on it, since a graceful shutdown waits for every open response.
     pub shutdown: CancellationToken,
@@ -94,8 +94,8 @@ impl Shared {
     }
 
     /// What the authentication middleware needs, borrowed.
-    pub fn gate(&self) -> crate::auth::Gate<'_> {
-        crate::auth::Gate {
+    pub fn gate(&self) -> crate::identity::Gate<'_> {
+        crate::identity::Gate {
             db: &self.db,
             tokens: &self.tokens,
             refusals: &self.refusals,

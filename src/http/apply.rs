@@ -17,11 +17,10 @@ use crate::apply::diff::Change;
 use crate::apply::document::{ApplyDocument, Kind};
 use crate::apply::plan::{Action, Conflict, Key, Step};
 use crate::apply::{Applied, ApplyError, Request};
-use crate::auth::{Caller, Role};
 use crate::error::{ApiError, ApiResult, Problem};
 use crate::http::extract::{ApiJson, IfMatch};
-use crate::http::pools::role_of;
 use crate::http::rollouts::PlanView;
+use crate::identity::{Caller, Role};
 use crate::state::AppState;
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -221,7 +220,7 @@ async fn apply(
         adopt: body.adopt,
         if_revision: pinned,
         caller: caller.as_deref().map(|c| c.name.clone()),
-        role: role_of(caller.as_deref()),
+        role: crate::identity::role_or_admin(caller.as_deref()),
     };
     let result = ApplyResult::from(state.apply.apply(req).await?);
     let etag = crate::http::wire::pools::etag(result.revision.unwrap_or(0));

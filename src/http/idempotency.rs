@@ -23,10 +23,10 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 
-use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::http::extract::MAX_BODY_BYTES;
 use crate::idempotency::{Claimed, Entry, Request as KeyedRequest, Stored};
+use crate::identity::Caller;
 use crate::state::AppState;
 
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";

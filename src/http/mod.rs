@@ -86,7 +86,7 @@ pub fn openapi() -> anyhow::Result<utoipa::openapi::OpenApi> {
 ///    semaphore: a tower concurrency layer would be one per route);
 /// 2. counts and times the request by its route pattern (not its path,
 ///    which would make one series per pool);
-/// 3. authenticates, authorizes and audits it ([`crate::auth::guard`]);
+/// 3. authenticates, authorizes and audits it ([`crate::identity::guard`]);
 /// 4. answers a retried keyed POST from its record ([`idempotency::guard`]).
 ///
 /// One layer rather than four: each `from_fn` layer costs a clone of the
@@ -109,7 +109,7 @@ async fn guard(
         ApiError::Unavailable("the server is at its limit of concurrent requests; retry shortly".into()).into_response()
     } else {
         let gate = state.gate();
-        let run = crate::auth::guard(&gate, route, req, |req| idempotency::guard(&state, route, req, next));
+        let run = crate::identity::guard(&gate, route, req, |req| idempotency::guard(&state, route, req, next));
         if probe {
             tokio::time::timeout(PROBE_TIMEOUT, run).await.unwrap_or_else(|_| ApiError::Timeout.into_response())
         } else {

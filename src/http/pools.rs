@@ -9,12 +9,12 @@ use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use crate::auth::{Caller, Role};
 use crate::error::{ApiError, ApiResult, Problem};
 use crate::http::extract::{ApiJson, ApiQuery, IfMatch, MergePatch};
 use crate::http::pagination::PageParams;
 use crate::http::wire::EventList;
 use crate::http::wire::pools::{CreatePool, PoolList, PoolPatch, PoolView, Scale, etag, pool_response};
+use crate::identity::Caller;
 use crate::pools::PoolError;
 use crate::state::AppState;
 
@@ -41,12 +41,6 @@ impl From<PoolError> for ApiError {
             PoolError::Internal(e) => ApiError::Internal(e),
         }
     }
-}
-
-/// The role a request's caller has: without a token (auth disabled in a
-/// test setup) the caller is the admin.
-pub fn role_of(caller: Option<&Caller>) -> Role {
-    caller.map_or(Role::Admin, |c| c.role)
 }
 
 // ---- handlers --------------------------------------------------------------
@@ -131,7 +125,7 @@ async fn patch_pool(
     IfMatch(pinned): IfMatch,
     MergePatch(patch): MergePatch<Value>,
 ) -> ApiResult<Response> {
-    let role = role_of(caller.as_deref());
+    let role = crate::identity::role_or_admin(caller.as_deref());
     let pool = state.pools.patch(&name, &patch, pinned.as_deref(), role).await?;
     Ok(pool_response(StatusCode::OK, pool, false))
 }

@@ -10,13 +10,12 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use crate::auth::Caller;
 use crate::db::{pools::Pool, revisions::Revision};
 use crate::domain::rollout::{self, Counts, RolloutState};
 use crate::error::{ApiResult, Problem};
 use crate::http::extract::{OptionalJson, OptionalMergePatch};
-use crate::http::pools::role_of;
 use crate::http::wire::pools::{PoolPatch, PoolView, pool_response};
+use crate::identity::Caller;
 use crate::pools::Rollout;
 use crate::reconcile::plan::Plan;
 use crate::state::AppState;
@@ -214,7 +213,7 @@ async fn rollback_pool(
     OptionalJson(body): OptionalJson<RollbackRequest>,
 ) -> ApiResult<Response> {
     let req = body.unwrap_or_default();
-    let pool = state.pools.rollback(&name, req.revision, role_of(caller.as_deref())).await?;
+    let pool = state.pools.rollback(&name, req.revision, crate::identity::role_or_admin(caller.as_deref())).await?;
     Ok(pool_response(StatusCode::ACCEPTED, pool, true))
 }
 

@@ -22,7 +22,7 @@
 //! With TLS ([`crate::tls`]), each connection's handshake runs in its own
 //! task under the header read timeout, with the configuration current at
 //! that moment, and the subject of a client certificate is put in each of
-//! the connection's requests ([`crate::auth::caller::ClientCertificate`]).
+//! the connection's requests ([`crate::identity::caller::ClientCertificate`]).
 
 use std::io;
 use std::pin::Pin;
@@ -45,9 +45,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt as _;
 
-use crate::auth::caller::ClientCertificate;
 use crate::config::ServeConfig;
 use crate::error::ApiError;
+use crate::identity::caller::ClientCertificate;
 use crate::metrics::{CloseReason, Metrics};
 use crate::tls::Tls;
 

@@ -29,11 +29,11 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use crate::auth::{Caller, Role};
 use crate::changes::Watcher;
 use crate::domain::event::{Event, SubjectKind};
 use crate::error::{ApiError, ApiResult, Problem, error_chain};
 use crate::http::wire::PoolView;
+use crate::identity::{Caller, Role};
 use crate::metrics::{CloseReason, OpenGuard};
 use crate::state::AppState;
 

@@ -10,12 +10,12 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use crate::auth::Role;
-use crate::auth::tokens::TokenError;
 use crate::db::{audit::AuditRecord, tokens::TokenInfo};
 use crate::error::{ApiError, ApiResult, Problem};
 use crate::http::extract::{ApiJson, ApiQuery};
 use crate::http::pagination::PageParams;
+use crate::identity::Role;
+use crate::identity::tokens::TokenError;
 use crate::state::AppState;
 
 pub fn router() -> OpenApiRouter<AppState> {

@@ -11,14 +11,13 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use crate::auth::Caller;
 use crate::domain::upgrade::JobState;
 use crate::error::{ApiError, ApiResult, Problem};
 use crate::http::extract::{ApiJson, ApiQuery};
 use crate::http::pagination::PageParams;
-use crate::http::pools::role_of;
 use crate::http::wire::upgrades::UpgradeView;
 use crate::http::wire::{EventList, location};
+use crate::identity::Caller;
 use crate::state::AppState;
 use crate::upgrade::service::{Created, UpgradeError};
 pub use crate::upgrade::service::{NewUpgrade, UpgradePlan};
@@ -94,7 +93,7 @@ async fn create_upgrade(
     caller: Option<axum::Extension<Caller>>,
     ApiJson(body): ApiJson<NewUpgrade>,
 ) -> ApiResult<Response> {
-    Ok(match state.upgrades.create(&name, &body, role_of(caller.as_deref())).await? {
+    Ok(match state.upgrades.create(&name, &body, crate::identity::role_or_admin(caller.as_deref())).await? {
         Created::Plan(plan) => (StatusCode::OK, Json(plan)).into_response(),
         Created::Job(job) => {
             let id = job.job.id;

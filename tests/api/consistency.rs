@@ -232,7 +232,8 @@ async fn replicas_starting_together_on_an_empty_store_make_exactly_one_admin_tok
             let _ = std::fs::remove_file(dir.path().join("admin.token"));
         }
         let (ra, rb) =
-            join(drover::auth::bootstrap(&db_a, dir_a.path()), drover::auth::bootstrap(&db_b, dir_b.path())).await;
+            join(drover::identity::bootstrap(&db_a, dir_a.path()), drover::identity::bootstrap(&db_b, dir_b.path()))
+                .await;
         assert!(ra.is_ok() && rb.is_ok(), "round {round}: both start: {ra:?} {rb:?}");
         assert_eq!(raw.integer("select count(*) from tokens").await, 1, "round {round}: one admin token");
         let files: Vec<String> = [&dir_a, &dir_b]
@@ -240,7 +241,7 @@ async fn replicas_starting_together_on_an_empty_store_make_exactly_one_admin_tok
             .filter_map(|d| std::fs::read_to_string(d.path().join("admin.token")).ok())
             .collect();
         assert_eq!(files.len(), 1, "round {round}: only the replica that made the token wrote it");
-        let hash = drover::auth::hash_token(files[0].trim());
+        let hash = drover::identity::hash_token(files[0].trim());
         let stored = raw.integer(&format!("select count(*) from tokens where hash = '{hash}'")).await;
         assert_eq!(stored, 1, "round {round}: the file holds the stored token");
     }

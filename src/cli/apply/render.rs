@@ -128,8 +128,8 @@ mod tests {
     use crate::apply::diff::Change;
     use crate::apply::document::Kind;
     use crate::apply::plan::{Conflict, ConflictReason, Resolution};
-    use crate::auth::Role;
     use crate::http::apply::ApplySummary;
+    use crate::identity::Role;
     use serde_json::json;
 
     fn object(name: &str, action: Action, changes: Vec<Change>) -> AppliedObject {

@@ -1,99 +1,37 @@
-//! Who may do what: bearer tokens, three roles, and the audit trail.
+//! The gate every request passes: who its credentials name, and whether
+//! that caller's role is enough for the route (see [`super::routes`]).
 //!
-//! Every route except the probes and the API documents needs a token. The
-//! role a route needs is decided from its method and route pattern alone,
-//! before the handler runs, so a 401 or 403 never tells whether the named
-//! resource exists. Tokens are looked up in memory ([`cache`]); refusals of
-//! requests without a valid token are audited once per burst
-//! ([`refusals`]), so that nobody without a token can grow the store fast.
+//! Every route except the probes and the API documents needs credentials.
+//! The role a route needs is decided from its method and route pattern
+//! alone, before the handler runs, so a 401 or 403 never tells whether the
+//! named resource exists. drover's own tokens are looked up in memory
+//! ([`super::cache`]); a bearer token may also be a JWT of an OIDC issuer
+//! of the access config ([`super::oidc`]), and a connection may present a
+//! client certificate whose subject the access config maps to a role
+//! ([`crate::tls`]). A token in the header is always the one judged: a
+//! certificate is used only by requests without one.
 //!
-//! Besides drover's own tokens, a bearer token may be a JWT of an OIDC
-//! issuer of the access config (verified by [`crate::access::oidc`]), and a
-//! connection may present a client certificate whose subject the access
-//! config maps to a role ([`crate::tls`]). A token in the header is always
-//! the one judged: a certificate is used only by requests without one.
-
-use std::path::Path;
+//! Changes are written to the audit trail ([`crate::audit`]); refusals of
+//! requests without valid credentials are audited once per burst, so that
+//! nobody without a token can grow the store fast.
 
 use axum::extract::Request;
 use axum::http::{HeaderValue, Method, header};
 use axum::response::{IntoResponse, Response};
-use base64::Engine as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::Utc;
-use rand::Rng;
-use sha2::{Digest, Sha256};
 
-use crate::access::{AccessConfig, OidcError, Verifier, oidc::looks_like_jwt};
+use super::cache::TokenCache;
+use super::caller::{Caller, ClientCertificate, Via};
+use super::oidc::looks_like_jwt;
+use super::routes::{is_public, required_role};
+use super::secret::hash_token;
+use super::{AccessConfig, OidcError, Verifier};
+use crate::audit::log::AuditLog;
+use crate::audit::refusals::RefusalAudit;
 use crate::db::{self, Db, audit::NewAudit};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::telemetry::{Clipped, truncate};
-use audit_log::AuditLog;
-use cache::TokenCache;
-use refusals::RefusalAudit;
-
-pub mod audit_log;
-pub mod cache;
-pub mod caller;
-pub mod refusals;
-pub mod tokens;
-
-pub use crate::domain::role::Role;
-pub use caller::{Caller, ClientCertificate, Via};
-
-const TOKEN_PREFIX: &str = "drover_";
-
-/// A new random token: 256 bits, URL-safe.
-pub fn new_token() -> String {
-    let mut bytes = [0u8; 32];
-    rand::rng().fill_bytes(&mut bytes);
-    format!("{TOKEN_PREFIX}{}", URL_SAFE_NO_PAD.encode(bytes))
-}
-
-pub fn hash_token(token: &str) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let digest = Sha256::digest(token.as_bytes());
-    let mut out = String::with_capacity(64);
-    for b in digest {
-        out.push(char::from(HEX[usize::from(b >> 4)]));
-        out.push(char::from(HEX[usize::from(b & 0xf)]));
-    }
-    out
-}
-
-/// Routes anyone may call.
-fn is_public(path: &str) -> bool {
-    matches!(path, "/healthz" | "/readyz" | "/openapi.json") || path == "/docs" || path.starts_with("/docs/")
-        // The dashboard's page and files hold no data; its API calls carry the token.
-        || path == "/ui"
-        || path.starts_with("/ui/")
-}
-
-/// The least role a route needs. Unknown routes need `admin`, so that a
-/// new endpoint is closed until someone decides otherwise.
-pub fn required_role(method: &Method, route: &str) -> Role {
-    use Role::*;
-    let m = method.as_str();
-    match (m, route) {
-        (_, "/v1/tokens" | "/v1/tokens/{name}" | "/v1/audit") => Admin,
-        ("GET" | "HEAD", _) => Viewer,
-        // A dry run changes nothing.
-        ("POST", "/v1/pools/{name}/plan") => Viewer,
-        // A dry run changes nothing; an apply checks each change against
-        // the role its single-object route needs (`apply::plan`).
-        ("POST", "/v1/apply") => Viewer,
-        ("PUT", "/v1/pools/{name}/scale")
-        | ("PATCH", "/v1/pools/{name}")
-        | ("POST", "/v1/pools/{name}/rollout/continue")
-        | ("POST", "/v1/pools/{name}/rollback")
-        | ("POST", "/v1/pools/{name}/machines/{machine}/delete-request")
-        | ("DELETE", "/v1/pools/{name}/machines/{machine}")
-        | ("POST", "/v1/clusters/{name}/upgrades")
-        | ("POST", "/v1/upgrades/{id}/cancel") => Operator,
-        _ => Admin,
-    }
-}
 
 /// `pools/web` for `/v1/pools/web/scale`: what an audit record is about.
 fn resource_of(path: &str) -> Option<String> {
@@ -284,82 +222,9 @@ where
     response
 }
 
-/// On first start, when no token exists, makes an admin token and writes
-/// it to `<data dir>/admin.token` (mode 0600). The log names the file,
-/// never the token. Of replicas starting together on an empty store,
-/// exactly one makes it (the check and the insert hold the table), and
-/// only that one writes the file. The file is written before the token is
-/// committed, so no valid admin token is ever without it.
-pub async fn bootstrap(db: &Db, data_dir: &Path) -> anyhow::Result<()> {
-    use anyhow::Context as _;
-    let mut tx = db.begin_write().await?;
-    if db::tokens::any_locked(&mut tx).await? {
-        return Ok(());
-    }
-    let token = new_token();
-    let path = data_dir.join("admin.token");
-    db::tokens::insert(&mut tx, "bootstrap-admin", Role::Admin.as_str(), &hash_token(&token), Utc::now()).await?;
-    write_private(&path, &format!("{token}\n")).with_context(|| format!("writing {}", path.display()))?;
-    if let Err(e) = tx.commit().await {
-        let _ = std::fs::remove_file(&path);
-        return Err(e).context("storing the first admin token");
-    }
-    tracing::warn!(file = %path.display(), "created an admin token (name bootstrap-admin); it is in {}", path.display());
-    Ok(())
-}
-
-/// Creates (or replaces) a file readable by its owner only.
-pub fn write_private(path: &Path, content: &str) -> std::io::Result<()> {
-    use std::io::Write as _;
-    let mut opts = std::fs::OpenOptions::new();
-    opts.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        opts.mode(0o600);
-    }
-    let mut f = opts.open(path)?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-    }
-    f.write_all(content.as_bytes())?;
-    f.sync_all()
-}
-
 #[cfg(test)]
 mod tests {
-
-    #[test]
-    fn token_hashes_are_lowercase_hex_sha256() {
-        assert_eq!(hash_token("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-    }
     use super::*;
-
-    #[test]
-    fn tokens_are_random_and_hash_stably() {
-        let (a, b) = (new_token(), new_token());
-        assert_ne!(a, b);
-        assert!(a.starts_with(TOKEN_PREFIX) && a.len() == TOKEN_PREFIX.len() + 43);
-        assert_eq!(hash_token(&a), hash_token(&a));
-        assert_eq!(hash_token(&a).len(), 64);
-    }
-
-    #[test]
-    fn roles_follow_the_route_table() {
-        let r = |m: &str, p: &str| required_role(&Method::from_bytes(m.as_bytes()).unwrap(), p);
-        assert_eq!(r("GET", "/v1/pools"), Role::Viewer);
-        assert_eq!(r("POST", "/v1/pools/{name}/plan"), Role::Viewer);
-        assert_eq!(r("PUT", "/v1/pools/{name}/scale"), Role::Operator);
-        assert_eq!(r("POST", "/v1/upgrades/{id}/cancel"), Role::Operator);
-        assert_eq!(r("POST", "/v1/pools"), Role::Admin);
-        assert_eq!(r("DELETE", "/v1/clusters/{name}"), Role::Admin);
-        assert_eq!(r("GET", "/v1/tokens"), Role::Admin);
-        assert_eq!(r("GET", "/v1/audit"), Role::Admin);
-        assert_eq!(r("POST", "/v1/something-new"), Role::Admin);
-        assert!(Role::Viewer < Role::Operator && Role::Operator < Role::Admin);
-    }
 
     #[test]
     fn the_bearer_scheme_is_case_insensitive() {

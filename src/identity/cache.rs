@@ -167,7 +167,7 @@ impl TokenCache {
 pub async fn run(
     cache: Arc<TokenCache>,
     db: Db,
-    refusals: Arc<super::refusals::RefusalAudit>,
+    refusals: Arc<crate::audit::refusals::RefusalAudit>,
     cancel: CancellationToken,
 ) {
     let mut tick = tokio::time::interval(RELOAD_INTERVAL);
