@@ -1,40 +1,43 @@
 //! drover: an HTTP admin service that keeps Docker machine pools at their
-//! desired size and image.
+//! desired size and image, and upgrades self-hosted Kubernetes control
+//! planes, as one process on SQLite or as several replicas on PostgreSQL.
+//! docs/architecture.md has one line per folder and where to change what.
 //!
 //! A tour, from the outside in:
 //! - [`config`]: command-line flags and their environment fallbacks.
-//! - [`cli`]: the client commands (`drover pools ...`) that talk to a server.
+//! - [`cli`]: the client commands (`drover pools ...`, `drover apply`).
 //! - [`app`]: builds the service and runs it until a shutdown signal.
 //! - [`state`]: what every handler shares (`AppState`): the services.
-//! - [`http`]: the API routes, one module per resource, the OpenAPI document,
-//!   and the accept loop with its connection limits. A handler parses,
-//!   calls one service function and answers; it never touches the store
-//!   (scripts/layers.py checks it).
-//! - The services, each with only what it uses and an error type of its
-//!   own: [`pools`] (pools, rollouts, machines), [`clusters`] (and the one
-//!   way from stored credentials to a cluster client), [`upgrade`]'s
-//!   `service`, [`engines`], [`auth`]'s `tokens`, [`events`] (for the
-//!   event streams), [`idempotency`].
-//! - [`error`]: the API's one error type, answered as RFC 9457 problems.
-//! - [`auth`]: bearer tokens (held in memory), roles and the audit trail.
-//! - [`access`]: OIDC issuers and client-certificate subjects, mapped to roles.
+//! - [`http`]: the API routes, one module per resource, their wire types,
+//!   the OpenAPI document, and the accept loop with its connection limits.
+//!   A handler parses, calls one service function and answers; it never
+//!   touches the store (scripts/layers.py checks it).
+//! - [`identity`]: who may call: tokens, OIDC issuers, client
+//!   certificates, and the role each route needs; [`audit`]: what they did.
 //! - [`tls`]: HTTPS for the listener, mutual TLS, certificate reload.
-//! - [`changes`]: "pool X / job Y changed" notices that wake event streams.
-//! - [`retention`]: the pruner that keeps audit, events, jobs and keys bounded.
+//! - [`error`]: the API's one error type, answered as RFC 9457 problems.
+//! - The features, each a service with an error type of its own:
+//!   [`pools`] (pools, rollouts, machines), [`engines`] (the Docker engines
+//!   pools run on), [`clusters`], [`upgrade`] (control-plane upgrade jobs),
+//!   [`apply`] (declarative fleets), [`events`] (histories and change
+//!   notices), [`idempotency`].
 //! - [`reconcile`]: the pool reconciler: observe, decide (pure), execute,
 //!   record.
-//! - [`runtime`]: the container engines: Docker (bollard) and a simulation.
-//! - [`upgrade`]: control-plane upgrade jobs: persisted steps, each safe to redo.
+//! - [`replicas`]: several replicas on PostgreSQL: leases (pools' and
+//!   jobs'), their keeper, and the other replicas' change notices.
+//! - [`runtime`]: talking to a container engine: Docker (bollard) or the
+//!   simulation.
 //! - [`k8s`]: the Kubernetes calls upgrades and drains make.
-//! - [`db`]: SQLite storage, one module per table.
+//! - [`retention`]: the pruner that keeps audit, events, jobs and keys bounded.
+//! - [`db`]: the store, SQLite or PostgreSQL: one module per table, every
+//!   statement written once for both, and the cache of pools.
 //! - [`domain`]: pure types and rules: names, versions, images, specs.
-//! - [`apply`]: declarative fleets: documents, the planner, the service
-//!   behind `POST /v1/apply` and `drover apply`.
+//! - [`metrics`], [`telemetry`], [`clock`]: what the rest measures, logs
+//!   and reads the time from.
 
 pub mod app;
 pub mod apply;
 pub mod audit;
-pub mod changes;
 pub mod cli;
 pub mod clock;
 pub mod clusters;

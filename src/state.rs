@@ -35,7 +35,7 @@ pub struct Shared {
     /// Tokens and the audit trail, for the API.
     pub token_service: crate::identity::tokens::Tokens,
     /// What event streams read of subjects' histories.
-    pub events: crate::events::Events,
+    pub events: crate::events::history::Events,
     /// Idempotency keys of keyed POSTs.
     pub keys: crate::idempotency::Keys,
     /// Wakes the upgrade runner (the upgrades service wakes it on a new job).
@@ -57,7 +57,7 @@ pub struct Shared {
     /// Writes the audit records of authenticated changes, batched.
     pub audit: crate::audit::log::AuditLog,
     /// "Pool X / job Y changed", for event streams.
-    pub changes: crate::changes::Changes,
+    pub changes: crate::events::notices::Changes,
     /// This process's name among drover's replicas (the holder of its
     /// leases, the owner of the upgrade jobs it runs).
     pub replica: Arc<str>,

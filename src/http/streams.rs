@@ -2,7 +2,7 @@
 //! `GET /v1/upgrades/{id}/stream`.
 //!
 //! A stream sleeps until its subject changes: whoever commits a change to a
-//! pool or a job publishes a notice ([`crate::changes`]), and the stream
+//! pool or a job publishes a notice ([`crate::events::notices`]), and the stream
 //! then reads the store, which stays the only source of truth, so a client
 //! that reconnects with `Last-Event-ID` misses nothing the event log still
 //! holds. Every `--stream-recheck` (10 s; at most 30 s) it checks that its
@@ -29,9 +29,9 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use crate::changes::Watcher;
 use crate::domain::event::{Event, SubjectKind};
 use crate::error::{ApiError, ApiResult, Problem, error_chain};
+use crate::events::notices::Watcher;
 use crate::http::wire::PoolView;
 use crate::identity::{Caller, Role};
 use crate::metrics::{CloseReason, OpenGuard};

@@ -26,7 +26,8 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{Held, Key, Kind, Leases, owner};
+use super::lease::{Held, Key, Kind, Leases};
+use super::owner;
 use crate::db::{self, Db};
 use crate::runtime::Wake;
 

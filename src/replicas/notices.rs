@@ -27,10 +27,10 @@ use sqlx::postgres::{PgListener, PgPool};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::changes::{Changes, Subject};
 use crate::db::Db;
 use crate::db::freshness::Freshness;
 use crate::db::notices::{self, CHANNEL, Notice};
+use crate::events::notices::{Changes, Subject};
 use crate::runtime::Wake;
 
 /// Hints sent in one statement, at most.

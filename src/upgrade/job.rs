@@ -13,7 +13,7 @@
 //! and otherwise finishes the component first. The wind-down is persisted,
 //! so a restart in the middle of it finishes it.
 //!
-//! Every write goes through the job's [`Lease`]: a runner that no longer
+//! Every write goes through the job's [`JobClaim`]: a runner that no longer
 //! owns the job stops before it writes or touches the cluster again.
 
 use chrono::Utc;
@@ -21,7 +21,7 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use tokio_util::sync::CancellationToken;
 
 use super::Context;
-use super::lease::{JobError, Lease};
+use super::claim::{JobClaim, JobError};
 use super::plan::{self, OnCancel};
 use super::steps::{StepError, StepRunner, Target};
 use crate::clusters::ConnectError;
@@ -38,7 +38,7 @@ use crate::k8s::ClusterApi;
 /// to try again later.
 #[tracing::instrument(skip(ctx, stop))]
 pub async fn run_job(ctx: &Context, id: i64, stop: &CancellationToken) -> Result<(), JobError> {
-    let claimed = Lease::claim(&ctx.db, ctx.leases.as_ref(), id, &ctx.owner, ctx.settings.claims).await?;
+    let claimed = JobClaim::claim(&ctx.db, ctx.leases.as_ref(), id, &ctx.owner, ctx.settings.claims).await?;
     let Some((lease, job)) = claimed else { return Ok(()) };
     let mut driver = Driver { ctx, lease, job, api: None, stop };
     match crate::clusters::connect(ctx.db.background(), &driver.job.cluster, ctx.settings.retry).await {
@@ -69,7 +69,7 @@ pub async fn run_job(ctx: &Context, id: i64, stop: &CancellationToken) -> Result
 
 struct Driver<'a> {
     ctx: &'a Context,
-    lease: Lease,
+    lease: JobClaim,
     api: Option<ClusterApi>,
     job: Job,
     stop: &'a CancellationToken,

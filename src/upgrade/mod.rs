@@ -4,16 +4,16 @@
 //! - [`plan`]: the objects an upgrade writes, and the dry-run plan (pure).
 //! - [`service`]: what the HTTP handlers call: check a request against the
 //!   cluster and the version policy, store a job, cancel one.
-//! - [`lease`]: one runner's claim on one job; every write of the job
-//!   proves the claim first.
+//! - [`claim`]: one runner's claim on one job (a lease, with several
+//!   replicas); every write of the job proves the claim first.
 //! - [`steps`]: one step of one component against the cluster; each looks
 //!   before it acts, so it is safe to run again after an interruption.
 //! - [`job`]: a job from its stored position to its end, including the
 //!   rollback or cleanup that ends a failed or cancelled job.
 //! - [`runner`]: the background worker that finds jobs to drive.
 
+pub mod claim;
 pub mod job;
-pub mod lease;
 pub mod plan;
 pub mod runner;
 pub mod service;
@@ -40,7 +40,7 @@ pub struct Context {
     /// process or another, share one.
     pub owner: Arc<str>,
     /// Tells event streams that a job changed.
-    pub changes: crate::changes::Changes,
+    pub changes: crate::events::notices::Changes,
     /// The replica's leases (several replicas): a job is claimed by taking
     /// its lease. `None` with SQLite.
     pub leases: Option<Arc<crate::replicas::Leases>>,
@@ -51,7 +51,7 @@ impl Context {
         db: Db,
         settings: Settings,
         metrics: Arc<crate::metrics::Metrics>,
-        changes: crate::changes::Changes,
+        changes: crate::events::notices::Changes,
         owner: Arc<str>,
     ) -> Self {
         Self { db, settings, metrics, owner, changes, leases: None }

@@ -1,6 +1,6 @@
 //! The upgrade runner: a background task that finds every pending or
 //! running job and drives each on its own task. A job runs on one task at
-//! a time, and only once its claim (see [`super::lease`]) is this
+//! a time, and only once its claim (see [`super::claim`]) is this
 //! runner's; the store allows one active job per cluster.
 //!
 //! Shutdown: the stop signal reaches every job. A job between two steps
@@ -18,7 +18,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::lease::JobError;
+use super::claim::JobError;
 use super::{Context, UpgradeQueue, job};
 
 /// How often the store is scanned even when nobody woke the runner.

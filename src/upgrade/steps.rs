@@ -13,7 +13,7 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use tokio_util::sync::CancellationToken;
 
 use super::Context;
-use super::lease::{JobError, Lease};
+use super::claim::{JobClaim, JobError};
 use super::plan::{self, PlanError};
 use crate::db;
 use crate::domain::upgrade::{Component, Step};
@@ -82,7 +82,7 @@ impl Target {
 pub struct StepRunner<'a> {
     pub ctx: &'a Context,
     pub api: &'a ClusterApi,
-    pub lease: &'a Lease,
+    pub lease: &'a JobClaim,
     /// Fires on shutdown: waits stop at once (they only look).
     pub stop: &'a CancellationToken,
 }

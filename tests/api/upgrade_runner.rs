@@ -12,7 +12,7 @@ use drover::db::{self, Db};
 use drover::domain::role::Role;
 use drover::domain::upgrade::{JobState, Step};
 use drover::k8s::{Credentials, RetryPolicy};
-use drover::upgrade::lease::JobError;
+use drover::upgrade::claim::JobError;
 use drover::upgrade::service::{Created, NewUpgrade, Upgrades};
 use drover::upgrade::{Context, Settings, job::run_job};
 use tempfile::TempDir;

@@ -61,7 +61,7 @@ pub struct Application {
     /// Held until `run_until_stopped` has drained everything (SQLite).
     lock: Option<lock::DataDirLock>,
     /// Notices for the other replicas (PostgreSQL).
-    notices: Option<mpsc::UnboundedReceiver<crate::changes::Subject>>,
+    notices: Option<mpsc::UnboundedReceiver<crate::events::notices::Subject>>,
 }
 
 /// How long background tasks get to finish after the cancellation signal.
@@ -130,10 +130,10 @@ impl Application {
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
         let (changes, notices) = if shared_store {
-            let (changes, notices) = crate::changes::Changes::default().with_peers();
+            let (changes, notices) = crate::events::notices::Changes::default().with_peers();
             (changes, Some(notices))
         } else {
-            (crate::changes::Changes::default(), None)
+            (crate::events::notices::Changes::default(), None)
         };
         let reconcile = reconcile::Context {
             metrics: metrics.clone(),
@@ -170,7 +170,7 @@ impl Application {
             clusters,
             upgrades,
             token_service,
-            events: crate::events::Events::new(db.clone()),
+            events: crate::events::history::Events::new(db.clone()),
             keys,
             upgrade_queue,
             db,

@@ -1,7 +1,7 @@
 //! One runner's claim on one job. A job is claimed in one transaction that
 //! only takes a pending or running job nobody else holds; from then on,
 //! every write of the job is made in a transaction that first proves the
-//! claim still stands ([`Lease::begin`]). A job that was cancelled before
+//! claim still stands ([`JobClaim::begin`]). A job that was cancelled before
 //! it started, finished, or was taken over is therefore never written by
 //! this runner again, and the runner stops before it touches the cluster.
 //!
@@ -9,7 +9,7 @@
 //! ([`crate::replicas`]): its expiry is on the database's clock, its
 //! token grows at each hand-over, the replica's keeper renews it, every
 //! write proves holder and token in its transaction, and every Kubernetes
-//! call first checks the lease's local deadline ([`Lease::fence`]). A
+//! call first checks the lease's local deadline ([`JobClaim::fence`]). A
 //! replica whose clock is off, or that was paused past the lease, neither
 //! takes a live job nor goes on acting on one it lost. With SQLite (one
 //! process) the claim is the job row's owner and heartbeat.
@@ -54,7 +54,7 @@ fn lost_job(lost: &crate::replicas::Lost) -> i64 {
 }
 
 /// The claim of one runner on one job.
-pub struct Lease {
+pub struct JobClaim {
     db: Db,
     pub job: i64,
     owner: String,
@@ -70,13 +70,13 @@ pub struct Lease {
     last_beat: Mutex<Instant>,
 }
 
-/// What [`Lease::check`] found.
+/// What [`JobClaim::check`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Standing {
     pub cancel_requested: bool,
 }
 
-impl Lease {
+impl JobClaim {
     /// Claims job `id` for `owner`, with the event that says so (started
     /// or resumed) in the same transaction. `None` when the job is not
     /// there to take: ended, cancelled, missing, or held by a live owner.
@@ -86,7 +86,7 @@ impl Lease {
         id: i64,
         owner: &str,
         claims: Claims,
-    ) -> Result<Option<(Lease, Job)>, sqlx::Error> {
+    ) -> Result<Option<(JobClaim, Job)>, sqlx::Error> {
         let mut tx = db.begin_background().await?;
         let now = Utc::now();
         // With leases, holding the job's lease is the claim; otherwise an
@@ -119,7 +119,7 @@ impl Lease {
         tx.commit().await?;
         let fence = taken.map_or(Fence::Sole, |t| t.held());
         tracing::info!(job = id, owner, started, token = fence.token(), "upgrade job claimed");
-        let lease = Lease {
+        let lease = JobClaim {
             db: db.clone(),
             job: id,
             owner: owner.to_owned(),
@@ -178,9 +178,9 @@ impl Lease {
     }
 }
 
-impl Drop for Lease {
+impl Drop for JobClaim {
     /// The run is over: the keeper stops renewing the job's lease, which
-    /// runs out unless [`Lease::release`] gave it up already.
+    /// runs out unless [`JobClaim::release`] gave it up already.
     fn drop(&mut self) {
         if let (Some(leases), Some(token)) = (&self.leases, self.fence.token()) {
             leases.forget(&Key::job(self.job), token);
