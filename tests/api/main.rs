@@ -37,6 +37,7 @@ mod process;
 mod reconcile;
 mod replicas;
 mod rollouts;
+mod schema_parity;
 mod security;
 mod soak;
 mod streams;
