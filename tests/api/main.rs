@@ -42,6 +42,7 @@ mod reconcile;
 mod replicas;
 mod rig;
 mod rollouts;
+mod schema_parity;
 mod security;
 mod soak;
 mod streams;
