@@ -38,9 +38,6 @@ use tokio::time::Instant;
 /// that a stalled listener costs a read little more than the store itself.
 pub const CATCH_UP: Duration = Duration::from_millis(500);
 
-/// The shortest time between two barriers (see [`Freshness::wanted`]).
-pub const GAP: Duration = Duration::from_millis(1);
-
 /// What the listener has applied.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Seen {
@@ -237,18 +234,12 @@ impl Freshness {
         self.seen.borrow().connected
     }
 
-    /// Waits until a read wants a barrier, and at least [`GAP`] after the
-    /// last one was issued; then the number to send. Reads that arrive
-    /// meanwhile take the same number: on a busy replica a barrier serves
-    /// every read of its millisecond, and the store is asked a thousand
-    /// times a second at most, however many reads there are; an idle
-    /// replica's read waits for no gap.
-    pub async fn wanted(&self, last: Option<Instant>) -> u64 {
+    /// Waits until a read wants a barrier; then the number to send. Reads
+    /// that arrive while it is on its way take the next number: a barrier
+    /// serves every read that arrived since the last one was issued.
+    pub async fn wanted(&self) -> u64 {
         loop {
             self.wanted.notified().await;
-            if let Some(last) = last {
-                tokio::time::sleep_until(last + GAP).await;
-            }
             let mut t = self.lock();
             if !t.wanted {
                 continue;
@@ -279,7 +270,7 @@ mod tests {
             loop {
                 let n = tokio::select! {
                     () = stop.cancelled() => return,
-                    n = f.wanted(None) => n,
+                    n = f.wanted() => n,
                 };
                 sent.fetch_add(1, Ordering::SeqCst);
                 tokio::time::sleep(Duration::from_millis(5)).await;

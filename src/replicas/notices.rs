@@ -209,14 +209,25 @@ async fn send_hints(store: &PgPool, me: &str, batch: &mut Vec<Subject>) {
 pub async fn send_barriers(db: Db, me: Arc<str>, cancel: CancellationToken) {
     let Some(fresh) = db.freshness().cloned() else { return };
     let channel = notices::barrier_channel(&me);
+    let senders = (0..BARRIER_SENDERS).map(|_| send_on_one_connection(&db, &fresh, &channel, &cancel));
+    futures_util::future::join_all(senders).await;
+}
+
+/// Barriers in flight at once, each on a connection of its own: while one
+/// is on its way, reads that arrive take the next, which another connection
+/// sends at once rather than after the first one's answer (measured: one
+/// sender 33k reads/s, two 38k, three 40k, against 56k on SQLite; each
+/// barrier costs the store a commit). A barrier heard covers every lower
+/// number, since it was issued after all of them.
+const BARRIER_SENDERS: usize = 3;
+
+async fn send_on_one_connection(db: &Db, fresh: &Freshness, channel: &str, cancel: &CancellationToken) {
     let mut conn: Option<sqlx::PgConnection> = None;
-    let mut last = None;
     loop {
         let n = tokio::select! {
             () = cancel.cancelled() => break,
-            n = fresh.wanted(last) => n,
+            n = fresh.wanted() => n,
         };
-        last = Some(tokio::time::Instant::now());
         if conn.is_none() {
             match db.barrier_connection().await {
                 Some(Ok(c)) => conn = Some(c),
@@ -225,7 +236,7 @@ pub async fn send_barriers(db: Db, me: Arc<str>, cancel: CancellationToken) {
             }
         }
         let Some(c) = conn.as_mut() else { continue };
-        let sent = sqlx::query("select pg_notify($1, $2)").bind(&channel).bind(n.to_string()).execute(&mut *c).await;
+        let sent = sqlx::query("select pg_notify($1, $2)").bind(channel).bind(n.to_string()).execute(&mut *c).await;
         if let Err(e) = sent {
             // The reads waiting for it give up after CATCH_UP and read the
             // store; the next barrier connects again.
