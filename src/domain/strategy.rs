@@ -85,8 +85,10 @@ impl<'de> Deserialize<'de> for IntOrPercent {
     }
 }
 
-/// How a pool replaces outdated machines.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How a pool replaces outdated machines: also the `strategy` of a pool's
+/// spec as the API shows it, every default filled in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[schema(as = StrategyView)]
 pub struct RolloutStrategy {
     /// Machines allowed above `replicas` while a rollout runs.
     pub max_surge: IntOrPercent,

@@ -51,6 +51,10 @@ pub fn finish(doc: utoipa::openapi::OpenApi) -> anyhow::Result<utoipa::openapi::
     links(&mut value);
     stream_payloads(&mut value);
     label_and_name_rules(&mut value);
+    // After the label rules: the patch's schemas are the input's, rules included.
+    if let Some(schemas) = value.pointer_mut("/components/schemas").and_then(Value::as_object_mut) {
+        crate::domain::pool::patch::patch_schemas(schemas);
+    }
     // Last: the fleet file's schemas are copies of the API's, rules included.
     crate::apply::schema::add_fleet_schemas(&mut value);
     any_values(&mut value);

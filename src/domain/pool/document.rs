@@ -18,11 +18,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use super::spec::{Mount, PoolSpec};
+use super::spec::Mount;
 use crate::domain::strategy::{IntOrPercent, ReplacementPolicy, RolloutStrategy};
 
 /// A pool's spec as clients send it. Unknown fields are refused.
-#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PoolSpecInput {
     /// Desired number of machines, 0 to the server's maximum (default 1000).
@@ -113,22 +113,7 @@ impl StrategyInput {
 impl PoolSpecInput {
     /// `replicas` machines of `version`, everything else by default.
     pub fn minimal(replicas: i64, version: &str) -> Self {
-        Self {
-            replicas,
-            version: version.to_owned(),
-            image: None,
-            failure_domains: Vec::new(),
-            extra_mounts: Vec::new(),
-            labels: BTreeMap::new(),
-            strategy: None,
-            paused: false,
-            cluster: None,
-            engines: Vec::new(),
-            engine_selector: BTreeMap::new(),
-            min_ready_seconds: None,
-            progress_deadline_seconds: None,
-            machine_ready_timeout_seconds: None,
-        }
+        Self { replicas, version: version.to_owned(), ..Self::default() }
     }
 }
 
@@ -143,7 +128,7 @@ pub struct PoolSpecView {
     pub failure_domains: Vec<String>,
     pub extra_mounts: Vec<Mount>,
     pub labels: BTreeMap<String, String>,
-    pub strategy: StrategyView,
+    pub strategy: RolloutStrategy,
     pub paused: bool,
     pub cluster: Option<String>,
     pub engines: Vec<String>,
@@ -153,14 +138,8 @@ pub struct PoolSpecView {
     pub machine_ready_timeout_seconds: u32,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub struct StrategyView {
-    pub max_surge: IntOrPercent,
-    pub max_unavailable: IntOrPercent,
-    pub batch_approval: bool,
-    pub auto_rollback: bool,
-    pub replacement: ReplacementPolicy,
-}
+/// The `strategy` of a spec as shown: the rollout strategy itself.
+pub type StrategyView = RolloutStrategy;
 
 impl PoolSpecView {
     /// The document as JSON, for merging and comparing.
@@ -171,24 +150,22 @@ impl PoolSpecView {
     }
 }
 
-impl From<&PoolSpec> for PoolSpecView {
-    fn from(s: &PoolSpec) -> Self {
-        let RolloutStrategy { max_surge, max_unavailable, batch_approval, auto_rollback, replacement } = *s.strategy();
-        PoolSpecView {
-            replicas: s.replicas(),
-            version: s.version().to_string(),
-            image: s.image().map(str::to_owned),
-            failure_domains: s.failure_domains().to_vec(),
-            extra_mounts: s.extra_mounts().to_vec(),
-            labels: s.labels().clone(),
-            strategy: StrategyView { max_surge, max_unavailable, batch_approval, auto_rollback, replacement },
-            paused: s.paused(),
-            cluster: s.cluster().map(str::to_owned),
-            engines: s.engines().to_vec(),
-            engine_selector: s.engine_selector().clone(),
-            min_ready_seconds: s.min_ready_seconds(),
-            progress_deadline_seconds: s.progress_deadline_seconds(),
-            machine_ready_timeout_seconds: s.machine_ready_timeout_seconds(),
-        }
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn properties<T: utoipa::PartialSchema>() -> Vec<String> {
+        let schema = serde_json::to_value(T::schema()).unwrap();
+        let mut names: Vec<String> = schema["properties"].as_object().unwrap().keys().cloned().collect();
+        names.sort();
+        names
+    }
+
+    /// The field-mirror test: a field added to what clients send but not
+    /// to what they see (and the store keeps), or the other way, fails.
+    #[test]
+    fn the_view_and_the_input_name_the_same_fields() {
+        assert_eq!(properties::<PoolSpecView>(), properties::<PoolSpecInput>());
+        assert_eq!(properties::<StrategyView>(), properties::<StrategyInput>());
     }
 }

@@ -6,13 +6,15 @@
 //!   (`PoolSpecInput`), what they are shown and the store keeps
 //!   (`PoolSpecView`). A patch is merged into the shown document and read
 //!   back as input, so one set of rules covers create, patch and scale.
-//! - [`patch`]: the shape of a merge patch (`PoolPatch`), declared to
-//!   clients and checked before a patch is merged.
+//! - [`patch`]: a merge patch (`PoolPatch`): its schema is made from the
+//!   input's, and its types are checked before the pool is read.
 //! - [`host`]: what the server's settings let machines mount and run.
 //!
-//! Adding a field to a pool means: the field and its rule in `spec`, the
-//! field in the two documents (a test fails until it is in both, and in
-//! the API's patch schema), and nothing else; the store keeps the document.
+//! Adding a field to a pool means: the field in the two documents of
+//! `document` (what clients send, what they see; a test fails until it is
+//! in both), its rule in `spec`'s `parse`, and nothing else here: the
+//! patch's schema and checks, the store (which keeps the shown document)
+//! and `drover apply` (whose documents are the input) follow.
 
 pub mod document;
 pub mod host;
@@ -21,7 +23,7 @@ pub mod spec;
 
 pub use document::{PoolSpecInput, PoolSpecView, StrategyInput, StrategyView};
 pub use host::{DOCKER_SOCKETS, HostPolicy, SpecLimits, normalize_host_path};
-pub use patch::{PoolPatch, StrategyPatch};
+pub use patch::PoolPatch;
 pub use spec::{
     DEFAULT_MACHINE_READY_TIMEOUT_SECONDS, DEFAULT_PROGRESS_DEADLINE_SECONDS, MAX_FAILURE_DOMAINS, MAX_MOUNTS,
     MAX_SECONDS, Mount, PoolSpec, RESERVED_LABEL_PREFIX, describe_change,

@@ -1,141 +1,128 @@
-//! The shape of a merge patch of a pool's spec. A patch is applied by
-//! merging it into the spec's document (`PoolSpec::patched`); this type
-//! only declares the shape to clients (the OpenAPI document) and checks a
-//! patch's types before the merge, so that `{"replicas": null}` is a type
-//! error at `replicas` rather than a missing field after it.
+//! A merge patch of a pool's spec. A patch is applied by merging it into
+//! the spec's document (`PoolSpec::patched`); its shape is the input's
+//! (`PoolSpecInput`) with every field optional, so nothing here lists the
+//! spec's fields: the patch's schema is made from the input's
+//! ([`patch_schema`], run on the OpenAPI document), and a patch's types are
+//! checked by merging it into a minimal document and reading that as
+//! input ([`check`]) before the pool is even read.
 
-use std::collections::BTreeMap;
-
-use serde::{Deserialize, Deserializer};
-use serde_json::Value;
+use serde_json::{Map, Value, json};
 use utoipa::ToSchema;
 
+use super::document::PoolSpecInput;
 use crate::domain::ValidationErrors;
-use crate::domain::pool::Mount;
-use crate::domain::strategy::{IntOrPercent, ReplacementPolicy};
 
 /// A JSON merge patch (RFC 7396) of a pool's spec: every field optional;
 /// a field left out keeps its value, `null` resets it to its default
 /// (`replicas` and `version` have none and may not be `null`). Maps
 /// (`labels`, `engine_selector`) merge key by key, a `null` value removing
 /// the key; lists are replaced whole. `strategy` merges field by field.
-///
-/// Field for field the spec of `PoolSpecView`: a test fails when the two
-/// part ways.
-#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-// Read only by serde: a patch is checked against this shape (types, nulls,
-// unknown fields), then merged into the spec's document as JSON.
+/// The fields are `PoolSpecInput`'s.
+#[derive(ToSchema)]
 #[allow(dead_code)]
-pub struct PoolPatch {
-    #[serde(default, deserialize_with = "not_null")]
-    #[schema(value_type = i64, minimum = 0, maximum = 1000)]
-    pub replicas: Option<i64>,
-    #[serde(default, deserialize_with = "not_null")]
-    #[schema(value_type = String, pattern = r"^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$", example = "v1.29.2")]
-    pub version: Option<String>,
-    /// `null`: the version's node image.
-    #[serde(default, deserialize_with = "nullable")]
-    #[schema(value_type = Option<String>, min_length = 1, max_length = 255)]
-    pub image: Option<Option<String>>,
-    #[serde(default, deserialize_with = "nullable")]
-    #[schema(value_type = Option<Vec<String>>, max_items = 64)]
-    pub failure_domains: Option<Option<Vec<String>>>,
-    #[serde(default, deserialize_with = "nullable")]
-    #[schema(value_type = Option<Vec<Mount>>, max_items = 64)]
-    pub extra_mounts: Option<Option<Vec<Mount>>>,
-    #[serde(default, deserialize_with = "nullable")]
-    #[schema(value_type = Option<BTreeMap<String, Option<String>>>)]
-    pub labels: Option<Option<BTreeMap<String, Option<String>>>>,
-    #[serde(default, deserialize_with = "nullable")]
-    #[schema(value_type = Option<StrategyPatch>)]
-    pub strategy: Option<Option<StrategyPatch>>,
-    #[serde(default, deserialize_with = "nullable")]
-    #[schema(value_type = Option<bool>)]
-    pub paused: Option<Option<bool>>,
-    #[serde(default, deserialize_with = "nullable")]
-    #[schema(value_type = Option<String>, pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length = 63)]
-    pub cluster: Option<Option<String>>,
-    #[serde(default, deserialize_with = "nullable")]
-    #[schema(value_type = Option<Vec<String>>, max_items = 64)]
-    pub engines: Option<Option<Vec<String>>>,
-    #[serde(default, deserialize_with = "nullable")]
-    #[schema(value_type = Option<BTreeMap<String, Option<String>>>)]
-    pub engine_selector: Option<Option<BTreeMap<String, Option<String>>>>,
-    #[serde(default, deserialize_with = "nullable")]
-    #[schema(value_type = Option<i64>, minimum = 0, maximum = 86400)]
-    pub min_ready_seconds: Option<Option<i64>>,
-    #[serde(default, deserialize_with = "nullable")]
-    #[schema(value_type = Option<i64>, minimum = 1, maximum = 86400)]
-    pub progress_deadline_seconds: Option<Option<i64>>,
-    #[serde(default, deserialize_with = "nullable")]
-    #[schema(value_type = Option<i64>, minimum = 1, maximum = 86400)]
-    pub machine_ready_timeout_seconds: Option<Option<i64>>,
+pub struct PoolPatch {}
+
+/// The fields of the input that have no default: a patch may leave them
+/// out, never send them as `null`.
+fn required() -> Vec<String> {
+    let schema = serde_json::to_value(<PoolSpecInput as utoipa::PartialSchema>::schema()).unwrap_or(Value::Null);
+    schema["required"].as_array().into_iter().flatten().filter_map(|f| f.as_str().map(str::to_owned)).collect()
 }
 
-/// A merge patch of `strategy`; `null` resets a field to its default.
-#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[allow(dead_code)]
-pub struct StrategyPatch {
-    #[serde(default, deserialize_with = "nullable")]
-    #[schema(value_type = Option<IntOrPercent>)]
-    pub max_surge: Option<Option<IntOrPercent>>,
-    #[serde(default, deserialize_with = "nullable")]
-    #[schema(value_type = Option<IntOrPercent>)]
-    pub max_unavailable: Option<Option<IntOrPercent>>,
-    #[serde(default, deserialize_with = "nullable")]
-    #[schema(value_type = Option<bool>)]
-    pub batch_approval: Option<Option<bool>>,
-    #[serde(default, deserialize_with = "nullable")]
-    #[schema(value_type = Option<bool>)]
-    pub auto_rollback: Option<Option<bool>>,
-    #[serde(default, deserialize_with = "nullable")]
-    #[schema(value_type = Option<ReplacementPolicy>)]
-    pub replacement: Option<Option<ReplacementPolicy>>,
-}
-
-/// A field that may be left out but, when present, may not be `null`.
-fn not_null<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
-    T::deserialize(d).map(Some)
-}
-
-/// A field that may be left out (`None`) or sent as `null` (`Some(None)`).
-fn nullable<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {
-    Option::<T>::deserialize(d).map(Some)
-}
-
-/// Checks a patch's shape; answers the patch's top-level field names.
+/// Checks a patch's shape (its types, its nulls, its unknown fields);
+/// answers the patch's top-level field names.
 pub fn check(patch: &Value) -> Result<Vec<String>, ValidationErrors> {
-    crate::domain::json::document::<PoolPatch>(patch.clone())?;
-    Ok(patch.as_object().map(|o| o.keys().cloned().collect()).unwrap_or_default())
+    let Value::Object(fields) = patch else {
+        return crate::domain::json::document::<PoolSpecInput>(patch.clone()).map(|_| Vec::new());
+    };
+    for field in required() {
+        if fields.get(&field).is_some_and(Value::is_null) {
+            let message = format!("invalid type: null, expected a value (`{field}` has no default)");
+            return Err(ValidationErrors::single(field, "type", message));
+        }
+    }
+    // The patch merged into the smallest document there is, read as input:
+    // each field the patch sends is read by the input's own type.
+    let mut document = json!({"replicas": 0, "version": "v0.0.0"});
+    json_patch::merge(&mut document, patch);
+    crate::domain::json::document::<PoolSpecInput>(document)?;
+    Ok(fields.keys().cloned().collect())
+}
+
+/// The OpenAPI schemas of `PoolPatch` and `StrategyPatch`, made from
+/// `PoolSpecInput`'s and `StrategyInput`'s in the finished document
+/// (`schemas` is its `components.schemas`): the same properties and rules,
+/// none required, each nullable (`null` resets it) but for the fields
+/// without a default; map values nullable too (a `null` value removes the
+/// key); `strategy` as a patch of its own.
+pub fn patch_schemas(schemas: &mut Map<String, Value>) {
+    let required = required();
+    let mut patch = patch_of(schemas.get("PoolSpecInput"), &required);
+    if let Some(strategy) = patch.pointer_mut("/properties/strategy") {
+        *strategy = json!({"oneOf": [{"$ref": "#/components/schemas/StrategyPatch"}, {"type": "null"}]});
+    }
+    let description = schemas.get("PoolPatch").and_then(|p| p.get("description")).cloned();
+    if let Some(description) = description {
+        patch["description"] = description;
+    }
+    schemas.insert("PoolPatch".into(), patch);
+    let mut strategy = patch_of(schemas.get("StrategyInput"), &[]);
+    strategy["description"] = json!("A merge patch of `strategy`; `null` resets a field to its default.");
+    schemas.insert("StrategyPatch".into(), strategy);
+}
+
+/// `input` with nothing required and its properties nullable (but `keep`).
+fn patch_of(input: Option<&Value>, keep: &[String]) -> Value {
+    let mut schema = input.cloned().unwrap_or_else(|| json!({"type": "object"}));
+    if let Some(map) = schema.as_object_mut() {
+        map.remove("required");
+        map.insert("additionalProperties".into(), json!(false));
+    }
+    if let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) {
+        for (name, prop) in props.iter_mut() {
+            if let Some(values) = prop.get_mut("additionalProperties").filter(|v| v.is_object()) {
+                nullable(values);
+            }
+            if !keep.contains(name) {
+                nullable(prop);
+            }
+        }
+    }
+    schema
+}
+
+/// Lets `schema` be `null` too.
+fn nullable(schema: &mut Value) {
+    match schema.get("type").cloned() {
+        Some(Value::String(t)) => schema["type"] = json!([t, "null"]),
+        Some(Value::Array(mut types)) => {
+            if !types.contains(&json!("null")) {
+                types.push(json!("null"));
+            }
+            schema["type"] = Value::Array(types);
+        }
+        _ => {
+            let Some(map) = schema.as_object_mut() else { return };
+            let alternatives = match map.remove("oneOf") {
+                Some(Value::Array(mut alternatives)) => {
+                    if !alternatives.iter().any(|a| a["type"] == "null") {
+                        alternatives.push(json!({"type": "null"}));
+                    }
+                    alternatives
+                }
+                _ => {
+                    let inner = std::mem::take(map);
+                    vec![Value::Object(inner), json!({"type": "null"})]
+                }
+            };
+            map.insert("oneOf".into(), Value::Array(alternatives));
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::pool::{PoolSpecInput, PoolSpecView, StrategyInput, StrategyView};
-    use serde_json::json;
-
-    fn properties<T: utoipa::PartialSchema>() -> Vec<String> {
-        let schema = serde_json::to_value(T::schema()).unwrap();
-        let mut names: Vec<String> = schema["properties"].as_object().unwrap().keys().cloned().collect();
-        names.sort();
-        names
-    }
-
-    /// The field-mirror test: fails when a field is added to the spec's
-    /// view, its input or the patch's schema but not to all three.
-    #[test]
-    fn the_patch_the_view_and_the_input_name_the_same_fields() {
-        assert_eq!(properties::<PoolPatch>(), properties::<PoolSpecView>());
-        assert_eq!(properties::<PoolPatch>(), properties::<PoolSpecInput>());
-        assert_eq!(properties::<StrategyPatch>(), properties::<StrategyView>());
-        assert_eq!(properties::<StrategyPatch>(), properties::<StrategyInput>());
-        let schema = serde_json::to_value(<PoolPatch as utoipa::PartialSchema>::schema()).unwrap();
-        assert_eq!(schema["additionalProperties"], json!(false), "unknown fields are refused: {schema}");
-        assert!(schema.get("required").is_none_or(|r| r.as_array().is_some_and(Vec::is_empty)), "{schema}");
-    }
 
     #[test]
     fn required_fields_refuse_null_and_unknown_fields_are_refused() {
@@ -148,10 +135,37 @@ mod tests {
         assert_eq!(rule(json!({"name": "x"})), ("name".into(), "unknown_field"));
         assert_eq!(rule(json!({"strategy": {"surge": 1}})), ("strategy.surge".into(), "unknown_field"));
         assert_eq!(rule(json!([])), ("body".into(), "type"));
+        assert_eq!(rule(json!({"replicas": "two"})), ("replicas".into(), "type"));
+        assert_eq!(rule(json!({"labels": {"a": 5}})), ("labels.a".into(), "type"));
     }
 
     #[test]
-    fn check_names_what_the_patch_sends() {
+    fn check_names_what_the_patch_sends_and_nulls_reset_optional_fields() {
         assert_eq!(check(&json!({"replicas": 2, "labels": null})).unwrap(), ["labels", "replicas"]);
+        let resets = json!({"image": null, "strategy": {"max_surge": null}, "labels": {"a": null}, "paused": null});
+        assert!(check(&resets).is_ok());
+    }
+
+    /// The patch is the input field for field: a field added to the input
+    /// is in the patch's schema without being written again.
+    #[test]
+    fn the_patch_schema_is_the_input_schema_with_every_field_optional() {
+        let schemas = |name: &str| {
+            serde_json::to_value(match name {
+                "input" => <PoolSpecInput as utoipa::PartialSchema>::schema(),
+                _ => <super::super::StrategyInput as utoipa::PartialSchema>::schema(),
+            })
+        };
+        let mut all = Map::new();
+        all.insert("PoolSpecInput".into(), schemas("input").unwrap());
+        all.insert("StrategyInput".into(), schemas("strategy").unwrap());
+        patch_schemas(&mut all);
+        let (input, patch) = (&all["PoolSpecInput"], &all["PoolPatch"]);
+        let names = |s: &Value| s["properties"].as_object().map(|p| p.keys().cloned().collect::<Vec<_>>());
+        assert_eq!(names(patch), names(input));
+        assert!(patch.get("required").is_none() && patch["additionalProperties"] == json!(false), "{patch}");
+        assert_eq!(patch["properties"]["paused"]["type"], json!(["boolean", "null"]));
+        assert_eq!(patch["properties"]["replicas"]["type"], input["properties"]["replicas"]["type"], "no default");
+        assert_eq!(names(&all["StrategyPatch"]), names(&all["StrategyInput"]));
     }
 }

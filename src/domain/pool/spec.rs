@@ -45,23 +45,14 @@ pub struct Mount {
     pub read_only: bool,
 }
 
-/// What a pool should look like; see the field docs of `PoolSpecInput`.
+/// What a pool should look like: its document as the API shows it and the
+/// store keeps it ([`PoolSpecView`], every default filled in), once every
+/// rule has passed; the field docs are `PoolSpecInput`'s.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolSpec {
-    replicas: u32,
+    doc: PoolSpecView,
+    /// `doc.version`, parsed.
     version: KubeVersion,
-    image: Option<String>,
-    failure_domains: Vec<String>,
-    extra_mounts: Vec<Mount>,
-    labels: BTreeMap<String, String>,
-    strategy: RolloutStrategy,
-    paused: bool,
-    cluster: Option<String>,
-    engines: Vec<String>,
-    engine_selector: BTreeMap<String, String>,
-    min_ready_seconds: u32,
-    progress_deadline_seconds: u32,
-    machine_ready_timeout_seconds: u32,
 }
 
 impl PoolSpec {
@@ -87,19 +78,25 @@ impl PoolSpec {
     /// its default, maps merge key by key, lists are replaced. The merged
     /// document is read as new input and checked by every rule.
     pub fn patched(&self, patch: &Value, limits: &SpecLimits) -> Result<Self, ValidationErrors> {
-        let mut document = PoolSpecView::from(self).to_json();
+        let mut document = self.doc.to_json();
         json_patch::merge(&mut document, patch);
         parse(crate::domain::json::document(document)?, limits)
     }
 
-    /// The spec as the rules would read it back: its document.
+    /// The spec as the API shows it and the store keeps it: every field,
+    /// read as `spec.doc().field`.
+    pub fn doc(&self) -> &PoolSpecView {
+        &self.doc
+    }
+
+    /// The spec's document, owned.
     pub fn view(&self) -> PoolSpecView {
-        PoolSpecView::from(self)
+        self.doc.clone()
     }
 
     /// Desired number of machines.
     pub fn replicas(&self) -> u32 {
-        self.replicas
+        self.doc.replicas
     }
 
     pub fn version(&self) -> KubeVersion {
@@ -108,64 +105,64 @@ impl PoolSpec {
 
     /// The custom image, when one is set.
     pub fn image(&self) -> Option<&str> {
-        self.image.as_deref()
+        self.doc.image.as_deref()
     }
 
     pub fn failure_domains(&self) -> &[String] {
-        &self.failure_domains
+        &self.doc.failure_domains
     }
 
     pub fn extra_mounts(&self) -> &[Mount] {
-        &self.extra_mounts
+        &self.doc.extra_mounts
     }
 
     pub fn labels(&self) -> &BTreeMap<String, String> {
-        &self.labels
+        &self.doc.labels
     }
 
     pub fn strategy(&self) -> &RolloutStrategy {
-        &self.strategy
+        &self.doc.strategy
     }
 
     pub fn paused(&self) -> bool {
-        self.paused
+        self.doc.paused
     }
 
     pub fn cluster(&self) -> Option<&str> {
-        self.cluster.as_deref()
+        self.doc.cluster.as_deref()
     }
 
     pub fn engines(&self) -> &[String] {
-        &self.engines
+        &self.doc.engines
     }
 
     pub fn engine_selector(&self) -> &BTreeMap<String, String> {
-        &self.engine_selector
+        &self.doc.engine_selector
     }
 
     pub fn min_ready_seconds(&self) -> u32 {
-        self.min_ready_seconds
+        self.doc.min_ready_seconds
     }
 
     pub fn progress_deadline_seconds(&self) -> u32 {
-        self.progress_deadline_seconds
+        self.doc.progress_deadline_seconds
     }
 
     pub fn machine_ready_timeout_seconds(&self) -> u32 {
-        self.machine_ready_timeout_seconds
+        self.doc.machine_ready_timeout_seconds
     }
 
     /// May the pool's machines run on this engine (by the pool's placement;
     /// draining is the engine's business)?
     pub fn places_on(&self, engine: &str, labels: &BTreeMap<String, String>) -> bool {
-        (self.engines.is_empty() || self.engines.iter().any(|e| e == engine))
-            && crate::domain::labels::matches(&self.engine_selector, labels)
+        (self.doc.engines.is_empty() || self.doc.engines.iter().any(|e| e == engine))
+            && crate::domain::labels::matches(&self.doc.engine_selector, labels)
     }
 
     /// The image every machine should run: the custom image when set,
     /// otherwise the version's node image.
     pub fn desired_image(&self) -> String {
-        self.image.clone().unwrap_or_else(|| node_image(self.version))
+        self.doc.image.clone().unwrap_or_else(|| node_image(self.version))
     }
 }
 
@@ -274,9 +271,9 @@ fn parse(input: PoolSpecInput, limits: &SpecLimits) -> Result<PoolSpec, Validati
     }
     check_placement(&engines, &engine_selector, &mut errs);
 
-    errs.into_result(PoolSpec {
+    let doc = PoolSpecView {
         replicas,
-        version,
+        version: version.to_string(),
         image,
         failure_domains,
         extra_mounts,
@@ -284,12 +281,13 @@ fn parse(input: PoolSpecInput, limits: &SpecLimits) -> Result<PoolSpec, Validati
         strategy,
         paused,
         cluster,
+        engines,
+        engine_selector,
         min_ready_seconds,
         progress_deadline_seconds,
         machine_ready_timeout_seconds,
-        engines,
-        engine_selector,
-    })
+    };
+    errs.into_result(PoolSpec { doc, version })
 }
 
 /// Engines by name or by labels, not both: one way to read a placement.

@@ -7,6 +7,6 @@
 pub mod create;
 pub mod view;
 
-pub use crate::domain::pool::{PoolPatch, PoolSpecInput, PoolSpecView, StrategyInput, StrategyPatch, StrategyView};
+pub use crate::domain::pool::{PoolPatch, PoolSpecInput, PoolSpecView, StrategyInput, StrategyView};
 pub use create::{CreatePool, DNS_LABEL_PATTERN, Scale};
 pub use view::{PoolList, PoolPhase, PoolView, etag, pool_response};
