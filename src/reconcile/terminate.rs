@@ -93,7 +93,8 @@ async fn delete_machine(ctx: &Context, pool: &Pool, d: &Deletion) -> Result<(), 
     ctx.may_act()?;
     let cluster = node::leave_cluster(ctx, pool, &d.machine).await?;
     ctx.may_act()?;
-    let removed = ctx.sent(engine.remove(&d.container_id, ctx.stop_timeout_secs, &ctx.gate()).await)?;
+    let grace = pool.spec.stop_grace_period_seconds().map_or(ctx.stop_timeout_secs, i64::from);
+    let removed = ctx.sent(engine.remove(&d.container_id, grace, &ctx.gate()).await)?;
     super::context::count_call(ctx, &d.engine, "remove", &removed);
     removed?;
     if let Some(api) = &cluster {

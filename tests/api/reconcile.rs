@@ -6,7 +6,7 @@ use std::time::Duration;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::docker::{self, Cleanup, PLAIN_IMAGE, Sampler, V1, V2, require_docker};
+use crate::docker::{self, Cleanup, PLAIN_IMAGE, STUBBORN_V1, Sampler, V1, V2, require_docker};
 use crate::helpers::{TestApp, spawn_docker_app, unique};
 
 const CONVERGE: Duration = Duration::from_secs(90);
@@ -39,6 +39,38 @@ async fn scale_0_to_5_to_2_to_0_on_docker() {
     let story: Vec<String> = events.iter().map(|e| format!("{}: {}", e["reason"], e["message"])).collect();
     assert_eq!(events.iter().filter(|e| e["reason"] == "MachineCreated").count(), 5, "{story:#?}");
     assert_eq!(events.iter().filter(|e| e["reason"] == "MachineDeleted").count(), 5, "{story:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(skip_docker_tests, ignore = "DROVER_SKIP_DOCKER_TESTS is set")]
+async fn a_pool_s_stop_grace_period_is_what_its_deleted_machines_get_to_stop() {
+    require_docker();
+    let (quick, slow) = (unique("grace-1s"), unique("grace-server"));
+    let _cleanup = Cleanup(vec![quick.clone(), slow.clone()]);
+    // The server gives machines 8 s; the image ignores SIGTERM, so each
+    // deletion takes the whole grace period before the engine kills it.
+    let tmp = tempfile::TempDir::new().expect("temporary directory");
+    let mut cfg = crate::helpers::config(tmp.path(), drover::config::RuntimeKind::Docker);
+    cfg.stop_timeout = Duration::from_secs(8);
+    let app = crate::helpers::start(cfg, Some(tmp)).await;
+    let spec = |grace: Value| json!({"version": V1, "image": STUBBORN_V1, "stop_grace_period_seconds": grace});
+    app.create_pool_ok(&quick, 1, spec(json!(1))).await;
+    app.create_pool_ok(&slow, 1, spec(Value::Null)).await;
+    assert_eq!(app.pool(&quick).await["stop_grace_period_seconds"], 1);
+    assert!(app.pool(&slow).await["stop_grace_period_seconds"].is_null(), "unset: the server's");
+    for pool in [&quick, &slow] {
+        app.wait_converged(pool, 1, CONVERGE).await;
+    }
+    let deleted_in = async |pool: &str| {
+        let started = tokio::time::Instant::now();
+        assert_eq!(app.scale(pool, 0).await.status(), StatusCode::OK);
+        app.wait_converged(pool, 0, CONVERGE).await;
+        started.elapsed()
+    };
+    let (quick_took, slow_took) = (deleted_in(&quick).await, deleted_in(&slow).await);
+    eprintln!("deleted with a 1 s grace period in {quick_took:?}, with the server's 8 s in {slow_took:?}");
+    assert!(quick_took < Duration::from_secs(6), "the pool's 1 s, not the server's 8 s: {quick_took:?}");
+    assert!(slow_took >= Duration::from_secs(7), "the server's 8 s when the pool sets none: {slow_took:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

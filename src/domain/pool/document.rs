@@ -74,6 +74,11 @@ pub struct PoolSpecInput {
     #[serde(default)]
     #[schema(minimum = 1, maximum = 86400)]
     pub machine_ready_timeout_seconds: Option<i64>,
+    /// Seconds a machine's container gets to stop when the machine is
+    /// deleted, before it is killed (default: the server's `--stop-timeout`).
+    #[serde(default)]
+    #[schema(minimum = 0, maximum = 86400)]
+    pub stop_grace_period_seconds: Option<i64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]
@@ -136,6 +141,8 @@ pub struct PoolSpecView {
     pub min_ready_seconds: u32,
     pub progress_deadline_seconds: u32,
     pub machine_ready_timeout_seconds: u32,
+    /// `null`: the server's `--stop-timeout`.
+    pub stop_grace_period_seconds: Option<u32>,
 }
 
 /// The `strategy` of a spec as shown: the rollout strategy itself.

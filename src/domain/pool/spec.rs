@@ -152,6 +152,11 @@ impl PoolSpec {
         self.doc.machine_ready_timeout_seconds
     }
 
+    /// The time a deleted machine gets to stop, when the pool sets one.
+    pub fn stop_grace_period_seconds(&self) -> Option<u32> {
+        self.doc.stop_grace_period_seconds
+    }
+
     /// May the pool's machines run on this engine (by the pool's placement;
     /// draining is the engine's business)?
     pub fn places_on(&self, engine: &str, labels: &BTreeMap<String, String>) -> bool {
@@ -205,6 +210,7 @@ fn parse(input: PoolSpecInput, limits: &SpecLimits) -> Result<PoolSpec, Validati
         min_ready_seconds,
         progress_deadline_seconds,
         machine_ready_timeout_seconds,
+        stop_grace_period_seconds,
     } = input;
 
     let replicas_in = replicas;
@@ -252,6 +258,7 @@ fn parse(input: PoolSpecInput, limits: &SpecLimits) -> Result<PoolSpec, Validati
         seconds("progress_deadline_seconds", progress_deadline_seconds, 1).unwrap_or(DEFAULT_PROGRESS_DEADLINE_SECONDS);
     let machine_ready_timeout_seconds = seconds("machine_ready_timeout_seconds", machine_ready_timeout_seconds, 1)
         .unwrap_or(DEFAULT_MACHINE_READY_TIMEOUT_SECONDS);
+    let stop_grace_period_seconds = seconds("stop_grace_period_seconds", stop_grace_period_seconds, 0);
     if progress_deadline_seconds <= min_ready_seconds {
         errs.push(
             "progress_deadline_seconds",
@@ -286,6 +293,7 @@ fn parse(input: PoolSpecInput, limits: &SpecLimits) -> Result<PoolSpec, Validati
         min_ready_seconds,
         progress_deadline_seconds,
         machine_ready_timeout_seconds,
+        stop_grace_period_seconds,
     };
     errs.into_result(PoolSpec { doc, version })
 }
@@ -497,6 +505,19 @@ mod tests {
             r(PoolSpecInput { min_ready_seconds: Some(60), progress_deadline_seconds: Some(60), ..raw() }),
             [("progress_deadline_seconds".into(), "greater_than_min_ready")]
         );
+    }
+
+    #[test]
+    fn a_stop_grace_period_is_the_server_s_unless_set_and_has_a_range() {
+        assert_eq!(validate(raw(), &SpecLimits::default()).unwrap().stop_grace_period_seconds(), None);
+        for ok in [0, 1, 86_400] {
+            let spec = validate(PoolSpecInput { stop_grace_period_seconds: Some(ok), ..raw() }, &SpecLimits::default());
+            assert_eq!(spec.unwrap().stop_grace_period_seconds(), Some(ok as u32));
+        }
+        for bad in [-1, 86_401] {
+            let r = validate(PoolSpecInput { stop_grace_period_seconds: Some(bad), ..raw() }, &SpecLimits::default());
+            assert_eq!(fields(r), [("stop_grace_period_seconds".into(), "range")]);
+        }
     }
 
     #[test]
