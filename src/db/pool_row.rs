@@ -1,5 +1,4 @@
-//! A stored pool as the rest of drover sees it, and the row it is read
-//! from. Apart from the queries (`pools`) so that the cache of pools and
+//! The row a pool ([`Pool`], a domain type) is read from. Apart from the queries (`pools`) so that the cache of pools and
 //! the write gate in front of it need not depend on them.
 //!
 //! The spec is kept as the document the API shows (`PoolSpecView`, every
@@ -9,27 +8,8 @@
 
 use chrono::{DateTime, Utc};
 
+pub use crate::domain::pool::Pool;
 use crate::domain::pool::PoolSpec;
-use crate::domain::status::PoolStatus;
-
-/// A stored pool: its spec, what was last observed, and bookkeeping.
-#[derive(Debug, Clone)]
-pub struct Pool {
-    pub name: String,
-    pub generation: i64,
-    /// Bumped by every write of the row (spec, status, deletion, approvals):
-    /// which of two reads of the pool is the newer.
-    pub version: i64,
-    pub spec: PoolSpec,
-    pub status: PoolStatus,
-    pub deleting: bool,
-    /// Current revision of the desired image.
-    pub revision: i64,
-    /// Batches of the current rollout approved so far.
-    pub batches_approved: i64,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-}
 
 #[derive(sqlx::FromRow)]
 pub(super) struct PoolRow {

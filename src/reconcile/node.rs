@@ -6,8 +6,8 @@
 
 use super::context::{Context, ReconcileError};
 use crate::clusters::ConnectError;
-use crate::db::pools::Pool;
 use crate::domain::event::{EventType, NewEvent};
+use crate::domain::pool::Pool;
 use crate::k8s::drain::NodeDrain;
 use crate::k8s::{ClusterApi, DrainError};
 

@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 
 use super::observe::EngineView;
-use crate::db::pools::Pool;
+use crate::domain::pool::Pool;
 use crate::domain::pool::{PoolSpec, SpecLimits};
 use crate::domain::status::PoolStatus;
 

@@ -21,6 +21,8 @@ pub mod host;
 pub mod patch;
 pub mod spec;
 
+use chrono::{DateTime, Utc};
+
 pub use document::{PoolSpecInput, PoolSpecView, StrategyInput, StrategyView};
 pub use host::{DOCKER_SOCKETS, HostPolicy, SpecLimits, normalize_host_path};
 pub use patch::PoolPatch;
@@ -28,3 +30,23 @@ pub use spec::{
     DEFAULT_MACHINE_READY_TIMEOUT_SECONDS, DEFAULT_PROGRESS_DEADLINE_SECONDS, MAX_FAILURE_DOMAINS, MAX_MOUNTS,
     MAX_SECONDS, Mount, PoolSpec, RESERVED_LABEL_PREFIX, describe_change,
 };
+
+/// A pool as stored: its spec, what its last pass observed, and
+/// bookkeeping. What the reconciler decides from and the API shows.
+#[derive(Debug, Clone)]
+pub struct Pool {
+    pub name: String,
+    pub generation: i64,
+    /// Bumped by every write of the row (spec, status, deletion, approvals):
+    /// which of two reads of the pool is the newer.
+    pub version: i64,
+    pub spec: PoolSpec,
+    pub status: crate::domain::status::PoolStatus,
+    pub deleting: bool,
+    /// Current revision of the desired image.
+    pub revision: i64,
+    /// Batches of the current rollout approved so far.
+    pub batches_approved: i64,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::db::pools::Pool;
+use crate::domain::pool::Pool;
 use crate::domain::pool::PoolSpecView;
 use crate::domain::status::PoolStatus;
 use crate::http::wire::location;
