@@ -318,6 +318,18 @@ impl<'de> MapAccess<'de> for Fields {
     }
 }
 
+/// The property names of `T`'s schema, sorted: for the tests that keep two
+/// types field for field alike (what clients send and what they see, a
+/// registration and its `drover apply` document).
+#[cfg(test)]
+pub fn schema_properties<T: utoipa::PartialSchema>() -> Vec<String> {
+    let schema = serde_json::to_value(T::schema()).unwrap_or(Value::Null);
+    let mut names: Vec<String> =
+        schema["properties"].as_object().into_iter().flatten().map(|(k, _)| k.clone()).collect();
+    names.sort();
+    names
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -290,12 +290,7 @@ async fn list_engine_events(
 mod tests {
     use super::*;
 
-    fn properties<T: utoipa::PartialSchema>() -> Vec<String> {
-        let schema = serde_json::to_value(T::schema()).expect("schema JSON");
-        let mut names: Vec<String> = schema["properties"].as_object().expect("properties").keys().cloned().collect();
-        names.sort();
-        names
-    }
+    use crate::domain::json::schema_properties as properties;
 
     /// An engine document's spec is the registration body but its name.
     #[test]

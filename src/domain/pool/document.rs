@@ -161,12 +161,7 @@ impl PoolSpecView {
 mod tests {
     use super::*;
 
-    fn properties<T: utoipa::PartialSchema>() -> Vec<String> {
-        let schema = serde_json::to_value(T::schema()).unwrap();
-        let mut names: Vec<String> = schema["properties"].as_object().unwrap().keys().cloned().collect();
-        names.sort();
-        names
-    }
+    use crate::domain::json::schema_properties as properties;
 
     /// The field-mirror test: a field added to what clients send but not
     /// to what they see (and the store keeps), or the other way, fails.
