@@ -34,6 +34,7 @@ use crate::reconcile::{
 use crate::runtime::Backend;
 use crate::runtime::Wake;
 use crate::runtime::docker::{DockerBackend, Endpoint};
+use crate::runtime::simulated::SimulatedBackend;
 pub use crate::state::{AppState, Shared};
 
 /// The host-safety policy from the settings: besides the built-in
@@ -97,7 +98,7 @@ impl Application {
                 let endpoint = config.docker_host.clone().map_or(Endpoint::Default, Endpoint::Plain);
                 Backend::Docker(DockerBackend::new(endpoint))
             }
-            RuntimeKind::Simulated => Backend::Simulated(Default::default()),
+            RuntimeKind::Simulated => Backend::Simulated(SimulatedBackend::at("sim://local")),
         };
         let local = set.add(LOCAL_ENGINE, Default::default(), local);
         let metrics = Arc::new(crate::metrics::Metrics::default().with(|r| {
@@ -235,6 +236,7 @@ impl Application {
             tasks.spawn(crate::engines::follow(state.engines.clone(), cancel.clone()));
         }
         state.engines.set.start(&cancel, &tasks);
+        tasks.spawn(crate::engines::daemons::watch(state.engines.clone(), cancel.clone()));
         if let Some(verifier) = &state.oidc {
             verifier.keep_fresh(&tasks, &cancel);
         }

@@ -360,7 +360,7 @@ impl Apply {
                     pools.insert(step.name.clone(), pool);
                 }
                 (Kind::Engine, Some(Wish::Engine(spec))) => {
-                    self.registry.insert_in(&mut tx, &spec, Some(by), now).await.map_err(|e| match e {
+                    self.registry.insert_in(&mut tx, &spec, None, Some(by), now).await.map_err(|e| match e {
                         EngineError::Exists(_) => moved(&key),
                         other => engine_error(other),
                     })?;

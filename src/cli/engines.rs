@@ -26,6 +26,9 @@ pub enum EnginesCommand {
     Undrain { name: String },
     /// Forget an engine that holds no machine (admin).
     Remove { name: String },
+    /// Accept the Docker daemon an engine's endpoint reaches now, after it
+    /// changed (admin).
+    ConfirmIdentity { name: String },
 }
 
 #[derive(Debug, Args)]
@@ -69,12 +72,24 @@ fn show(e: &EngineView) {
         ("reachability", format!("{:?}", s.reachability).to_lowercase()),
         ("since", s.since.to_rfc3339()),
         ("version", s.version.clone().unwrap_or_else(|| "-".into())),
+        ("daemon", daemon(e)),
         ("machines", s.machines.to_string()),
         ("last error", s.last_error.clone().unwrap_or_else(|| "-".into())),
         ("placement", placement(e)),
     ]);
     for r in &s.placement.refused_images {
         println!("refused image {} (until {}): {}", r.image, r.retry_at.to_rfc3339(), r.error);
+    }
+}
+
+/// The daemon the engine is registered as, and what it reports if that differs.
+fn daemon(e: &EngineView) -> String {
+    let d = &e.status.daemon;
+    let id = d.id.clone().unwrap_or_else(|| "-".into());
+    match (&d.reported_id, &d.duplicate_of) {
+        (_, Some(other)) => format!("{id} (the same daemon as engine {other})"),
+        (Some(now), _) if d.id.as_ref() != Some(now) => format!("{id} (reports {now} now)"),
+        _ => id,
     }
 }
 
@@ -149,6 +164,11 @@ pub async fn run(client: &Client, out: OutputFormat, cmd: EnginesCommand) -> Res
         EnginesCommand::Undrain { name } => {
             let path = format!("/v1/engines/{name}/drain");
             let answer = client.delete(&path).await?;
+            one(out, &path, answer)
+        }
+        EnginesCommand::ConfirmIdentity { name } => {
+            let path = format!("/v1/engines/{name}/confirm-identity");
+            let answer = client.post(&path, None).await?;
             one(out, &path, answer)
         }
         EnginesCommand::Remove { name } => {

@@ -1,5 +1,6 @@
 //! The `engines` table: registered engines, their labels, their TLS
-//! identity (write-only) and whether they are being drained.
+//! identity (write-only), whether they are being drained, and the Docker
+//! daemon each is registered as (unique).
 
 use super::exec::{Affected, Exec, on_store};
 use super::gate::WriteTx;
@@ -29,6 +30,8 @@ pub struct StoredEngine {
     pub labels: BTreeMap<String, String>,
     pub tls: Option<Tls>,
     pub draining: bool,
+    /// The daemon it is registered as, once known.
+    pub daemon_id: Option<String>,
     pub created_at: DateTime<Utc>,
 }
 
@@ -41,6 +44,7 @@ struct Row {
     tls_key: Option<String>,
     tls_ca: Option<String>,
     draining: bool,
+    daemon_id: Option<String>,
     created_at: DateTime<Utc>,
 }
 
@@ -61,12 +65,13 @@ impl TryFrom<Row> for StoredEngine {
             labels,
             tls,
             draining: r.draining,
+            daemon_id: r.daemon_id,
             created_at: r.created_at,
         })
     }
 }
 
-const COLUMNS: &str = "name, endpoint, labels, tls_cert, tls_key, tls_ca, draining, created_at";
+const COLUMNS: &str = "name, endpoint, labels, tls_cert, tls_key, tls_ca, draining, daemon_id, created_at";
 
 pub async fn list(db: Exec<'_>) -> sqlx::Result<Vec<StoredEngine>> {
     let rows: Vec<Row> =
@@ -76,31 +81,114 @@ pub async fn list(db: Exec<'_>) -> sqlx::Result<Vec<StoredEngine>> {
     rows.into_iter().map(StoredEngine::try_from).collect()
 }
 
-/// Inserts a new engine; a duplicate name fails with a unique violation.
-pub async fn insert(
-    db: &mut WriteTx,
-    name: &str,
-    endpoint: &str,
-    labels: &BTreeMap<String, String>,
-    tls: Option<&Tls>,
-    now: DateTime<Utc>,
-) -> sqlx::Result<()> {
-    let labels = serde_json::to_string(labels).map_err(|e| sqlx::Error::Encode(e.into()))?;
+/// A new engine's registration.
+pub struct NewEngine<'a> {
+    pub name: &'a str,
+    pub endpoint: &'a str,
+    pub labels: &'a BTreeMap<String, String>,
+    pub tls: Option<&'a Tls>,
+    /// The daemon it reached at registration, if it answered.
+    pub daemon_id: Option<&'a str>,
+}
+
+/// Inserts a new engine; a name or a daemon already registered fails with
+/// a unique violation ([`is_daemon_taken`] tells which).
+pub async fn insert(db: &mut WriteTx, new: &NewEngine<'_>, now: DateTime<Utc>) -> sqlx::Result<()> {
+    let labels = serde_json::to_string(new.labels).map_err(|e| sqlx::Error::Encode(e.into()))?;
+    let tls = new.tls;
     on_store!(db.exec(), |e| sqlx::query(
-        "insert into engines (name, endpoint, labels, tls_cert, tls_key, tls_ca, draining, created_at, updated_at)
-         values ($1, $2, $3, $4, $5, $6, false, $7, $7)",
+        "insert into engines
+             (name, endpoint, labels, tls_cert, tls_key, tls_ca, draining, daemon_id, daemon_told,
+              created_at, updated_at)
+         values ($1, $2, $3, $4, $5, $6, false, $7, $7, $8, $8)",
     )
-    .bind(name)
-    .bind(endpoint)
+    .bind(new.name)
+    .bind(new.endpoint)
     .bind(labels)
     .bind(tls.map(|t| t.cert.as_str()))
     .bind(tls.map(|t| t.key.as_str()))
     .bind(tls.map(|t| t.ca.as_str()))
+    .bind(new.daemon_id)
     .bind(now)
     .execute(e)
     .await
     .affected())?;
     Ok(())
+}
+
+/// Whether a unique violation is the daemon's (another engine is
+/// registered as it) rather than the name's.
+pub fn is_daemon_taken(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(d) if d.is_unique_violation() => {
+            d.constraint() == Some("engines_by_daemon") || d.message().contains("daemon_id")
+        }
+        _ => false,
+    }
+}
+
+/// The engine registered as daemon `id`.
+pub async fn holding_daemon(db: Exec<'_>, id: &str) -> sqlx::Result<Option<String>> {
+    on_store!(db, |e| sqlx::query_scalar("select name from engines where daemon_id = $1")
+        .bind(id)
+        .fetch_optional(e)
+        .await)
+}
+
+/// The daemon the engine is registered as.
+pub async fn registered_daemon(db: Exec<'_>, name: &str) -> sqlx::Result<Option<String>> {
+    let found: Option<Option<String>> =
+        on_store!(db, |e| sqlx::query_scalar("select daemon_id from engines where name = $1")
+            .bind(name)
+            .fetch_optional(e)
+            .await)?;
+    Ok(found.flatten())
+}
+
+/// Registers the engine as daemon `id` at its first answer, unless it is
+/// registered as one already; `false` then. A daemon registered as another
+/// engine fails with a unique violation.
+pub async fn adopt_daemon(db: &mut WriteTx, name: &str, id: &str) -> sqlx::Result<bool> {
+    let done = on_store!(db.exec(), |e| sqlx::query(
+        "update engines set daemon_id = $1 where name = $2 and daemon_id is null"
+    )
+    .bind(id)
+    .bind(name)
+    .execute(e)
+    .await
+    .affected())?;
+    Ok(done == 1)
+}
+
+/// Records `news` as the last thing told of the engine's daemon; `false`
+/// when it was told already (by this replica or another), so that each is
+/// told once.
+pub async fn tell_daemon(db: &mut WriteTx, name: &str, news: &str) -> sqlx::Result<bool> {
+    let done = on_store!(db.exec(), |e| sqlx::query(
+        "update engines set daemon_told = $1 where name = $2 and (daemon_told is null or daemon_told <> $1)"
+    )
+    .bind(news)
+    .bind(name)
+    .execute(e)
+    .await
+    .affected())?;
+    Ok(done == 1)
+}
+
+/// Registers the engine as daemon `id` (an admin's confirmation); `false`
+/// when the engine does not exist. A daemon registered as another engine
+/// fails with a unique violation.
+pub async fn confirm_daemon(db: &mut WriteTx, name: &str, id: &str, now: DateTime<Utc>) -> sqlx::Result<bool> {
+    let done = on_store!(db.exec(), |e| sqlx::query(
+        "update engines set daemon_id = $1, daemon_told = $1, updated_at = $2 where name = $3",
+    )
+    .bind(id)
+    .bind(now)
+    .bind(name)
+    .execute(e)
+    .await
+    .affected())?;
+    Ok(done == 1)
 }
 
 /// Sets or clears `draining`; `false` when the engine does not exist.

@@ -31,6 +31,11 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
 pub enum Block {
     /// Its machines move away; none goes there.
     Draining,
+    /// It reaches the same Docker daemon as another engine, which keeps it.
+    DuplicateDaemon,
+    /// Its endpoint now reaches another Docker daemon than the one
+    /// registered, until an admin confirms it.
+    DaemonChanged,
     /// It has not answered yet since it was registered (or since drover
     /// started): what it holds is known only from the store.
     NotReached,
@@ -45,6 +50,8 @@ impl Block {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Draining => "draining",
+            Self::DuplicateDaemon => "duplicate_daemon",
+            Self::DaemonChanged => "daemon_changed",
             Self::NotReached => "not_reached",
             Self::Unreachable => "unreachable",
             Self::Failing => "failing",
@@ -161,7 +168,15 @@ mod tests {
 
     #[test]
     fn blocks_read_as_the_api_writes_them() {
-        for b in [Block::Draining, Block::NotReached, Block::Unreachable, Block::Failing] {
+        let all = [
+            Block::Draining,
+            Block::DuplicateDaemon,
+            Block::DaemonChanged,
+            Block::NotReached,
+            Block::Unreachable,
+            Block::Failing,
+        ];
+        for b in all {
             assert_eq!(serde_json::to_value(b).unwrap(), b.as_str());
         }
     }

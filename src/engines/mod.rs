@@ -11,11 +11,14 @@
 //! - [`engine`]: one engine: its backend, the cache of its containers, the
 //!   container operations pools ask of it within its own limit, its
 //!   health, its placement, and the informer that keeps its cache current.
+//! - [`daemons`]: one Docker daemon, one engine: duplicates refused or
+//!   kept from placement, a changed daemon held until an admin confirms.
 //! - [`breaker`]: the backoff of an engine that failed to place machines
 //!   (pure).
 //! - [`events`]: what an engine's changes are called in its events.
 
 pub mod breaker;
+pub mod daemons;
 pub mod engine;
 pub mod events;
 pub mod service;

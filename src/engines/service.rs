@@ -3,8 +3,7 @@
 //! The store holds what was registered; [`EngineSet`] holds the live
 //! clients, their informers and caches.
 //!
-//! A TLS identity is stored in SQLite (write-only, like cluster
-//! credentials) and written, for the engine client, to files of mode 0600
+//! A TLS identity is stored (write-only, like cluster credentials) and written, for the engine client, to files of mode 0600
 //! under `<data dir>/engines/<name>/`, since the client reads them by path.
 
 use std::collections::BTreeMap;
@@ -23,6 +22,7 @@ use crate::domain::event::{Event, EventType, NewEvent, SubjectKind};
 use crate::engines::spec::{self, Endpoint as Address, RawEngine, Tls};
 use crate::runtime::Backend;
 use crate::runtime::docker::{DockerBackend, Endpoint};
+use crate::runtime::simulated::SimulatedBackend;
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -34,6 +34,11 @@ pub enum EngineError {
     NotFound(String),
     #[error("{0}")]
     Conflict(String),
+    #[error(
+        "the Docker daemon at this endpoint (ID {daemon}) is already registered as {}; one daemon is one failure domain",
+        other.as_deref().map(|o| format!("engine {o:?}")).unwrap_or_else(|| "another engine".into())
+    )]
+    SameDaemon { other: Option<String>, daemon: String },
     #[error("store: {0}")]
     Store(#[from] sqlx::Error),
     #[error("writing the TLS identity of engine {name:?}: {source}")]
@@ -135,7 +140,7 @@ fn backend(
     tls: Option<&Tls>,
 ) -> Result<Backend, EngineError> {
     Ok(match (endpoint, tls) {
-        (Address::Simulated, _) => Backend::Simulated(Default::default()),
+        (Address::Simulated, _) => Backend::Simulated(SimulatedBackend::at(address)),
         (Address::Tcp { .. }, Some(tls)) => {
             let files = |source| EngineError::Files { name: name.to_owned(), source };
             let (cert, key, ca) = write_tls(&reg.data_dir, name, tls).map_err(files)?;
@@ -156,6 +161,7 @@ fn bring_up(reg: &Engines, stored: &StoredEngine) -> Result<Arc<Engine>, EngineE
     let backend = backend(reg, &spec.name, &spec.address, &spec.endpoint, spec.tls.as_ref())?;
     let engine = reg.set.add(&spec.name, spec.labels.clone(), backend);
     engine.set_draining(stored.draining);
+    engine.set_identity(|i| i.registered = stored.daemon_id.clone());
     Ok(engine)
 }
 
@@ -207,6 +213,10 @@ impl Engines {
                 Some(live) => {
                     if live.draining() != s.draining {
                         live.set_draining(s.draining);
+                    }
+                    if live.identity().registered != s.daemon_id {
+                        // Confirmed, or first identified, through another replica.
+                        live.set_identity(|i| i.registered = s.daemon_id.clone());
                     }
                 }
                 None => match bring_up(self, s) {
@@ -260,37 +270,89 @@ impl Engines {
         Ok(db::events::page(self.db.read(), SubjectKind::Engine, name, req).await?)
     }
 
-    /// Registers an engine and starts its informer.
+    /// Registers an engine and starts its informer. The daemon at its
+    /// endpoint, when it answers, must not be registered already.
     pub async fn register(&self, raw: RawEngine) -> Result<EngineInfo, EngineError> {
-        let reg = self;
-        let spec = spec::validate(raw, reg.simulated).map_err(EngineError::Invalid)?;
-        let mut tx = reg.db.begin_write().await?;
-        reg.insert_in(&mut tx, &spec, None, Utc::now()).await?;
-        let backend = backend(reg, &spec.name, &spec.address, &spec.endpoint, spec.tls.as_ref())?;
-        tx.commit().await?;
-        tracing::info!(engine = %spec.name, address = %spec.address, "engine registered");
-        Ok(EngineInfo { tls: spec.tls.is_some(), engine: reg.set.add(&spec.name, spec.labels, backend) })
+        let spec = spec::validate(raw, self.simulated).map_err(EngineError::Invalid)?;
+        if self.set.get(&spec.name).is_some() {
+            return Err(EngineError::Exists(spec.name));
+        }
+        let backend = backend(self, &spec.name, &spec.address, &spec.endpoint, spec.tls.as_ref())?;
+        let (daemon, ()) = tokio::join!(self.identify(&spec.name, &backend), self.identify_live());
+        let stored = self.store_registration(&spec, daemon.as_deref()).await;
+        if let Err(e) = stored {
+            // Nothing of a refused registration stays: its TLS identity neither.
+            if spec.tls.is_some() {
+                let _ = std::fs::remove_dir_all(tls_dir(&self.data_dir, &spec.name));
+            }
+            return Err(e);
+        }
+        tracing::info!(engine = %spec.name, address = %spec.address, daemon = ?daemon, "engine registered");
+        let engine = self.set.add(&spec.name, spec.labels, backend);
+        engine.set_identity(|i| {
+            i.registered = daemon.clone();
+            i.reported = daemon.clone();
+            i.told = daemon;
+        });
+        Ok(EngineInfo { tls: spec.tls.is_some(), engine })
+    }
+
+    /// Stores a registration, refused when its daemon is another engine's.
+    async fn store_registration(&self, spec: &spec::EngineSpec, daemon: Option<&str>) -> Result<(), EngineError> {
+        if let Some(id) = daemon
+            && let Some(other) = self.holder(id, &spec.name)
+        {
+            return Err(EngineError::SameDaemon { other: Some(other), daemon: id.to_owned() });
+        }
+        let mut tx = self.db.begin_write().await?;
+        match self.insert_in(&mut tx, spec, daemon, None, Utc::now()).await {
+            Err(EngineError::SameDaemon { other: None, daemon }) => {
+                drop(tx);
+                Err(self.taken(&daemon).await)
+            }
+            Err(e) => Err(e),
+            Ok(()) => Ok(tx.commit().await?),
+        }
     }
 
     /// Stores a registration that passed its rules, with its event, in the
     /// caller's transaction; once it commits, [`Self::activate`] brings the
-    /// engine up. `by` names who asked (an apply set), for the event.
+    /// engine up. `daemon` is the daemon its endpoint reached, if it
+    /// answered (else it is identified at its first answer); `by` names
+    /// who asked (an apply set), for the event.
     pub async fn insert_in(
         &self,
         tx: &mut db::WriteTx,
         spec: &spec::EngineSpec,
+        daemon: Option<&str>,
         by: Option<&str>,
         now: DateTime<Utc>,
     ) -> Result<(), EngineError> {
-        if let Err(e) = db::engines::insert(tx, &spec.name, &spec.address, &spec.labels, spec.tls.as_ref(), now).await {
+        if let Some(id) = daemon
+            && let Some(other) = db::engines::holding_daemon(tx.exec(), id).await?
+        {
+            return Err(EngineError::SameDaemon { other: Some(other), daemon: id.to_owned() });
+        }
+        let new = db::engines::NewEngine {
+            name: &spec.name,
+            endpoint: &spec.address,
+            labels: &spec.labels,
+            tls: spec.tls.as_ref(),
+            daemon_id: daemon,
+        };
+        if let Err(e) = db::engines::insert(tx, &new, now).await {
             return Err(match e {
+                e if db::engines::is_daemon_taken(&e) => {
+                    EngineError::SameDaemon { other: None, daemon: daemon.unwrap_or_default().to_owned() }
+                }
                 sqlx::Error::Database(d) if d.is_unique_violation() => EngineError::Exists(spec.name.clone()),
                 other => other.into(),
             });
         }
         let tls = if spec.tls.is_some() { " with TLS" } else { "" };
         let by = by.map(|b| format!(" by {b}")).unwrap_or_default();
-        let message = format!("registered at {}{tls}{by}", spec.address);
+        let daemon = daemon.map(|d| format!(", Docker daemon {d}")).unwrap_or_default();
+        let message = format!("registered at {}{tls}{daemon}{by}", spec.address);
         db::events::record(tx, &event(&spec.name, EventType::Normal, "Registered", message), now).await?;
         Ok(())
     }

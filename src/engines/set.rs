@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::engine::{Engine, EngineSettings};
+use super::engine::{Engine, EngineSettings, Signals};
 use crate::runtime::{Backend, Container, RuntimeError, Wake};
 
 /// The engine of `--docker-host` (or the simulated one): always there.
@@ -22,7 +22,7 @@ pub struct EngineSet {
 
 struct Inner {
     engines: RwLock<BTreeMap<String, Arc<Engine>>>,
-    wakes: mpsc::UnboundedSender<Wake>,
+    signals: Signals,
     settings: EngineSettings,
     /// Set once the service runs: informers of engines added later start at once.
     running: Mutex<Option<(CancellationToken, TaskTracker)>>,
@@ -35,7 +35,7 @@ impl EngineSet {
         Self {
             inner: Arc::new(Inner {
                 engines: RwLock::new(BTreeMap::new()),
-                wakes,
+                signals: Signals { wakes, identities: Arc::default() },
                 settings,
                 running: Mutex::new(None),
                 informers: Mutex::new(HashMap::new()),
@@ -50,8 +50,8 @@ impl EngineSet {
     /// Adds (or replaces) an engine and starts its informer when the
     /// service already runs.
     pub fn add(&self, name: &str, labels: BTreeMap<String, String>, backend: Backend) -> Arc<Engine> {
-        let engine =
-            Arc::new(Engine::new(name.to_owned(), labels, backend, self.inner.settings, self.inner.wakes.clone()));
+        let signals = self.inner.signals.clone();
+        let engine = Arc::new(Engine::new(name.to_owned(), labels, backend, self.inner.settings, signals));
         let replaced =
             self.inner.engines.write().unwrap_or_else(|p| p.into_inner()).insert(name.to_owned(), engine.clone());
         if replaced.is_some() {
@@ -90,6 +90,11 @@ impl EngineSet {
         for engine in self.all() {
             self.spawn_informer(&engine, cancel, tasks);
         }
+    }
+
+    /// Notified when an engine's endpoint reports another daemon.
+    pub fn identities(&self) -> Arc<tokio::sync::Notify> {
+        self.inner.signals.identities.clone()
     }
 
     pub fn get(&self, name: &str) -> Option<Arc<Engine>> {

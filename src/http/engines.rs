@@ -29,6 +29,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(register_engine, list_engines))
         .routes(routes!(get_engine, delete_engine))
         .routes(routes!(drain_engine, undrain_engine))
+        .routes(routes!(confirm_identity))
         .routes(routes!(list_engine_events))
 }
 
@@ -63,10 +64,31 @@ pub struct EngineStatus {
     pub last_error: Option<String>,
     /// Last time it answered.
     pub last_seen: Option<DateTime<Utc>>,
+    /// The Docker daemon its endpoint reaches.
+    pub daemon: DaemonView,
     /// Machines of any pool on it.
     pub machines: u32,
     /// Whether new machines go here, and why not when they do not.
     pub placement: PlacementView,
+}
+
+/// The Docker daemon an engine reaches: one daemon is one failure domain,
+/// so it is one engine.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct DaemonView {
+    /// The daemon the engine is registered as (the `ID` of Docker's
+    /// `GET /info`): learned at registration, or at its first answer when
+    /// it did not answer then; changed only by
+    /// `POST /v1/engines/{name}/confirm-identity`.
+    pub id: Option<String>,
+    /// The daemon its endpoint reported last. When it differs from `id`,
+    /// the endpoint reaches another host than the one registered, and the
+    /// engine takes no new machine (`daemon_changed`) until an admin
+    /// confirms it.
+    pub reported_id: Option<String>,
+    /// Another engine that reaches the same daemon and keeps it; this one
+    /// takes no new machine (`duplicate_daemon`).
+    pub duplicate_of: Option<String>,
 }
 
 /// Whether new machines go to an engine. Placement is a preference: an
@@ -150,6 +172,7 @@ impl From<EngineInfo> for EngineView {
 
 fn view(e: &Engine, tls: bool) -> EngineView {
     let h = e.health();
+    let identity = e.identity();
     EngineView {
         name: e.name.clone(),
         endpoint: e.address(),
@@ -164,6 +187,11 @@ fn view(e: &Engine, tls: bool) -> EngineView {
             version: h.version,
             last_error: h.last_error,
             last_seen: h.last_seen,
+            daemon: DaemonView {
+                id: identity.registered,
+                reported_id: identity.reported,
+                duplicate_of: identity.duplicate_of,
+            },
             machines: u32::try_from(e.container_count()).unwrap_or(u32::MAX),
             placement: placement(e, Utc::now()),
         },
@@ -177,6 +205,7 @@ impl From<EngineError> for ApiError {
             EngineError::Exists(name) => ApiError::Conflict(format!("an engine named {name:?} already exists")),
             EngineError::NotFound(name) => ApiError::not_found("engine", &name),
             EngineError::Conflict(why) => ApiError::Conflict(why),
+            same @ EngineError::SameDaemon { .. } => ApiError::Conflict(same.to_string()),
             EngineError::Store(e) => e.into(),
             other @ EngineError::Files { .. } => ApiError::Internal(anyhow::Error::new(other)),
         }
@@ -193,7 +222,7 @@ fn engine_response(status: StatusCode, info: EngineInfo) -> Response {
 #[utoipa::path(post, path = "/v1/engines", tag = "engines", request_body = RegisterEngine,
     responses(
         (status = 201, description = "Registered", body = EngineView, headers(("Location" = String, description = "URL of the engine"))),
-        (status = 409, description = "An engine of that name exists", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "An engine of that name exists, or the Docker daemon at the endpoint is registered already (as the engine the problem names)", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "A field breaks a rule (endpoint scheme, TLS for remote tcp://, PEM)", body = Problem, content_type = "application/problem+json"),
     ))]
 #[tracing::instrument(skip_all, fields(engine = %body.name))]
@@ -270,7 +299,24 @@ async fn undrain_engine(State(state): State<AppState>, Path(name): Path<String>)
     Ok(Json(state.engines.drain(&name, false).await?.into()))
 }
 
-/// The engine's events, newest first: registered, unreachable, lost, back, drained.
+/// Confirm the daemon an engine now reaches (admin). An engine whose
+/// endpoint reaches another Docker daemon than the one it was registered
+/// as (a rebuilt host, a reused address) takes no new machine until then;
+/// confirming registers it as the daemon it reaches now, unless another
+/// engine has that daemon.
+#[utoipa::path(post, path = "/v1/engines/{name}/confirm-identity", tag = "engines", params(("name" = String, Path, description = "Engine name")),
+    responses(
+        (status = 200, description = "Registered as the daemon it reaches now", body = EngineView),
+        (status = 404, description = "No such engine", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "It has not answered yet, or its daemon is another engine's (named)", body = Problem, content_type = "application/problem+json"),
+    ))]
+#[tracing::instrument(skip(state))]
+async fn confirm_identity(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Json<EngineView>> {
+    Ok(Json(state.engines.confirm_identity(&name).await?.into()))
+}
+
+/// The engine's events, newest first: registered, unreachable, lost, back,
+/// drained, its daemon identified, changed or confirmed.
 #[utoipa::path(get, path = "/v1/engines/{name}/events", tag = "engines",
     params(("name" = String, Path, description = "Engine name"), PageParams),
     responses(

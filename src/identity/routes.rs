@@ -57,6 +57,7 @@ mod tests {
         assert_eq!(r("POST", "/v1/upgrades/{id}/cancel"), Role::Operator);
         assert_eq!(r("POST", "/v1/pools"), Role::Admin);
         assert_eq!(r("DELETE", "/v1/clusters/{name}"), Role::Admin);
+        assert_eq!(r("POST", "/v1/engines/{name}/confirm-identity"), Role::Admin);
         assert_eq!(r("GET", "/v1/tokens"), Role::Admin);
         assert_eq!(r("GET", "/v1/audit"), Role::Admin);
         assert_eq!(r("POST", "/v1/something-new"), Role::Admin);

@@ -27,6 +27,7 @@ use chrono::{DateTime, Utc};
 use futures_util::{Stream, StreamExt};
 use tokio::sync::Mutex;
 
+use super::Daemon;
 use super::container::{
     Container, ContainerState, CreateContainer, Gate, HealthState, RuntimeError, labels, parse_engine_time,
 };
@@ -119,11 +120,15 @@ impl DockerBackend {
             .map_err(map_err)
     }
 
-    /// The engine's version, for its status.
-    pub async fn version(&self) -> Result<String, RuntimeError> {
+    /// Which daemon answers at this endpoint (`GET /info`): its ID and
+    /// version.
+    pub async fn daemon(&self) -> Result<Daemon, RuntimeError> {
         let client = self.client().await?;
-        let v = client.version().await.map_err(map_err)?;
-        Ok(v.version.unwrap_or_else(|| "unknown".into()))
+        let info = client.info().await.map_err(map_err)?;
+        Ok(Daemon {
+            id: info.id.filter(|id| !id.is_empty()),
+            version: info.server_version.unwrap_or_else(|| "unknown".into()),
+        })
     }
 
     /// Every container carrying a pool label, inspected.

@@ -23,3 +23,22 @@ pub enum Backend {
     Docker(docker::DockerBackend),
     Simulated(simulated::SimulatedBackend),
 }
+
+/// The daemon that answers at an engine's endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Daemon {
+    /// Its unique ID (the `ID` of Docker's `GET /info`); `None` from an
+    /// engine that does not report one.
+    pub id: Option<String>,
+    pub version: String,
+}
+
+impl Backend {
+    /// Asks the endpoint which daemon answers there.
+    pub async fn daemon(&self) -> Result<Daemon, RuntimeError> {
+        match self {
+            Self::Docker(d) => d.daemon().await,
+            Self::Simulated(s) => s.daemon(),
+        }
+    }
+}

@@ -6,7 +6,9 @@
 //! Rules that make failures reproducible without Docker:
 //! - a container whose image name contains `crash` exits at once with
 //!   code 1, every time it is started (see [`CRASHING_IMAGE_MARK`]);
-//! - the engine can be switched off and on, as a lost host would be.
+//! - the engine can be switched off and on, as a lost host would be;
+//! - its daemon ID is its endpoint (`sim://name`) until a test changes it,
+//!   as if the endpoint now reached another host.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -14,6 +16,7 @@ use chrono::{DateTime, Utc};
 
 use crate::clock::Clock;
 
+use super::Daemon;
 use super::cache::ContainerCache;
 use super::container::{Container, ContainerState, CreateContainer, RuntimeError};
 
@@ -29,11 +32,35 @@ pub struct SimulatedBackend {
     next_id: AtomicU64,
     /// What time the engine says it is (tests move it by hand).
     clock: Clock,
+    /// The ID it reports for its daemon; `None` until set.
+    daemon_id: std::sync::Mutex<Option<String>>,
 }
 
 impl SimulatedBackend {
     pub fn with_clock(clock: Clock) -> Self {
         Self { clock, ..Self::default() }
+    }
+
+    /// An engine reached at `endpoint`, which is also its daemon's ID.
+    pub fn at(endpoint: &str) -> Self {
+        let backend = Self::default();
+        backend.set_daemon_id(endpoint.to_owned());
+        backend
+    }
+
+    /// Makes the engine report another daemon ID, as an endpoint that now
+    /// reaches another host would.
+    pub fn set_daemon_id(&self, id: String) {
+        *self.daemon_id.lock().unwrap_or_else(|p| p.into_inner()) = Some(id);
+    }
+
+    pub fn daemon_id(&self) -> Option<String> {
+        self.daemon_id.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub fn daemon(&self) -> Result<Daemon, RuntimeError> {
+        self.check()?;
+        Ok(Daemon { id: self.daemon_id(), version: "simulated".into() })
     }
 
     fn check(&self) -> Result<(), RuntimeError> {

@@ -176,6 +176,95 @@ async fn losing_an_engine_replaces_its_machines_and_its_return_trims_the_surplus
     assert_eq!(kept_on_b, 2, "the machines of the engine that came back are kept; replacements elsewhere go");
 }
 
+async fn engine(app: &TestApp, name: &str) -> Value {
+    app.get(&format!("/v1/engines/{name}")).await.json().await.expect("engine JSON")
+}
+
+/// Reasons of the engine's events, oldest first.
+async fn engine_reasons(app: &TestApp, name: &str) -> Vec<String> {
+    let events: Value = app.get(&format!("/v1/engines/{name}/events")).await.json().await.expect("events JSON");
+    let mut reasons: Vec<String> = events["items"]
+        .as_array()
+        .map(|items| items.iter().filter_map(|e| e["reason"].as_str().map(str::to_owned)).collect())
+        .unwrap_or_default();
+    reasons.reverse();
+    reasons
+}
+
+async fn wait_blocked(app: &TestApp, name: &str, blocked: Value) -> Value {
+    let mut last = Value::Null;
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    while tokio::time::Instant::now() < deadline {
+        last = engine(app, name).await;
+        if last["status"]["placement"]["blocked"] == blocked {
+            return last;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("engine {name} never blocked as {blocked}: {last:#}");
+}
+
+#[tokio::test]
+async fn one_daemon_is_one_engine_and_a_changed_daemon_takes_no_machine_until_an_admin_confirms_it() {
+    let app = simulated(Duration::from_secs(30)).await;
+    // A simulated engine's daemon is its endpoint: `local`'s is sim://local.
+    let twin = register(&app, json!({"name": "twin", "endpoint": "sim://local"})).await;
+    let problem = assert_problem(twin, 409, None).await;
+    assert!(problem["detail"].as_str().is_some_and(|d| d.contains("\"local\"")), "names local: {problem:#}");
+    register_ok(&app, "a", "sim://a").await;
+    register_ok(&app, "b", "sim://b").await;
+    let problem = assert_problem(register(&app, json!({"name": "c", "endpoint": "sim://a"})).await, 409, None).await;
+    assert!(problem["detail"].as_str().is_some_and(|d| d.contains("\"a\"")), "names a: {problem:#}");
+    assert_problem(app.get("/v1/engines/c").await, 404, None).await;
+    let a = engine(&app, "a").await;
+    assert_eq!(a["status"]["daemon"], json!({"id": "sim://a", "reported_id": "sim://a", "duplicate_of": null}));
+
+    let pool = unique("daemons");
+    app.create_pool_ok(&pool, 3, json!({"engines": ["local", "a", "b"]})).await;
+    wait_spread(&app, &pool, &[("a", 1), ("b", 1), ("local", 1)]).await;
+
+    // a's endpoint now reaches another host: it keeps its machine and takes no new one.
+    let sim = app.state.engines.set.get("a").expect("engine a");
+    sim.simulation().expect("simulated").replace_daemon("host-7");
+    let a = wait_blocked(&app, "a", json!("daemon_changed")).await;
+    assert_eq!(a["status"]["daemon"], json!({"id": "sim://a", "reported_id": "host-7", "duplicate_of": null}));
+    assert!(a["status"]["placement"]["message"].as_str().is_some_and(|m| m.contains("confirm-identity")), "{a:#}");
+    wait_for(LIMIT, "a DaemonChanged event", async || {
+        engine_reasons(&app, "a").await.contains(&"DaemonChanged".into())
+    })
+    .await;
+    app.scale(&pool, 5).await;
+    wait_spread(&app, &pool, &[("a", 1), ("b", 2), ("local", 2)]).await;
+
+    // An admin confirms: the new daemon is a's, and a takes machines again.
+    let res = app.request(Method::POST, "/v1/engines/a/confirm-identity", None).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    let a: Value = res.json().await.expect("engine JSON");
+    assert_eq!(a["status"]["daemon"]["id"], "host-7");
+    assert_eq!(a["status"]["placement"]["eligible"], true, "{a:#}");
+    assert_eq!(engine_reasons(&app, "a").await.last().map(String::as_str), Some("DaemonConfirmed"));
+    app.scale(&pool, 6).await;
+    wait_spread(&app, &pool, &[("a", 2), ("b", 2), ("local", 2)]).await;
+
+    // a's endpoint now reaches b's daemon: b keeps it, and a cannot be confirmed as it.
+    sim.simulation().expect("simulated").replace_daemon("sim://b");
+    let a = wait_blocked(&app, "a", json!("duplicate_daemon")).await;
+    assert_eq!(a["status"]["daemon"]["duplicate_of"], "b", "{a:#}");
+    assert_eq!(engine(&app, "b").await["status"]["placement"]["eligible"], true, "b keeps its daemon");
+    wait_for(LIMIT, "a DuplicateDaemon event", async || {
+        engine_reasons(&app, "a").await.contains(&"DuplicateDaemon".into())
+    })
+    .await;
+    let refused = app.request(Method::POST, "/v1/engines/a/confirm-identity", None).await;
+    let problem = assert_problem(refused, 409, None).await;
+    assert!(problem["detail"].as_str().is_some_and(|d| d.contains("\"b\"")), "names b: {problem:#}");
+
+    // Back to the daemon it is registered as: it takes machines again by itself.
+    sim.simulation().expect("simulated").replace_daemon("host-7");
+    wait_blocked(&app, "a", Value::Null).await;
+    assert_problem(app.request(Method::POST, "/v1/engines/nope/confirm-identity", None).await, 404, None).await;
+}
+
 #[tokio::test]
 async fn draining_an_engine_moves_its_machines_then_it_can_be_deleted() {
     let app = simulated(Duration::from_secs(30)).await;

@@ -54,16 +54,19 @@ fn ready(p: &Value, n: u64) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[cfg_attr(skip_docker_tests, ignore = "DROVER_SKIP_DOCKER_TESTS is set")]
-async fn an_engine_that_never_answers_and_a_second_name_for_the_host_take_no_machine_away() {
+async fn an_engine_that_never_answers_takes_no_machine_away_and_the_hosts_daemon_is_not_registered_twice() {
     require_docker();
     let pool = unique("hostage");
     let _cleanup = Cleanup(vec![pool.clone()]);
     let app = docker_app(Duration::from_secs(3)).await;
     let host = crate::docker::client().await;
     let nowhere = tempfile::TempDir::new().expect("temp dir");
-    // A typo'd socket and the host's engine under a second name.
+    // A typo'd socket; the host's engine under a second name is refused,
+    // naming `local`, which has that daemon.
     register(&app, "dead", &format!("unix://{}/no-such-engine.sock", nowhere.path().display())).await;
-    register(&app, "e1", &host_endpoint()).await;
+    let twin = app.request(Method::POST, "/v1/engines", Some(json!({"name": "e1", "endpoint": host_endpoint()}))).await;
+    let problem = crate::helpers::assert_problem(twin, 409, None).await;
+    assert!(problem["detail"].as_str().is_some_and(|d| d.contains("\"local\"")), "names local: {problem:#}");
     let log = EventLog::start(&host, &pool);
 
     app.create_pool_ok(&pool, 4, json!({"version": V1})).await;
@@ -92,7 +95,70 @@ async fn an_engine_that_never_answers_and_a_second_name_for_the_host_take_no_mac
         .map(|c| c.labels.get("drover.dev/engine").cloned().unwrap_or_default())
         .collect();
     engines.sort();
-    assert_eq!(engines, ["e1", "e1", "local", "local"], "each name owns its own machines");
+    assert_eq!(engines, ["local"; 4], "one daemon, one engine");
+}
+
+/// A TCP port on loopback that nothing listens on (yet).
+fn free_port() -> u16 {
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("binding a probe port");
+    probe.local_addr().expect("probe address").port()
+}
+
+/// Forwards TCP connections on `port` to the host's Docker socket: the
+/// host's daemon, reached at another address.
+async fn forward_to_host(port: u16) -> tokio::task::JoinHandle<()> {
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.expect("binding the forwarder");
+    let socket = host_endpoint().trim_start_matches("unix://").to_owned();
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            let socket = socket.clone();
+            tokio::spawn(async move {
+                if let Ok(mut engine) = tokio::net::UnixStream::connect(&socket).await {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut engine).await;
+                }
+            });
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(skip_docker_tests, ignore = "DROVER_SKIP_DOCKER_TESTS is set")]
+async fn an_engine_found_at_its_first_answer_to_be_the_hosts_daemon_takes_no_machine() {
+    require_docker();
+    let pool = unique("twin");
+    let _cleanup = Cleanup(vec![pool.clone()]);
+    let app = docker_app(Duration::from_secs(30)).await;
+    let host = crate::docker::client().await;
+    // Nothing answers there at registration: it is registered, not identified.
+    let port = free_port();
+    register(&app, "twin", &format!("tcp://127.0.0.1:{port}")).await;
+    assert_eq!(engine(&app, "twin").await["status"]["daemon"]["id"], Value::Null);
+    // Then the host's daemon answers there.
+    let forwarder = forward_to_host(port).await;
+    let mut twin = Value::Null;
+    wait_for(Duration::from_secs(40), "the engine identified as the host's daemon", async || {
+        twin = engine(&app, "twin").await;
+        twin["status"]["placement"]["blocked"] == "duplicate_daemon"
+    })
+    .await;
+    assert_eq!(twin["status"]["daemon"]["duplicate_of"], "local", "{twin:#}");
+    assert_eq!(twin["status"]["daemon"]["id"], Value::Null, "a duplicate is not registered as the daemon: {twin:#}");
+    wait_for(Duration::from_secs(10), "the DuplicateDaemon event", async || {
+        let events: Value = app.get("/v1/engines/twin/events").await.json().await.expect("events");
+        events["items"].as_array().is_some_and(|items| items.iter().any(|e| e["reason"] == "DuplicateDaemon"))
+    })
+    .await;
+
+    // Its machines go to the daemon's engine, counted once.
+    app.create_pool_ok(&pool, 2, json!({"version": V1, "engines": ["local", "twin"]})).await;
+    wait_for(Duration::from_secs(30), "2 of 2 ready", async || ready(&app.pool(&pool).await, 2)).await;
+    let engines: Vec<String> = crate::docker::pool_containers(&host, &pool)
+        .await
+        .iter()
+        .map(|c| c.labels.get("drover.dev/engine").cloned().unwrap_or_default())
+        .collect();
+    assert_eq!(engines, ["local", "local"]);
+    forwarder.abort();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

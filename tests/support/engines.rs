@@ -1,7 +1,8 @@
 //! Extra Docker engines beside the host's, for tests and benchmarks of
 //! pools across engines: each a `dockerd` of its own with its own socket,
-//! exec root, data root, containerd namespaces and, above all, its own
-//! bridge (a `--bridge none` engine would delete the host's `docker0`).
+//! exec root, data root, containerd namespaces, daemon ID and, above all,
+//! its own bridge (a `--bridge none` engine would delete the host's
+//! `docker0`).
 //! Stopping one is how a lost host is simulated. Everything made here is
 //! undone on drop: the daemon (stopped by its exact pid), its bridge, its
 //! directories.
@@ -50,6 +51,13 @@ impl ExtraEngine {
         run(Command::new("ip").args(["link", "set", &engine.bridge, "up"]))?;
         let config = serde_json::json!({
             "data-root": engine.dir.path().join("data"),
+            // Docker 20.10 derives the daemon's ID (`docker info`'s ID) from
+            // this key, by default the host's /etc/docker/key.json: without
+            // a key of its own this engine would be the host's daemon to
+            // drover, as a second daemon on one host is. Each extra engine
+            // stands for a host of its own. (Docker 23 and later keep the ID
+            // in the data root instead.)
+            "deprecated-key-path": engine.dir.path().join("key.json"),
             "storage-driver": "fuse-overlayfs",
             "log-driver": "json-file",
         });

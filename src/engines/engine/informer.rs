@@ -64,10 +64,13 @@ impl Engine {
             Ok(e) => Box::pin(e),
             Err(e) => return e,
         };
-        let version = match docker.version().await {
-            Ok(v) => v,
+        // Which daemon answers, each time it comes back: the endpoint may
+        // reach another host now.
+        let daemon = match docker.daemon().await {
+            Ok(d) => d,
             Err(e) => return e,
         };
+        self.identified(daemon.id);
         let ticket = self.cache.ticket();
         let listed = match docker.list_all().await {
             Ok(l) => l.into_iter().filter(|c| self.owns(c)).collect(),
@@ -76,7 +79,7 @@ impl Engine {
         for pool in self.cache.replace_all(listed, ticket) {
             self.wake(Some(pool));
         }
-        self.reached(Some(version));
+        self.reached(Some(daemon.version));
         let mut ping = tokio::time::interval(PING_EVERY);
         ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {

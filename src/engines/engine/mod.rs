@@ -3,27 +3,30 @@
 //! the engine's own limit of operations in flight. The rest of what an
 //! engine is lives beside this:
 //! - [`health`]: whether it can be reached, and its announcements;
+//! - [`identity`]: which Docker daemon it reaches;
 //! - [`placement`]: whether it takes new machines, and why not;
 //! - `informer`: the loop that keeps its cache current;
 //! - [`simulation`]: what tests do to a simulated engine.
 
 pub mod health;
+pub mod identity;
 mod informer;
 pub mod placement;
 pub mod simulation;
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{Notify, Semaphore, mpsc};
 
 use super::breaker::Breaker;
 use crate::runtime::cache::ContainerCache;
 use crate::runtime::{Backend, Container, ContainerState, CreateContainer, Gate, RuntimeError, Wake, labels};
 use health::{EngineHealth, Reachability};
+use identity::Identity;
 
 /// Settings every engine shares.
 #[derive(Debug, Clone, Copy)]
@@ -52,6 +55,20 @@ pub struct Engine {
     /// slow engine never holds the permits of the others.
     ops: Semaphore,
     wakes: mpsc::UnboundedSender<Wake>,
+    /// The daemon it reaches.
+    identity: Mutex<Identity>,
+    /// Told when what an engine's endpoint reports changes, for the
+    /// daemons' check (shared by the set's engines).
+    identities: Arc<Notify>,
+}
+
+/// Where an engine tells of its changes.
+#[derive(Clone)]
+pub struct Signals {
+    /// The reconciler's wake-ups.
+    pub wakes: mpsc::UnboundedSender<Wake>,
+    /// The daemons' check.
+    pub identities: Arc<Notify>,
 }
 
 impl Engine {
@@ -60,10 +77,15 @@ impl Engine {
         labels: BTreeMap<String, String>,
         backend: Backend,
         settings: EngineSettings,
-        wakes: mpsc::UnboundedSender<Wake>,
+        signals: Signals,
     ) -> Self {
         let simulated = matches!(backend, Backend::Simulated(_));
         let now = Utc::now();
+        // A simulated engine answers at once, as its endpoint's daemon.
+        let reported = match &backend {
+            Backend::Simulated(s) => Some(s.daemon_id().unwrap_or_else(|| format!("sim://{name}"))),
+            Backend::Docker(_) => None,
+        };
         Self {
             name,
             labels,
@@ -81,7 +103,9 @@ impl Engine {
                 last_seen: simulated.then_some(now),
             }),
             ops: Semaphore::new(settings.max_parallel.max(1)),
-            wakes,
+            wakes: signals.wakes,
+            identity: Mutex::new(Identity { reported, ..Identity::default() }),
+            identities: signals.identities,
         }
     }
 
@@ -273,7 +297,6 @@ fn after(t: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
 
     use super::*;
@@ -282,7 +305,8 @@ mod tests {
     fn engine() -> Engine {
         let settings = EngineSettings { max_parallel: 1, lost_after: Duration::from_secs(60) };
         let (wakes, _) = mpsc::unbounded_channel();
-        Engine::new("e".into(), BTreeMap::new(), Backend::Simulated(SimulatedBackend::default()), settings, wakes)
+        let signals = Signals { wakes, identities: Arc::default() };
+        Engine::new("e".into(), BTreeMap::new(), Backend::Simulated(SimulatedBackend::default()), settings, signals)
     }
 
     fn spec() -> CreateContainer {

@@ -1,11 +1,13 @@
-//! Whether an engine takes new machines now, and why not: draining, not
-//! reached, unreachable, or backed off by its placement breaker
+//! Whether an engine takes new machines now, and why not: draining, its
+//! daemon another engine's or not the one registered, not reached,
+//! unreachable, or backed off by its placement breaker
 //! (`domain::placement`) after creates or first starts failed there.
 
 use chrono::{DateTime, Utc};
 
 use super::Engine;
 use super::health::Reachability;
+use super::identity::Mismatch;
 use crate::engines::breaker::{Block, Breaker, Scope, Trip};
 use crate::runtime::RuntimeError;
 
@@ -44,6 +46,13 @@ impl Engine {
         let blocked = |block, message: String| Some(Unplaceable { block, message, retry_at: None });
         if self.draining() {
             return blocked(Block::Draining, "draining: its machines move to other engines".into());
+        }
+        if let Some(mismatch) = self.identity().mismatch() {
+            let block = match mismatch {
+                Mismatch::Duplicate { .. } => Block::DuplicateDaemon,
+                Mismatch::Changed { .. } => Block::DaemonChanged,
+            };
+            return blocked(block, mismatch.message(&self.name));
         }
         let error = h.last_error.as_deref().map(|e| format!(": {e}")).unwrap_or_default();
         match h.reachability {

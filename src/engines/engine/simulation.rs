@@ -33,6 +33,13 @@ impl Simulation<'_> {
         }
     }
 
+    /// Makes the engine's endpoint reach another daemon, as a rebuilt host
+    /// or a reused address would.
+    pub fn replace_daemon(&self, id: &str) {
+        self.backend.set_daemon_id(id.to_owned());
+        self.engine.identified(Some(id.to_owned()));
+    }
+
     /// Changes a container, as `docker stop`, `kill` or `pause` would.
     pub fn change(&self, id: &str, change: impl FnOnce(&mut Container)) {
         let pool = self.engine.cache.update(id, change);
