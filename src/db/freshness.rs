@@ -67,6 +67,19 @@ struct Tickets {
     wanted: bool,
 }
 
+/// Reads waiting for barrier `n` sleep on `slots[n % SLOTS]`: a barrier
+/// heard wakes the reads it serves, not those waiting for the next ones
+/// (several barriers are on their way at once; waking every read at each
+/// cost a fifth of the reads per second on two cores).
+const SLOTS: usize = 8;
+
+/// How many times a barrier sender lets the runtime run other tasks before
+/// it issues a barrier (each a few microseconds when nothing else runs).
+/// Measured at 64 connections: none 5.5 reads a barrier and 35k reads/s,
+/// 2 yields 13.6 and 42k, 4 yields 24 and 45k, 8 yields 37 and 46k
+/// (SQLite: 63k on the same machine).
+const GATHER_YIELDS: usize = 8;
+
 /// The barriers of one replica, shared by its reads, the task that sends
 /// barriers and the listener.
 pub struct Freshness {
@@ -77,6 +90,8 @@ pub struct Freshness {
     /// Wakes the sender when a read wants a barrier.
     wanted: Notify,
     seen: watch::Sender<Seen>,
+    /// Where reads wait for their barrier (see [`SLOTS`]).
+    slots: [Notify; SLOTS],
     pub stats: ReadStats,
 }
 
@@ -87,6 +102,7 @@ impl Default for Freshness {
             unheard: Mutex::new(None),
             wanted: Notify::new(),
             seen: watch::Sender::new(Seen::default()),
+            slots: std::array::from_fn(|_| Notify::new()),
             stats: ReadStats::default(),
         }
     }
@@ -168,8 +184,7 @@ impl Freshness {
     /// Waits until the cache holds every write committed before this call,
     /// or says why it cannot be trusted for this read.
     pub async fn catch_up(&self) -> Result<(), Stale> {
-        let mut seen = self.seen.subscribe();
-        let at = *seen.borrow_and_update();
+        let at = *self.seen.borrow();
         if !at.connected {
             return Err(Stale::ListenerDown);
         }
@@ -179,12 +194,39 @@ impl Freshness {
             t.next
         };
         self.wanted.notify_one();
-        let reached = seen.wait_for(|s| !s.connected || s.connection != at.connection || s.barrier >= ticket);
+        let slot = &self.slots[slot(ticket)];
+        let reached = async {
+            loop {
+                // Listening before looking, so that no wake-up falls between.
+                let woken = slot.notified();
+                tokio::pin!(woken);
+                woken.as_mut().enable();
+                let s = *self.seen.borrow();
+                if !s.connected || s.connection != at.connection || s.barrier >= ticket {
+                    return s;
+                }
+                woken.await;
+            }
+        };
         match tokio::time::timeout(CATCH_UP, reached).await {
-            Ok(Ok(s)) if s.connected && s.connection == at.connection => Ok(()),
+            Ok(s) if s.connected && s.connection == at.connection => Ok(()),
             Ok(_) => Err(Stale::ListenerDown),
             Err(_) => Err(Stale::Slow),
         }
+    }
+
+    /// Wakes the reads waiting for barriers `from..=to`.
+    fn wake(&self, from: u64, to: u64) {
+        if to.saturating_sub(from) >= SLOTS as u64 {
+            self.slots.iter().for_each(Notify::notify_waiters);
+        } else {
+            (from..=to).for_each(|n| self.slots[slot(n)].notify_waiters());
+        }
+    }
+
+    /// Wakes every read: the listener's state changed.
+    fn wake_all(&self) {
+        self.slots.iter().for_each(Notify::notify_waiters);
     }
 
     fn unheard(&self) -> std::sync::MutexGuard<'_, Option<(u64, Instant)>> {
@@ -203,6 +245,7 @@ impl Freshness {
             s.connected = true;
             s.connection += 1;
         });
+        self.wake_all();
         self.stats.listener_connected.set(1);
         self.stats.listener_connections.inc();
     }
@@ -211,6 +254,7 @@ impl Freshness {
     /// is back.
     pub fn disconnected(&self) {
         self.seen.send_if_modified(|s| std::mem::replace(&mut s.connected, false));
+        self.wake_all();
         self.stats.listener_connected.set(0);
     }
 
@@ -222,11 +266,15 @@ impl Freshness {
                 *unheard = None;
             }
         }
+        let mut before = n;
         self.seen.send_if_modified(|s| {
-            let newer = n > s.barrier;
+            before = s.barrier;
             s.barrier = s.barrier.max(n);
-            newer
+            n > before
         });
+        if n > before {
+            self.wake(before + 1, n);
+        }
     }
 
     /// Whether reads may use the cache now.
@@ -240,6 +288,12 @@ impl Freshness {
     pub async fn wanted(&self) -> u64 {
         loop {
             self.wanted.notified().await;
+            // Reads already woken on this runtime take their tickets first,
+            // so that one barrier serves them too: fewer barriers, each a
+            // commit on the store, for the same reads.
+            for _ in 0..GATHER_YIELDS {
+                tokio::task::yield_now().await;
+            }
             let mut t = self.lock();
             if !t.wanted {
                 continue;
@@ -253,6 +307,10 @@ impl Freshness {
             return n;
         }
     }
+}
+
+fn slot(barrier: u64) -> usize {
+    (barrier % SLOTS as u64) as usize
 }
 
 #[cfg(test)]
@@ -316,6 +374,27 @@ mod tests {
         assert!(!read.is_finished(), "barrier 1 does not cover a read that began after it was sent");
         f.barrier_seen(2);
         assert_eq!(read.await.unwrap(), Ok(()));
+    }
+
+    #[tokio::test]
+    async fn a_barrier_heard_serves_every_read_with_a_lower_ticket_whatever_their_slots() {
+        let f = Arc::new(Freshness::default());
+        f.connected();
+        let mut reads = Vec::new();
+        // Reads holding tickets 1 to 12, over every slot and some twice.
+        for next in 1..=12 {
+            f.lock().next = next;
+            let f = f.clone();
+            reads.push(tokio::spawn(async move { f.catch_up().await }));
+            tokio::task::yield_now().await;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(reads.iter().all(|r| !r.is_finished()), "no barrier heard yet");
+        f.barrier_seen(3);
+        f.barrier_seen(12);
+        for r in reads {
+            assert_eq!(r.await.unwrap(), Ok(()));
+        }
     }
 
     #[tokio::test(start_paused = true)]
