@@ -23,6 +23,15 @@ pub mod labels {
     pub const MANAGED_BY_VALUE: &str = "drover";
 }
 
+/// The daemon that answers at an engine's endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Daemon {
+    /// Its unique ID (the `ID` of Docker's `GET /info`); `None` from an
+    /// engine that does not report one.
+    pub id: Option<String>,
+    pub version: String,
+}
+
 /// A container's state as the engine reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]

@@ -27,9 +27,8 @@ use chrono::{DateTime, Utc};
 use futures_util::{Stream, StreamExt};
 use tokio::sync::Mutex;
 
-use super::Daemon;
 use super::container::{
-    Container, ContainerState, CreateContainer, Gate, HealthState, RuntimeError, labels, parse_engine_time,
+    Container, ContainerState, CreateContainer, Daemon, Gate, HealthState, RuntimeError, labels, parse_engine_time,
 };
 
 /// Longest wait for the engine to answer the version handshake.

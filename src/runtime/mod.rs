@@ -15,22 +15,13 @@ pub mod docker;
 pub mod simulated;
 
 pub use container::{
-    Container, ContainerState, CreateContainer, EngineChange, Gate, HealthState, RuntimeError, Wake, labels,
+    Container, ContainerState, CreateContainer, Daemon, EngineChange, Gate, HealthState, RuntimeError, Wake, labels,
 };
 
 /// How an engine is reached: a Docker Engine, or the simulation.
 pub enum Backend {
     Docker(docker::DockerBackend),
     Simulated(simulated::SimulatedBackend),
-}
-
-/// The daemon that answers at an engine's endpoint.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Daemon {
-    /// Its unique ID (the `ID` of Docker's `GET /info`); `None` from an
-    /// engine that does not report one.
-    pub id: Option<String>,
-    pub version: String,
 }
 
 impl Backend {

@@ -16,9 +16,8 @@ use chrono::{DateTime, Utc};
 
 use crate::clock::Clock;
 
-use super::Daemon;
 use super::cache::ContainerCache;
-use super::container::{Container, ContainerState, CreateContainer, RuntimeError};
+use super::container::{Container, ContainerState, CreateContainer, Daemon, RuntimeError};
 
 /// Images whose name contains this create containers that exit at once:
 /// how tests (and demos) get a rollout that never becomes ready.
