@@ -30,7 +30,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use tokio::sync::{Notify, watch};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 /// How long a read waits for the listener to catch up before it reads
@@ -89,7 +89,8 @@ pub struct Freshness {
     unheard: Mutex<Option<(u64, Instant)>>,
     /// Wakes the sender when a read wants a barrier.
     wanted: Notify,
-    seen: watch::Sender<Seen>,
+    /// What the listener has applied; reads wait on [`Self::slots`].
+    seen: Mutex<Seen>,
     /// Where reads wait for their barrier (see [`SLOTS`]).
     slots: [Notify; SLOTS],
     pub stats: ReadStats,
@@ -101,7 +102,7 @@ impl Default for Freshness {
             tickets: Mutex::new(Tickets { next: 1, wanted: false }),
             unheard: Mutex::new(None),
             wanted: Notify::new(),
-            seen: watch::Sender::new(Seen::default()),
+            seen: Mutex::new(Seen::default()),
             slots: std::array::from_fn(|_| Notify::new()),
             stats: ReadStats::default(),
         }
@@ -181,10 +182,18 @@ impl Freshness {
         self.tickets.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    fn seen(&self) -> Seen {
+        *self.seen_mut()
+    }
+
+    fn seen_mut(&self) -> std::sync::MutexGuard<'_, Seen> {
+        self.seen.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Waits until the cache holds every write committed before this call,
     /// or says why it cannot be trusted for this read.
     pub async fn catch_up(&self) -> Result<(), Stale> {
-        let at = *self.seen.borrow();
+        let at = self.seen();
         if !at.connected {
             return Err(Stale::ListenerDown);
         }
@@ -201,7 +210,7 @@ impl Freshness {
                 let woken = slot.notified();
                 tokio::pin!(woken);
                 woken.as_mut().enable();
-                let s = *self.seen.borrow();
+                let s = self.seen();
                 if !s.connected || s.connection != at.connection || s.barrier >= ticket {
                     return s;
                 }
@@ -241,10 +250,11 @@ impl Freshness {
     /// The listener is connected, its cache cleared: reads may use it.
     pub fn connected(&self) {
         *self.unheard() = None;
-        self.seen.send_modify(|s| {
+        {
+            let mut s = self.seen_mut();
             s.connected = true;
             s.connection += 1;
-        });
+        }
         self.wake_all();
         self.stats.listener_connected.set(1);
         self.stats.listener_connections.inc();
@@ -253,7 +263,7 @@ impl Freshness {
     /// The listener lost its connection: reads go to the store until it
     /// is back.
     pub fn disconnected(&self) {
-        self.seen.send_if_modified(|s| std::mem::replace(&mut s.connected, false));
+        self.seen_mut().connected = false;
         self.wake_all();
         self.stats.listener_connected.set(0);
     }
@@ -266,12 +276,12 @@ impl Freshness {
                 *unheard = None;
             }
         }
-        let mut before = n;
-        self.seen.send_if_modified(|s| {
-            before = s.barrier;
-            s.barrier = s.barrier.max(n);
-            n > before
-        });
+        let before = {
+            let mut s = self.seen_mut();
+            let before = s.barrier;
+            s.barrier = before.max(n);
+            before
+        };
         if n > before {
             self.wake(before + 1, n);
         }
@@ -279,7 +289,7 @@ impl Freshness {
 
     /// Whether reads may use the cache now.
     pub fn is_connected(&self) -> bool {
-        self.seen.borrow().connected
+        self.seen().connected
     }
 
     /// Waits until a read wants a barrier; then the number to send. Reads

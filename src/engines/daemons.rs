@@ -150,8 +150,12 @@ impl Engines {
     /// The refusal of a daemon the store has registered as another engine
     /// (found after a unique violation, which does not say which).
     pub(super) async fn taken(&self, daemon: &str) -> EngineError {
-        let other = db::engines::holding_daemon(self.db.read(), daemon).await.ok().flatten();
-        EngineError::SameDaemon { other, daemon: daemon.to_owned() }
+        EngineError::SameDaemon { other: self.stored_holder(daemon).await, daemon: daemon.to_owned() }
+    }
+
+    /// The engine the store has registered as `daemon`, if it can say.
+    async fn stored_holder(&self, daemon: &str) -> Option<String> {
+        db::engines::holding_daemon(self.db.read(), daemon).await.ok().flatten()
     }
 
     /// Marks the duplicates, registers engines as the daemon of their first
@@ -216,8 +220,7 @@ impl Engines {
                 Err(e) if db::engines::is_daemon_taken(&e) => {
                     // Registered as another engine through another replica.
                     drop(tx);
-                    let EngineError::SameDaemon { other, .. } = self.taken(&reported).await else { return Ok(()) };
-                    identity.duplicate_of = other;
+                    identity.duplicate_of = self.stored_holder(&reported).await;
                 }
                 Err(e) => return Err(e.into()),
             }
