@@ -6,7 +6,7 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::domain::{FieldError, ValidationErrors};
@@ -14,18 +14,21 @@ use crate::domain::{FieldError, ValidationErrors};
 pub const PROBLEM_JSON: &str = "application/problem+json";
 const TYPE_BASE: &str = "https://drover.dev/problems/";
 
-/// An RFC 9457 problem document.
-#[derive(Debug, Serialize, ToSchema)]
+/// An RFC 9457 problem document: answered by the server, read by the CLI
+/// (leniently: a proxy's error page or an older server may lack fields).
+#[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
 pub struct Problem {
     /// Stable URI naming the kind of problem; match on this, not on `title`.
-    #[serde(rename = "type")]
+    #[serde(rename = "type", default)]
     pub type_: String,
     /// Short summary of the kind of problem.
+    #[serde(default)]
     pub title: String,
     /// The HTTP status code.
+    #[serde(default)]
     pub status: u16,
     /// What went wrong in this occurrence, naming the field or resource.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
     /// Each broken rule, for validation problems.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -184,6 +187,19 @@ impl ApiError {
             detail,
             errors,
         }
+    }
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.title, self.status)?;
+        if let Some(detail) = &self.detail {
+            write!(f, ": {detail}")?;
+        }
+        for e in &self.errors {
+            write!(f, "\n  {}: {}", e.field, e.message)?;
+        }
+        Ok(())
     }
 }
 

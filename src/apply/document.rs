@@ -270,11 +270,16 @@ pub fn check_all(documents: Vec<Value>, rules: &Rules<'_>) -> Result<Vec<Checked
             Ok(doc) => {
                 let key = (doc.object.kind(), doc.name.clone());
                 if let Some(first) = seen.insert(key, index) {
-                    errs.push(
-                        format!("{}.name", at(index)),
-                        "unique",
-                        format!("{} {:?} is also in {}; name each object once", doc.object.kind(), doc.name, at(first)),
+                    // Both documents get the error: each names where it is,
+                    // in whatever numbering the client shows its people.
+                    let why = format!(
+                        "{} {:?} is named by more than one document; name each object once",
+                        doc.object.kind(),
+                        doc.name
                     );
+                    for i in [first, index] {
+                        errs.push(format!("{}.name", at(i)), "unique", &why);
+                    }
                 }
                 checked.push(doc);
             }
@@ -358,7 +363,13 @@ mod tests {
     fn errors(docs: Vec<Value>) -> Vec<(String, &'static str)> {
         let (limits, simulated_engines) = rules();
         let rules = Rules { limits: &limits, simulated_engines };
-        check_all(docs, &rules).expect_err("accepted").0.into_iter().map(|e| (e.field, e.rule)).collect()
+        check_all(docs, &rules)
+            .expect_err("accepted")
+            .0
+            .into_iter()
+            .map(|e| (e.static_rule(), e.field))
+            .map(|(r, f)| (f, r))
+            .collect()
     }
 
     fn pool(name: &str, spec: Value) -> Value {
@@ -410,7 +421,7 @@ mod tests {
             json!({"kind": "Engine", "name": "web", "spec": {"endpoint": "sim://web"}}),
             pool("web", spec),
         ]);
-        assert_eq!(got, [("documents[2].name".to_owned(), "unique")]);
+        assert_eq!(got, [("documents[0].name".to_owned(), "unique"), ("documents[2].name".to_owned(), "unique")]);
     }
 
     #[test]

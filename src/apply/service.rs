@@ -47,6 +47,8 @@ pub struct Request {
     pub documents: Vec<Value>,
     pub dry_run: bool,
     pub prune: bool,
+    /// With `prune` and no document: delete every object of the set.
+    pub allow_empty: bool,
     pub force: bool,
     pub adopt: bool,
     /// `If-Match`: the set's revisions the apply is based on (`0`: a set
@@ -450,6 +452,17 @@ fn check_request(req: &Request) -> Result<(), ValidationErrors> {
     let mut errs = ValidationErrors::default();
     if let Err(e) = check_dns_label(&req.apply_set) {
         errs.push("apply_set", "dns_label", e);
+    }
+    if req.prune && req.documents.is_empty() && !req.allow_empty {
+        errs.push(
+            "documents",
+            "prune_without_documents",
+            format!(
+                "no documents: with prune this would delete every object of apply set {:?}; send allow_empty \
+                 (drover apply --allow-empty) if that is what you mean",
+                req.apply_set
+            ),
+        );
     }
     if req.documents.len() > MAX_DOCUMENTS {
         errs.push(

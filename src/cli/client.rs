@@ -8,7 +8,6 @@ use std::fmt;
 use std::time::Duration;
 
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
-use serde::Deserialize;
 use serde_json::Value;
 
 use super::exit;
@@ -21,41 +20,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 /// Longest run of `--token-command`.
 const TOKEN_COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The server's RFC 9457 problem document, read leniently: a proxy's error
-/// page or an older server may lack fields.
-#[derive(Debug, Default, Deserialize)]
-pub struct Problem {
-    #[serde(default)]
-    pub title: String,
-    #[serde(default)]
-    pub status: u16,
-    pub detail: Option<String>,
-    #[serde(default)]
-    pub errors: Vec<FieldError>,
-    #[serde(default, rename = "type")]
-    pub type_: String,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct FieldError {
-    #[serde(default)]
-    pub field: String,
-    #[serde(default)]
-    pub message: String,
-}
-
-impl fmt::Display for Problem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} ({})", self.title, self.status)?;
-        if let Some(detail) = &self.detail {
-            write!(f, ": {detail}")?;
-        }
-        for e in &self.errors {
-            write!(f, "\n  {}: {}", e.field, e.message)?;
-        }
-        Ok(())
-    }
-}
+pub use crate::error::Problem;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
@@ -77,6 +42,32 @@ pub enum CliError {
     Failed(String),
     #[error("gave up waiting after {0:?} (--timeout); the work goes on on the server")]
     Timeout(Duration),
+    /// An apply answered, with objects it left alone.
+    #[error("{0}")]
+    Conflicts(Conflicts),
+}
+
+/// An apply's conflicts: objects left alone, and what would resolve them.
+#[derive(Debug)]
+pub struct Conflicts {
+    pub count: u32,
+    /// Whether the rest of the apply changed something.
+    pub applied: bool,
+    /// How each kind of conflict is resolved, with how many it concerns
+    /// (`"--force overwrites what another hand changed"`).
+    pub resolutions: Vec<(u32, &'static str)>,
+}
+
+impl fmt::Display for Conflicts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let objects = if self.count == 1 { "1 object was".to_owned() } else { format!("{} objects were", self.count) };
+        let outcome = if self.applied { "the rest was applied" } else { "nothing was applied" };
+        write!(f, "{objects} left alone as conflicts (each is shown above); {outcome}")?;
+        for (n, how) in &self.resolutions {
+            write!(f, "\n  {n}: {how}")?;
+        }
+        Ok(())
+    }
 }
 
 impl CliError {
@@ -275,12 +266,18 @@ impl Client {
     }
 
     /// POST with a JSON body, or none.
-    pub async fn post(&self, path: &str, body: Option<&Value>) -> Result<Value, CliError> {
+    /// POST with a JSON body, or none.
+    pub async fn post<B: serde::Serialize + ?Sized>(&self, path: &str, body: Option<&B>) -> Result<Value, CliError> {
         let mut req = self.request(Method::POST, path);
         if let Some(body) = body {
             req = req.json(body);
         }
         self.send(format!("POST {path}"), req).await
+    }
+
+    /// POST without a body.
+    pub async fn post_empty(&self, path: &str) -> Result<Value, CliError> {
+        self.post::<Value>(path, None).await
     }
 
     pub async fn put(&self, path: &str, body: &Value) -> Result<Value, CliError> {
@@ -389,13 +386,13 @@ mod tests {
         assert_eq!(p.to_string(), "Bad Gateway (502): upstream down");
     }
 
-    #[derive(Debug, Deserialize, serde::Serialize)]
+    #[derive(Debug, serde::Deserialize, serde::Serialize)]
     struct View {
         name: String,
         inner: Vec<Inner>,
     }
 
-    #[derive(Debug, Deserialize, serde::Serialize)]
+    #[derive(Debug, serde::Deserialize, serde::Serialize)]
     struct Inner {
         error: Option<String>,
         #[serde(default)]
@@ -421,7 +418,7 @@ mod tests {
             "unexpected answer to GET /x: missing field `inner[0].count`",
             "a field with a default"
         );
-        #[derive(Debug, Deserialize, serde::Serialize)]
+        #[derive(Debug, serde::Deserialize, serde::Serialize)]
         struct Outer {
             view: View,
         }

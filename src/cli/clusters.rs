@@ -195,7 +195,7 @@ pub async fn run_upgrade(client: &Client, out: OutputFormat, cmd: UpgradeCommand
         }
         UpgradeCommand::Cancel { id } => {
             let path = format!("/v1/upgrades/{id}/cancel");
-            let job = client.post(&path, None).await?;
+            let job = client.post_empty(&path).await?;
             show(out, &format!("POST {path}"), job, |job: UpgradeView| match job.state {
                 JobState::Cancelled => println!("upgrade {id} cancelled"),
                 _ => println!("upgrade {id}: cancel requested; it stops at its next safe point"),

@@ -158,7 +158,7 @@ pub async fn run(client: &Client, out: OutputFormat, cmd: EnginesCommand) -> Res
         }
         EnginesCommand::Drain { name } => {
             let path = format!("/v1/engines/{name}/drain");
-            let answer = client.post(&path, None).await?;
+            let answer = client.post_empty(&path).await?;
             one(out, &path, answer)
         }
         EnginesCommand::Undrain { name } => {
@@ -168,7 +168,7 @@ pub async fn run(client: &Client, out: OutputFormat, cmd: EnginesCommand) -> Res
         }
         EnginesCommand::ConfirmIdentity { name } => {
             let path = format!("/v1/engines/{name}/confirm-identity");
-            let answer = client.post(&path, None).await?;
+            let answer = client.post_empty(&path).await?;
             one(out, &path, answer)
         }
         EnginesCommand::Remove { name } => {

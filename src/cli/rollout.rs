@@ -62,7 +62,7 @@ pub async fn run(client: &Client, out: OutputFormat, cmd: RolloutCommand) -> Res
         }
         RolloutCommand::Continue { pool, wait } => {
             let path = format!("/v1/pools/{pool}/rollout/continue");
-            let r = client.post(&path, None).await?;
+            let r = client.post_empty(&path).await?;
             if wait.wait {
                 return finish(client, out, &pool, r, wait, "rollout finished").await;
             }

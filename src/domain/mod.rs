@@ -20,14 +20,32 @@ pub mod version;
 use std::fmt;
 
 /// One broken rule, tied to the JSON path of the field that broke it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+/// The server makes them and the CLI reads them (leniently: a proxy or an
+/// older server may leave fields out).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct FieldError {
     /// Dotted path of the offending field, e.g. `extra_mounts[1].host_path`.
+    #[serde(default)]
     pub field: String,
     /// Stable machine-readable name of the rule, e.g. `dns_label`, `range`.
-    pub rule: &'static str,
+    #[serde(default)]
+    #[schema(value_type = String)]
+    pub rule: std::borrow::Cow<'static, str>,
     /// What is wrong, for people.
+    #[serde(default)]
     pub message: String,
+}
+
+#[cfg(test)]
+impl FieldError {
+    /// The rule's name for a table of expectations (the server's rules are
+    /// all static names).
+    pub fn static_rule(&self) -> &'static str {
+        match &self.rule {
+            std::borrow::Cow::Borrowed(rule) => rule,
+            std::borrow::Cow::Owned(rule) => rule.clone().leak(),
+        }
+    }
 }
 
 /// Every rule a request broke, so a user fixes them in one round trip.
@@ -36,7 +54,7 @@ pub struct ValidationErrors(pub Vec<FieldError>);
 
 impl ValidationErrors {
     pub fn push(&mut self, field: impl Into<String>, rule: &'static str, message: impl fmt::Display) {
-        self.0.push(FieldError { field: field.into(), rule, message: message.to_string() });
+        self.0.push(FieldError { field: field.into(), rule: rule.into(), message: message.to_string() });
     }
 
     pub fn single(field: impl Into<String>, rule: &'static str, message: impl fmt::Display) -> Self {

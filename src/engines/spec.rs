@@ -164,7 +164,7 @@ mod tests {
     }
 
     fn rules(r: Result<EngineSpec, ValidationErrors>) -> Vec<(String, &'static str)> {
-        r.expect_err("accepted").0.into_iter().map(|e| (e.field, e.rule)).collect()
+        r.expect_err("accepted").0.into_iter().map(|e| (e.static_rule(), e.field)).map(|(r, f)| (f, r)).collect()
     }
 
     #[test]

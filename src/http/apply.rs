@@ -8,108 +8,20 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
-use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use crate::apply::diff::Change;
-use crate::apply::document::{ApplyDocument, Kind};
-use crate::apply::plan::{Action, Conflict, Key, Step};
+use crate::apply::document::Kind;
+use crate::apply::plan::{Action, Step};
 use crate::apply::{Applied, ApplyError, Request};
 use crate::error::{ApiError, ApiResult, Problem};
 use crate::http::extract::{ApiJson, IfMatch};
-use crate::http::rollouts::PlanView;
-use crate::identity::{Caller, Role};
+use crate::http::wire::PlanView;
+use crate::http::wire::apply::{AppliedObject, ApplyRequest, ApplyResult, ApplySummary};
+use crate::identity::Caller;
 use crate::state::AppState;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(apply))
-}
-
-/// Body of `POST /v1/apply`.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ApplyRequest {
-    /// The apply set: the name under which these documents are applied,
-    /// and which owns what they create. DNS-1123 label.
-    #[schema(pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", min_length = 1, max_length = 63, example = "prod-fleet")]
-    pub apply_set: String,
-    /// The objects, each once: every one is checked before anything changes.
-    #[schema(value_type = Vec<ApplyDocument>, max_items = 5000)]
-    pub documents: Vec<Value>,
-    /// Plan only: answer what would change, change nothing.
-    #[serde(default)]
-    pub dry_run: bool,
-    /// Delete the objects of this apply set that `documents` no longer name.
-    #[serde(default)]
-    pub prune: bool,
-    /// Overwrite (or prune) objects changed by another hand since this
-    /// apply set last wrote them, instead of reporting a conflict.
-    #[serde(default)]
-    pub force: bool,
-    /// Take over objects that exist and belong to no apply set (with
-    /// `force`: to another apply set).
-    #[serde(default)]
-    pub adopt: bool,
-}
-
-/// What became of one object.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct AppliedObject {
-    pub kind: Kind,
-    pub name: String,
-    /// Index in `documents`; `null` for an object pruned.
-    pub document: Option<u32>,
-    pub action: Action,
-    /// The fields that change (all of them for a creation or a deletion);
-    /// secrets show that they change, never their values.
-    pub changes: Vec<Change>,
-    /// Why the object was left alone, when `action` is `conflict`.
-    pub conflict: Option<Conflict>,
-    /// This apply set takes the object over.
-    pub adopted: bool,
-    /// The least role this change needs.
-    pub needs_role: Role,
-    /// A pool whose machines move to another image: what the reconciler
-    /// would do first (`POST /v1/pools/{name}/plan` with the new spec).
-    pub rollout: Option<PlanView>,
-    /// A pool created or changed: its generation and revision after the
-    /// apply (its rollout is done when `status.observed_generation` reaches
-    /// the generation and the revision's machines are all updated); `null`
-    /// in a dry run and for other objects.
-    pub generation: Option<i64>,
-    pub revision: Option<i64>,
-}
-
-/// Counts of objects by action.
-#[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
-pub struct ApplySummary {
-    pub create: u32,
-    pub update: u32,
-    pub delete: u32,
-    pub unchanged: u32,
-    pub conflict: u32,
-}
-
-/// The answer of `POST /v1/apply`.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct ApplyResult {
-    pub apply_set: String,
-    pub dry_run: bool,
-    /// The apply set's revision after this apply (a dry run: as it is);
-    /// `null` for a set never applied. Also the `ETag`.
-    pub revision: Option<i64>,
-    /// Something was (in a dry run: would be) created, updated or deleted.
-    pub changed: bool,
-    /// The least role the whole apply needs.
-    pub needs_role: Role,
-    pub summary: ApplySummary,
-    /// One per document, in order, then one per object pruned.
-    pub objects: Vec<AppliedObject>,
-    /// Objects of this apply set that `documents` no longer name, kept
-    /// because `prune` was not asked.
-    pub unlisted: Vec<Key>,
 }
 
 impl From<ApplyError> for ApiError {
@@ -133,19 +45,7 @@ fn object(step: Step, rollouts: &mut BTreeMap<String, crate::pools::Planned>, ap
         plan: planned.plan,
         observed: planned.observed,
     });
-    AppliedObject {
-        generation: pool.map(|p| p.generation),
-        revision: pool.map(|p| p.revision),
-        kind: step.kind,
-        name: step.name,
-        document: step.document,
-        action: step.action,
-        changes: step.changes,
-        conflict: step.conflict,
-        adopted: step.adopted,
-        needs_role: step.needs_role,
-        rollout,
-    }
+    AppliedObject { generation: pool.map(|p| p.generation), revision: pool.map(|p| p.revision), step, rollout }
 }
 
 impl From<Applied> for ApplyResult {
@@ -216,6 +116,7 @@ async fn apply(
         documents: body.documents,
         dry_run: body.dry_run,
         prune: body.prune,
+        allow_empty: body.allow_empty,
         force: body.force,
         adopt: body.adopt,
         if_revision: pinned,

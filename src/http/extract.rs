@@ -230,7 +230,7 @@ mod tests {
 
     fn field_of(json: &str) -> (String, &'static str) {
         match parse_json::<Body>(json.as_bytes()) {
-            Err(ApiError::Validation(e)) => (e.0[0].field.clone(), e.0[0].rule),
+            Err(ApiError::Validation(e)) => (e.0[0].field.clone(), e.0[0].static_rule()),
             other => panic!("expected a validation error, got {other:?}"),
         }
     }

@@ -14,10 +14,10 @@ use crate::db::{pools::Pool, revisions::Revision};
 use crate::domain::rollout::{self, Counts, RolloutState};
 use crate::error::{ApiResult, Problem};
 use crate::http::extract::{OptionalJson, OptionalMergePatch};
+use crate::http::wire::PlanView;
 use crate::http::wire::pools::{PoolPatch, PoolView, pool_response};
 use crate::identity::Caller;
 use crate::pools::Rollout;
-use crate::reconcile::plan::Plan;
 use crate::state::AppState;
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -215,17 +215,6 @@ async fn rollback_pool(
     let req = body.unwrap_or_default();
     let pool = state.pools.rollback(&name, req.revision, crate::identity::role_or_admin(caller.as_deref())).await?;
     Ok(pool_response(StatusCode::ACCEPTED, pool, true))
-}
-
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct PlanView {
-    pub pool: String,
-    /// The image the plan converges to.
-    pub desired_image: String,
-    /// What the next pass would do now, in order: deletions, starts, creations.
-    pub plan: Plan,
-    /// Machine counts as observed now.
-    pub observed: Counts,
 }
 
 /// Dry run: the actions the reconciler would take now, for the pool as it

@@ -221,6 +221,78 @@ async fn prune_deletes_only_the_sets_own_objects_and_never_takes_what_it_did_not
 }
 
 #[tokio::test]
+async fn a_prune_with_no_documents_is_refused_unless_the_request_allows_an_empty_set() {
+    let app = spawn_app().await;
+    applied(&app, body("fleet", vec![pool("web", 1), pool("api", 1)])).await;
+    for dry_run in [true, false] {
+        let mut empty = body("fleet", vec![]);
+        empty["prune"] = json!(true);
+        empty["dry_run"] = json!(dry_run);
+        let res = post(&app, empty).await;
+        let problem = assert_problem(res, 422, Some("documents")).await;
+        assert_eq!(problem["errors"][0]["field"], "documents", "{problem:#}");
+        assert_eq!(problem["errors"][0]["rule"], "prune_without_documents", "{problem:#}");
+        assert!(problem["errors"][0]["message"].as_str().is_some_and(|m| m.contains("allow_empty")), "{problem:#}");
+    }
+    for name in ["web", "api"] {
+        assert_eq!(app.pool(name).await["phase"], "active", "{name} was not pruned");
+    }
+    let mut allowed = body("fleet", vec![]);
+    allowed["prune"] = json!(true);
+    allowed["allow_empty"] = json!(true);
+    let answer = applied(&app, allowed).await;
+    assert_eq!(actions(&answer), [pair("Pool api", "delete"), pair("Pool web", "delete")], "pruned in name order");
+}
+
+#[tokio::test]
+async fn drover_apply_prune_refuses_an_empty_directory_an_empty_file_and_a_comments_only_file() {
+    let app = spawn_app().await;
+    applied(&app, body("fleet", vec![pool("web", 1)])).await;
+    let dir = fleet_dir(&[("empty.yaml", ""), ("comments.yaml", "# nothing yet\n---\n# still nothing\n")]);
+    std::fs::create_dir(dir.path().join("none")).expect("mkdir");
+    for input in ["none", "empty.yaml", "comments.yaml"] {
+        let path = dir.path().join(input);
+        let path = path.to_str().expect("utf-8");
+        let run =
+            drover_at(&app.addr, Some(&app.admin_token), &["apply", "--prune", "--apply-set", "fleet", "-f", path])
+                .await;
+        assert_eq!(run.code, 1, "{input}: {}{}", run.stdout, run.stderr);
+        assert!(run.stderr.contains("no documents in"), "{input}: {}", run.stderr);
+        assert!(run.stderr.contains("--allow-empty"), "{input}: the error names the flag: {}", run.stderr);
+        assert_eq!(app.pool("web").await["phase"], "active", "{input}: nothing was pruned");
+    }
+    let path = dir.path().join("none");
+    let path = path.to_str().expect("utf-8");
+    let args = ["apply", "--prune", "--allow-empty", "--apply-set", "fleet", "-f", path];
+    let run = drover_at(&app.addr, Some(&app.admin_token), &args).await;
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    assert!(run.stdout.contains("- Pool web  delete"), "{}", run.stdout);
+}
+
+#[tokio::test]
+async fn an_apply_whose_every_object_is_a_conflict_says_nothing_was_applied_and_how_to_resolve_it() {
+    let app = spawn_app().await;
+    applied(&app, body("fleet", vec![pool("web", 1)])).await;
+    app.create_pool_ok("handmade", 1, json!({})).await;
+    assert_eq!(app.scale("web", 3).await.status(), StatusCode::OK);
+    let dir = fleet_dir(&[(
+        "pools.yaml",
+        "kind: Pool\nname: web\nspec: {replicas: 2, version: v1.29.2}\n---\nkind: Pool\nname: handmade\nspec: {replicas: 2, version: v1.29.2}\n",
+    )]);
+    let path = dir.path().join("pools.yaml");
+    let path = path.to_str().expect("utf-8");
+    let run = drover_at(&app.addr, Some(&app.admin_token), &["apply", "--apply-set", "fleet", "-f", path]).await;
+    assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
+    assert!(run.stdout.starts_with("apply set fleet (revision 1; nothing applied: 2 conflicts)"), "{}", run.stdout);
+    assert!(!run.stdout.contains("; applied)"), "{}", run.stdout);
+    assert!(run.stderr.contains("2 objects were left alone as conflicts"), "{}", run.stderr);
+    assert!(run.stderr.contains("nothing was applied"), "{}", run.stderr);
+    assert!(run.stderr.contains("1: --force overwrites"), "{}", run.stderr);
+    assert!(run.stderr.contains("1: --adopt takes over"), "{}", run.stderr);
+    assert!(!run.stderr.contains("(409)"), "an answer of 200 is not shown as a 409: {}", run.stderr);
+}
+
+#[tokio::test]
 async fn two_applies_of_one_set_at_once_one_wins_and_the_loser_changes_nothing() {
     race(&spawn_app().await).await;
 }
@@ -536,7 +608,7 @@ async fn dry_run_of(app: &TestApp, name: &str, text: &str) -> (i32, String) {
 #[tokio::test]
 async fn bad_input_is_an_error_naming_the_file_the_document_and_the_path() {
     let app = spawn_app().await;
-    let cases: [(&str, &str, &[&str]); 6] = [
+    let cases: [(&str, &str, &[&str]); 7] = [
         (
             "unknown kind",
             "kind: Pool\nname: a\nspec: {replicas: 1, version: v1.29.2}\n---\nkind: Gadget\nname: g\n",
@@ -550,14 +622,23 @@ async fn bad_input_is_an_error_naming_the_file_the_document_and_the_path() {
         (
             "the same name twice",
             "kind: Pool\nname: a\nspec: {replicas: 1, version: v1.29.2}\n---\nkind: Pool\nname: a\nspec: {replicas: 2, version: v1.29.2}\n",
-            &["(document 2): name", "also in documents[0]"],
+            &["bad.yaml:1 (document 1): name", "bad.yaml:5 (document 2): name", "named by more than one document"],
         ),
         (
             "a wrong type",
             "kind: Pool\nname: a\nspec: {replicas: three, version: v1.29.2}\n",
             &["(document 1): spec.replicas", "invalid type"],
         ),
-        ("a duplicate key", "kind: Pool\nname: a\nname: b\n", &["bad.yaml:3:", "uplicate"]),
+        (
+            "a duplicate key",
+            "kind: Pool\nname: a\nname: b\n",
+            &["bad.yaml:3:1: key \"name\" appears twice in one mapping; write each key once"],
+        ),
+        (
+            "an error after an empty document",
+            "kind: Pool\nname: a\nspec: {replicas: 1, version: v1.29.2}\n---\n# nothing here yet\n---\nkind: Pool\nname: b\nspec: {replicas: x, version: v1.29.2}\n",
+            &["bad.yaml:7 (document 3): spec.replicas"],
+        ),
         (
             "an inline secret",
             "kind: Cluster\nname: c\nspec: {server: 'https://10.0.0.1:6443', token: hunter2}\n",
@@ -571,6 +652,7 @@ async fn bad_input_is_an_error_naming_the_file_the_document_and_the_path() {
             assert!(stderr.contains(e), "{what}: {e:?} missing from {stderr}");
         }
         assert!(!stderr.contains("hunter2"), "{what}: a secret in an error");
+        assert!(!stderr.contains("documents["), "{what}: one numbering, the file's: {stderr}");
     }
 }
 

@@ -133,7 +133,7 @@ pub enum ConflictReason {
 }
 
 /// What the request would need to do to go ahead anyway.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Resolution {
     Force,

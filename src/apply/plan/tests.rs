@@ -335,7 +335,7 @@ fn pools_must_name_a_cluster_that_exists_or_is_in_the_documents() {
     ];
     let errs = check_references(&world, &wanted).expect_err("a missing cluster");
     assert_eq!(errs.0.len(), 1);
-    assert_eq!((errs.0[0].field.as_str(), errs.0[0].rule), ("documents[2].spec.cluster", "cluster_exists"));
+    assert_eq!((errs.0[0].field.as_str(), errs.0[0].static_rule()), ("documents[2].spec.cluster", "cluster_exists"));
 }
 
 #[test]

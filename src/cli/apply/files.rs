@@ -13,19 +13,25 @@ use crate::cli::client::CliError;
 /// Largest secret read from a file: a kubeconfig or a PEM bundle.
 const MAX_SECRET_BYTES: u64 = 1024 * 1024;
 
-/// Where a document came from.
+/// Where a document came from, as a person finds it in the file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Origin {
     /// The file as named on the command line (`-` for standard input).
     pub file: String,
-    /// 1-based position among the file's documents.
+    /// 1-based position among the file's documents, empty ones counted.
     pub document: usize,
+    /// For an item of a top-level list: its position in the list, 1-based.
+    pub item: Option<usize>,
     pub line: u64,
 }
 
 impl std::fmt::Display for Origin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{} (document {})", self.file, self.line, self.document)
+        write!(f, "{}:{} (document {}", self.file, self.line, self.document)?;
+        if let Some(item) = self.item {
+            write!(f, ", item {item}")?;
+        }
+        f.write_str(")")
     }
 }
 
@@ -89,11 +95,11 @@ pub fn read(files: &[PathBuf]) -> Result<Fleet, CliError> {
         let left = MAX_DOCUMENTS - fleet.documents.len();
         let docs = source::read(&text, left).map_err(|e| {
             let at = e.at.map(|(l, c)| format!(":{l}:{c}")).unwrap_or_default();
-            CliError::Input(format!("{shown}{at}: {}", e.message))
+            CliError::Input(format!("{shown}{at}: {}", e.problem))
         })?;
         let base = file.parent().map(Path::to_path_buf).unwrap_or_default();
-        for (i, doc) in docs.into_iter().enumerate() {
-            let origin = Origin { file: shown.clone(), document: i + 1, line: doc.line };
+        for doc in docs {
+            let origin = Origin { file: shown.clone(), document: doc.number, item: doc.item, line: doc.line };
             let mut value = doc.value;
             resolve_secrets(&mut value, &base).map_err(|why| CliError::Input(format!("{origin}: {why}")))?;
             fleet.documents.push(value);
@@ -107,19 +113,20 @@ pub fn read(files: &[PathBuf]) -> Result<Fleet, CliError> {
 /// (and reading no more than that of one that grows meanwhile).
 fn read_bounded(file: &Path) -> Result<Vec<u8>, CliError> {
     let mut text = Vec::new();
-    let too_large = |size: u64| usage(file, &source::too_large(size).message);
+    let too_large = |size: Option<u64>| usage(file, &source::too_large(size).problem.to_string());
     if file.as_os_str() == "-" {
         std::io::stdin().take(MAX_FILE_BYTES + 1).read_to_end(&mut text).map_err(|e| usage(file, &e.to_string()))?;
     } else {
         let f = std::fs::File::open(file).map_err(|e| usage(file, &e.to_string()))?;
         let size = f.metadata().map_err(|e| usage(file, &e.to_string()))?.len();
         if size > MAX_FILE_BYTES {
-            return Err(too_large(size));
+            return Err(too_large(Some(size)));
         }
         f.take(MAX_FILE_BYTES + 1).read_to_end(&mut text).map_err(|e| usage(file, &e.to_string()))?;
     }
     if text.len() as u64 > MAX_FILE_BYTES {
-        return Err(too_large(text.len() as u64));
+        // Read only up to the limit: its size is unknown.
+        return Err(too_large(None));
     }
     Ok(text)
 }

@@ -15,13 +15,13 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::args::WaitArgs;
 use super::client::{CliError, Client};
 use super::exit;
 use super::output::{OutputFormat, print_json};
-use crate::http::apply::ApplyResult;
+use crate::http::wire::apply::{ApplyRequest, ApplyResult};
 
 /// When the diff is coloured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -50,6 +50,12 @@ pub struct FleetArgs {
     /// Delete the objects of the apply set that the files no longer name.
     #[arg(long)]
     pub prune: bool,
+    /// With `--prune`, accept files that hold no document at all, and so
+    /// delete every object of the apply set. Without it, such an apply is
+    /// refused: an empty directory or a mistyped path is not a wish to
+    /// delete a fleet.
+    #[arg(long)]
+    pub allow_empty: bool,
     /// Overwrite (or prune) objects changed by another hand since the apply
     /// set last wrote them, instead of reporting a conflict.
     #[arg(long)]
@@ -98,20 +104,24 @@ async fn apply(client: &Client, out: OutputFormat, args: ApplyArgs) -> Result<u8
     let fleet_args = &args.fleet;
     let paths = files::expand(&fleet_args.files, fleet_args.recursive)?;
     let fleet = files::read(&paths)?;
-    let body = json!({
-        "apply_set": fleet_args.apply_set,
-        "documents": fleet.documents,
-        "dry_run": args.dry_run,
-        "prune": fleet_args.prune,
-        "force": fleet_args.force,
-        "adopt": fleet_args.adopt,
-    });
-    let size = body.to_string().len();
+    if fleet.documents.is_empty() && fleet_args.prune && !fleet_args.allow_empty {
+        return Err(CliError::Input(no_documents(&fleet_args.files, &fleet_args.apply_set)));
+    }
+    let body = ApplyRequest {
+        apply_set: fleet_args.apply_set.clone(),
+        documents: fleet.documents,
+        dry_run: args.dry_run,
+        prune: fleet_args.prune,
+        allow_empty: fleet_args.allow_empty,
+        force: fleet_args.force,
+        adopt: fleet_args.adopt,
+    };
+    let size = serde_json::to_vec(&body).map_err(|e| CliError::Input(e.to_string()))?.len();
     if size > crate::http::extract::MAX_BODY_BYTES {
         return Err(CliError::Input(format!(
             "the {} documents make a request of {size} bytes, over the server's limit of {} bytes: split the \
              fleet into several apply sets",
-            fleet.documents.len(),
+            body.documents.len(),
             crate::http::extract::MAX_BODY_BYTES
         )));
     }
@@ -129,12 +139,7 @@ async fn apply(client: &Client, out: OutputFormat, args: ApplyArgs) -> Result<u8
         }
     }
     if result.summary.conflict > 0 {
-        return Err(CliError::Problem(super::client::Problem {
-            title: format!("{} object(s) left alone: conflicts", result.summary.conflict),
-            status: 409,
-            detail: Some("see each conflict above; --force or --adopt overrides the kinds that say so".into()),
-            ..Default::default()
-        }));
+        return Err(CliError::Conflicts(render::conflicts(&result)));
     }
     if args.wait.wait && !args.dry_run {
         wait::converge(client, &result, args.wait.timeout).await?;
@@ -142,20 +147,37 @@ async fn apply(client: &Client, out: OutputFormat, args: ApplyArgs) -> Result<u8
     Ok(if fleet_args.detailed_exitcode && result.changed { DETAILED_CHANGES } else { 0 })
 }
 
+/// Why an apply with `--prune` and no document is refused.
+fn no_documents(files: &[PathBuf], apply_set: &str) -> String {
+    let named: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+    format!(
+        "no documents in {}: with --prune this would delete every object of apply set {apply_set:?}; check the \
+         path, or pass --allow-empty if deleting them all is what you mean",
+        named.join(", ")
+    )
+}
+
 /// `--detailed-exitcode`: something changed (or would).
 const DETAILED_CHANGES: u8 = 2;
 
-/// A problem whose fields name documents (`documents[3].spec.replicas`),
-/// each told by its file, line and document in the file.
+/// A problem whose fields name documents (`documents[3].spec.replicas`,
+/// counted from 0 across every file), each told instead by its file, line
+/// and document as a person counts them in that file. The detail, which
+/// repeats the fields in the request's numbering, goes: one numbering.
 fn located(e: CliError, origins: &[files::Origin]) -> CliError {
     let CliError::Problem(mut problem) = e else { return e };
+    let mut moved = false;
     for error in &mut problem.errors {
         if let Some((index, rest)) = document_of(&error.field)
             && let Some(origin) = origins.get(index)
         {
             let rest = rest.trim_start_matches('.');
             error.field = if rest.is_empty() { origin.to_string() } else { format!("{origin}: {rest}") };
+            moved = true;
         }
+    }
+    if moved {
+        problem.detail = None;
     }
     CliError::Problem(problem)
 }
@@ -176,13 +198,15 @@ pub fn schema() -> anyhow::Result<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn errors_naming_documents_name_their_file_line_and_document() {
-        let origins = vec![files::Origin { file: "fleet/pools.yaml".into(), document: 2, line: 14 }];
+        let origins = vec![files::Origin { file: "fleet/pools.yaml".into(), document: 3, item: None, line: 14 }];
         let problem = super::super::client::Problem {
             title: "The request broke a validation rule".into(),
             status: 422,
+            detail: Some("documents[0].spec.replicas: out of range".into()),
             errors: vec![
                 serde_json::from_value(json!({"field": "documents[0].spec.replicas", "message": "out of range"}))
                     .expect("field error"),
@@ -196,7 +220,8 @@ mod tests {
         let fields: Vec<&str> = p.errors.iter().map(|e| e.field.as_str()).collect();
         assert_eq!(
             fields,
-            ["fleet/pools.yaml:14 (document 2): spec.replicas", "fleet/pools.yaml:14 (document 2)", "apply_set"]
+            ["fleet/pools.yaml:14 (document 3): spec.replicas", "fleet/pools.yaml:14 (document 3)", "apply_set"]
         );
+        assert_eq!(p.detail, None, "the detail counted documents the other way");
     }
 }

@@ -3,9 +3,12 @@
 
 use serde_json::Value;
 
+use std::collections::BTreeMap;
+
 use super::files::Origin;
-use crate::apply::plan::Action;
-use crate::http::apply::{AppliedObject, ApplyResult};
+use crate::apply::plan::{Action, Resolution};
+use crate::cli::client::Conflicts;
+use crate::http::wire::apply::{AppliedObject, ApplyResult};
 
 /// ANSI colours, or none.
 #[derive(Debug, Clone, Copy)]
@@ -54,7 +57,8 @@ fn empty(v: &Option<Value>) -> bool {
     }
 }
 
-fn object_lines(out: &mut String, o: &AppliedObject, origin: Option<&Origin>, p: Palette) {
+fn object_lines(out: &mut String, applied: &AppliedObject, origin: Option<&Origin>, p: Palette) {
+    let o = &applied.step;
     let (mark, colour) = sign(o.action);
     let action = serde_json::to_value(o.action).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
     let from = origin.map(|o| format!("  ({o})")).unwrap_or_default();
@@ -73,7 +77,7 @@ fn object_lines(out: &mut String, o: &AppliedObject, origin: Option<&Origin>, p:
         };
         out.push_str(&format!("    {line}\n"));
     }
-    if let Some(r) = &o.rollout {
+    if let Some(r) = &applied.rollout {
         let plan = &r.plan;
         out.push_str(&format!(
             "    rollout to {}: {} of {} machines up to date; next pass creates {}, deletes {}\n",
@@ -86,14 +90,48 @@ fn object_lines(out: &mut String, o: &AppliedObject, origin: Option<&Origin>, p:
     }
 }
 
+fn plural(n: u32) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
+/// The conflicts of an answer, and what resolves each kind of them.
+pub fn conflicts(r: &ApplyResult) -> Conflicts {
+    let mut counts: BTreeMap<Option<Resolution>, u32> = BTreeMap::new();
+    for c in r.objects.iter().filter_map(|o| o.step.conflict.as_ref()) {
+        *counts.entry(c.resolution).or_default() += 1;
+    }
+    let resolutions = counts
+        .into_iter()
+        .map(|(resolution, n)| {
+            let how = match resolution {
+                Some(Resolution::Force) => {
+                    "--force overwrites (or deletes) what another hand changed since this apply set wrote it"
+                }
+                Some(Resolution::Adopt) => "--adopt takes over objects that no apply set owns",
+                Some(Resolution::AdoptAndForce) => "--adopt --force takes over objects of another apply set",
+                None => "no flag resolves these: change the files, or wait as each message says",
+            };
+            (n, how)
+        })
+        .collect();
+    Conflicts { count: r.summary.conflict, applied: r.changed && !r.dry_run, resolutions }
+}
+
 /// The whole answer, for people.
 pub fn render(r: &ApplyResult, origins: &[Origin], p: Palette) -> String {
     let mut out = String::new();
     let revision = r.revision.map_or("never applied".to_owned(), |n| format!("revision {n}"));
-    let mode = if r.dry_run { "dry run, nothing changed" } else { "applied" };
+    let conflicts = r.summary.conflict;
+    let mode = match (r.dry_run, r.changed, conflicts) {
+        (true, _, _) => "dry run, nothing changed".to_owned(),
+        (false, true, 0) => "applied".to_owned(),
+        (false, true, n) => format!("applied, but for {n} conflict{}", plural(n)),
+        (false, false, 0) => "nothing to change".to_owned(),
+        (false, false, n) => format!("nothing applied: {n} conflict{}", plural(n)),
+    };
     out.push_str(&format!("apply set {} ({revision}; {mode})\n", r.apply_set));
-    for o in r.objects.iter().filter(|o| o.action != Action::Unchanged) {
-        let origin = o.document.and_then(|d| origins.get(d as usize));
+    for o in r.objects.iter().filter(|o| o.step.action != Action::Unchanged) {
+        let origin = o.step.document.and_then(|d| origins.get(d as usize));
         object_lines(&mut out, o, origin, p);
     }
     if !r.unlisted.is_empty() {
@@ -113,7 +151,7 @@ pub fn render(r: &ApplyResult, origins: &[Origin], p: Palette) -> String {
         s.delete,
         s.unchanged,
         s.conflict,
-        if s.conflict == 1 { "" } else { "s" },
+        plural(s.conflict),
         if r.dry_run { format!(" (needs the {} role)", r.needs_role.as_str()) } else { String::new() },
     ));
     if !r.changed && s.conflict == 0 {
@@ -127,13 +165,13 @@ mod tests {
     use super::*;
     use crate::apply::diff::Change;
     use crate::apply::document::Kind;
-    use crate::apply::plan::{Conflict, ConflictReason, Resolution};
-    use crate::http::apply::ApplySummary;
+    use crate::apply::plan::{Conflict, ConflictReason, Step};
+    use crate::http::wire::apply::ApplySummary;
     use crate::identity::Role;
     use serde_json::json;
 
     fn object(name: &str, action: Action, changes: Vec<Change>) -> AppliedObject {
-        AppliedObject {
+        let step = Step {
             kind: Kind::Pool,
             name: name.into(),
             document: Some(0),
@@ -142,10 +180,9 @@ mod tests {
             conflict: None,
             adopted: false,
             needs_role: Role::Operator,
-            rollout: None,
-            generation: None,
-            revision: None,
-        }
+            ownership: Default::default(),
+        };
+        AppliedObject { step, rollout: None, generation: None, revision: None }
     }
 
     fn change(path: &str, before: Option<Value>, after: Option<Value>) -> Change {
@@ -155,7 +192,7 @@ mod tests {
     #[test]
     fn a_plan_reads_as_a_diff_with_unchanged_objects_counted() {
         let mut conflict = object("db", Action::Conflict, vec![]);
-        conflict.conflict = Some(Conflict {
+        conflict.step.conflict = Some(Conflict {
             reason: ConflictReason::ChangedElsewhere,
             message: "Pool db changed since ...".into(),
             resolution: Some(Resolution::Force),
@@ -179,7 +216,7 @@ mod tests {
             ],
             unlisted: vec![],
         };
-        let origins = [Origin { file: "fleet.yaml".into(), document: 1, line: 1 }];
+        let origins = [Origin { file: "fleet.yaml".into(), document: 1, item: None, line: 1 }];
         let text = render(&result, &origins, Palette::new(false));
         assert!(text.contains("+ Pool web  create  (fleet.yaml:1 (document 1))\n    replicas: 3\n"), "{text}");
         assert!(!text.contains("paused"), "defaults of a new object are left out: {text}");

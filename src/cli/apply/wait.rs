@@ -4,20 +4,15 @@
 //! hundreds of pools), each judged as `drover pools ... --wait` judges one.
 
 use std::collections::BTreeMap;
-use std::io::IsTerminal;
 use std::time::Duration;
 
 use super::super::client::{CliError, Client};
-use super::super::wait::{Verdict, judge_pool};
+use super::super::wait::{Progress, Verdict, judge_pool, poll_until};
 use crate::apply::document::Kind;
 use crate::apply::plan::Action;
-use crate::http::apply::ApplyResult;
 use crate::http::wire::PoolView;
+use crate::http::wire::apply::ApplyResult;
 use crate::http::wire::pools::PoolList;
-
-const POLL_INTERVAL: Duration = Duration::from_secs(1);
-/// Consecutive failed reads tolerated (a server restarting) before giving up.
-const MAX_POLL_ERRORS: u32 = 5;
 
 /// What a pool must come to.
 #[derive(Debug, Clone, PartialEq)]
@@ -32,74 +27,53 @@ enum Goal {
 /// Waits for every pool of `result` to reach its goal.
 pub async fn converge(client: &Client, result: &ApplyResult, timeout: Duration) -> Result<(), CliError> {
     let mut goals: BTreeMap<String, Goal> = BTreeMap::new();
-    for o in result.objects.iter().filter(|o| o.kind == Kind::Pool) {
-        match (o.action, o.revision) {
+    for o in result.objects.iter().filter(|o| o.step.kind == Kind::Pool) {
+        match (o.step.action, o.revision) {
             (Action::Create | Action::Update, Some(revision)) => {
-                goals.insert(o.name.clone(), Goal::Converged { revision });
+                goals.insert(o.step.name.clone(), Goal::Converged { revision });
             }
             (Action::Delete, _) => {
-                goals.insert(o.name.clone(), Goal::Gone);
+                goals.insert(o.step.name.clone(), Goal::Gone);
             }
             _ => {}
         }
     }
-    let total = goals.len();
+    let total = goals.len() as u64;
     if total == 0 {
         return Ok(());
     }
-    let tty = std::io::stderr().is_terminal();
-    let followed = follow(client, &mut goals, total, tty);
+    let mut progress = Progress::new();
+    let settle =
+        |progress: &mut Progress, pools: BTreeMap<String, PoolView>| settle(&mut goals, total, progress, &pools);
+    let followed = poll_until(&mut progress, || all_pools(client), settle);
     let outcome = tokio::time::timeout(timeout, followed).await.unwrap_or(Err(CliError::Timeout(timeout)));
-    if tty {
-        eprintln!();
-    }
+    progress.finish();
     outcome
 }
 
-async fn follow(client: &Client, goals: &mut BTreeMap<String, Goal>, total: usize, tty: bool) -> Result<(), CliError> {
-    let mut errors = 0;
-    let mut shown = String::new();
-    loop {
-        let pools = match all_pools(client).await {
-            Ok(pools) => {
-                errors = 0;
-                pools
-            }
-            Err(e @ CliError::Unreachable { .. }) if errors < MAX_POLL_ERRORS => {
-                errors += 1;
-                eprintln!("{e}; retrying");
-                tokio::time::sleep(POLL_INTERVAL).await;
-                continue;
-            }
-            Err(e) => return Err(e),
-        };
-        let mut pending = Vec::new();
-        for (name, goal) in goals.iter() {
-            match judge(name, goal, pools.get(name)) {
-                Verdict::Done => {}
-                Verdict::Failed(why) => return Err(CliError::Failed(format!("pool {name}: {why}"))),
-                Verdict::Pending { label, .. } => pending.push((name.clone(), label)),
-            }
+/// Judges every pool still awaited; `Some` once all are done or one failed.
+fn settle(
+    goals: &mut BTreeMap<String, Goal>,
+    total: u64,
+    progress: &mut Progress,
+    pools: &BTreeMap<String, PoolView>,
+) -> Option<Result<(), CliError>> {
+    let mut pending = Vec::new();
+    for (name, goal) in goals.iter() {
+        match judge(name, goal, pools.get(name)) {
+            Verdict::Done => {}
+            Verdict::Failed(why) => return Some(Err(CliError::Failed(format!("pool {name}: {why}")))),
+            Verdict::Pending { label, .. } => pending.push((name.clone(), label)),
         }
-        goals.retain(|name, _| pending.iter().any(|(p, _)| p == name));
-        let done = total - goals.len();
-        let line = match pending.first() {
-            None => format!("{done}/{total} pools converged"),
-            Some((name, label)) => format!("{done}/{total} pools converged; {name}: {label}"),
-        };
-        if line != shown {
-            if tty {
-                eprint!("\r\x1b[2K{line}");
-            } else {
-                eprintln!("{line}");
-            }
-            shown = line;
-        }
-        if goals.is_empty() {
-            return Ok(());
-        }
-        tokio::time::sleep(POLL_INTERVAL).await;
     }
+    goals.retain(|name, _| pending.iter().any(|(p, _)| p == name));
+    let done = total - goals.len() as u64;
+    let label = match pending.first() {
+        None => "pools converged".to_owned(),
+        Some((name, label)) => format!("pools converged; {name}: {label}"),
+    };
+    progress.update(&label, done, total);
+    goals.is_empty().then_some(Ok(()))
 }
 
 /// Where one pool stands against its goal.

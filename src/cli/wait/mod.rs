@@ -205,12 +205,27 @@ fn settle(target: &Target, progress: &mut Progress, v: Value) -> Option<Result<V
 }
 
 async fn poll(client: &Client, target: &Target, progress: &mut Progress) -> Result<Value, CliError> {
+    let path = target.path();
+    poll_until(progress, || client.get(&path), |progress, v| settle(target, progress, v)).await
+}
+
+/// Reads with `read` every [`POLL_INTERVAL`] until `settle` ends the wait
+/// (`Some`), tolerating [`MAX_POLL_ERRORS`] unreachable servers in a row (a
+/// server restarting). The one poll loop of every `--wait`.
+pub(super) async fn poll_until<T, R, Fut>(
+    progress: &mut Progress,
+    mut read: impl FnMut() -> Fut,
+    mut settle: impl FnMut(&mut Progress, T) -> Option<Result<R, CliError>>,
+) -> Result<R, CliError>
+where
+    Fut: std::future::Future<Output = Result<T, CliError>>,
+{
     let mut errors = 0;
     loop {
-        match client.get(&target.path()).await {
+        match read().await {
             Ok(v) => {
                 errors = 0;
-                if let Some(end) = settle(target, progress, v) {
+                if let Some(end) = settle(progress, v) {
                     return end;
                 }
             }
@@ -226,47 +241,56 @@ async fn poll(client: &Client, target: &Target, progress: &mut Progress) -> Resu
 
 /// Progress on standard error: a bar redrawn in place with `\r` on a
 /// terminal, one plain line per change otherwise (CI logs).
-struct Progress {
+pub(super) struct Progress {
     tty: bool,
-    shown: Option<String>,
+    shown: Option<Shown>,
+}
+
+/// The progress line on screen.
+#[derive(PartialEq)]
+struct Shown {
+    label: String,
+    done: u64,
+    total: u64,
 }
 
 impl Progress {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         Self { tty: std::io::stderr().is_terminal(), shown: None }
     }
 
-    fn update(&mut self, label: &str, done: u64, total: u64) {
-        let line = format!("{done}/{total} {label}");
-        if self.shown.as_deref() == Some(line.as_str()) {
+    pub(super) fn update(&mut self, label: &str, done: u64, total: u64) {
+        let line = Shown { label: label.to_owned(), done, total };
+        if self.shown.as_ref() == Some(&line) {
             return;
         }
-        if self.tty {
-            eprint!("\r\x1b[2K{} {line}", bar(done, total));
-            let _ = std::io::stderr().flush();
-        } else {
-            eprintln!("{line}");
-        }
+        self.draw(&line);
         self.shown = Some(line);
     }
 
-    /// A line above the bar (an event, a fallback notice).
-    fn note(&mut self, line: &str) {
-        if self.tty && self.shown.is_some() {
-            eprint!("\r\x1b[2K");
-            eprintln!("{line}");
-            if let Some(shown) = self.shown.take() {
-                // Redraw: `update` skips a line equal to the one shown.
-                let (counts, label) = shown.split_once(' ').unwrap_or((shown.as_str(), ""));
-                let (done, total) = counts.split_once('/').unwrap_or(("0", "0"));
-                self.update(label, done.parse().unwrap_or(0), total.parse().unwrap_or(0));
-            }
+    fn draw(&self, line: &Shown) {
+        let Shown { label, done, total } = line;
+        if self.tty {
+            eprint!("\r\x1b[2K{} {done}/{total} {label}", bar(*done, *total));
+            let _ = std::io::stderr().flush();
         } else {
-            eprintln!("{line}");
+            eprintln!("{done}/{total} {label}");
         }
     }
 
-    fn finish(&mut self) {
+    /// A line above the bar (an event, a fallback notice).
+    pub(super) fn note(&mut self, line: &str) {
+        match (&self.shown, self.tty) {
+            (Some(shown), true) => {
+                eprint!("\r\x1b[2K");
+                eprintln!("{line}");
+                self.draw(shown);
+            }
+            _ => eprintln!("{line}"),
+        }
+    }
+
+    pub(super) fn finish(&mut self) {
         if self.tty && self.shown.is_some() {
             eprintln!();
         }

@@ -193,7 +193,7 @@ mod tests {
     }
 
     fn first_rule(input: PoolSpecInput, limits: &SpecLimits) -> Option<&'static str> {
-        PoolSpec::parse(input, limits).err().map(|e| e.0[0].rule)
+        PoolSpec::parse(input, limits).err().map(|e| e.0[0].static_rule())
     }
 
     #[test]
@@ -234,9 +234,9 @@ mod tests {
         assert!(PoolSpec::parse(ok, &limits).is_ok());
         let other = PoolSpecInput { image: Some("evil.example.com/team/app:1".into()), ..input() };
         let refused = PoolSpec::parse(other, &limits).expect_err("accepted");
-        assert_eq!((refused.0[0].field.as_str(), refused.0[0].rule), ("image", "image_allowed"));
+        assert_eq!((refused.0[0].field.as_str(), refused.0[0].static_rule()), ("image", "image_allowed"));
         let version = PoolSpecInput { version: "v1.30.0".into(), ..input() };
         let refused = PoolSpec::parse(version, &limits).expect_err("accepted");
-        assert_eq!((refused.0[0].field.as_str(), refused.0[0].rule), ("version", "image_allowed"));
+        assert_eq!((refused.0[0].field.as_str(), refused.0[0].static_rule()), ("version", "image_allowed"));
     }
 }

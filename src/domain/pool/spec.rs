@@ -353,7 +353,12 @@ mod tests {
     }
 
     fn fields(r: Result<PoolSpec, ValidationErrors>) -> Vec<(String, &'static str)> {
-        r.expect_err("spec was accepted").0.into_iter().map(|e| (e.field, e.rule)).collect()
+        r.expect_err("spec was accepted")
+            .0
+            .into_iter()
+            .map(|e| (e.static_rule(), e.field))
+            .map(|(r, f)| (f, r))
+            .collect()
     }
 
     #[test]
@@ -648,10 +653,10 @@ mod tests {
     #[test]
     fn a_patched_spec_is_checked_by_every_rule() {
         let e = rich().patched(&serde_json::json!({"replicas": 1001, "cluster": "Bad"}), &limits()).expect_err("ok");
-        let rules: Vec<(&str, &str)> = e.0.iter().map(|e| (e.field.as_str(), e.rule)).collect();
+        let rules: Vec<(&str, &str)> = e.0.iter().map(|e| (e.field.as_str(), e.static_rule())).collect();
         assert_eq!(rules, [("replicas", "range"), ("cluster", "dns_label")]);
         let e = rich().with_replicas(-1, &limits()).expect_err("ok");
-        assert_eq!((e.0[0].field.as_str(), e.0[0].rule), ("replicas", "range"));
+        assert_eq!((e.0[0].field.as_str(), e.0[0].static_rule()), ("replicas", "range"));
         assert_eq!(rich().with_replicas(3, &limits()).unwrap().replicas(), 3);
     }
 }

@@ -1,12 +1,13 @@
 //! Wire types shared by more than one resource module: what clients send
 //! and receive. Resource modules import these, never each other.
 
+pub mod apply;
 pub mod events;
 pub mod pools;
 pub mod upgrades;
 
 pub use events::EventList;
-pub use pools::PoolView;
+pub use pools::{PlanView, PoolView};
 
 use axum::http::HeaderValue;
 
