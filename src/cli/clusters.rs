@@ -206,7 +206,7 @@ pub async fn run_upgrade(client: &Client, out: OutputFormat, cmd: UpgradeCommand
             let path = page.query_with("/v1/upgrades", &extra);
             let page = client.get(&path).await?;
             show(out, &format!("GET {path}"), page, |page: UpgradeList| {
-                let mut t = Table::new(&["ID", "CLUSTER", "FROM", "TO", "STATE", "AT", "CREATED"]);
+                let mut t = Table::new(&["ID", "CLUSTER", "FROM", "TO", "STATE", "AT", "DRIVER", "CREATED"]);
                 for j in &page.items {
                     t.row(vec![
                         j.id.to_string(),
@@ -215,6 +215,7 @@ pub async fn run_upgrade(client: &Client, out: OutputFormat, cmd: UpgradeCommand
                         j.version.to_string(),
                         wire_name(&j.state),
                         position(j),
+                        or_dash(&j.driver),
                         j.created_at.to_rfc3339_opts(SecondsFormat::Secs, true),
                     ]);
                 }
@@ -277,6 +278,7 @@ fn show_job(j: UpgradeView) {
         ("version", format!("{} -> {}", or_dash(&j.from_version), j.version)),
         ("state", wire_name(&j.state)),
         ("at", position(&j)),
+        ("driver", or_dash(&j.driver)),
         ("upgraded", if upgraded.is_empty() { "-".into() } else { upgraded }),
         ("error", or_dash(&j.error)),
     ]);

@@ -333,6 +333,19 @@ pub async fn wait_for(limit: Duration, what: &str, mut done: impl AsyncFnMut() -
     }
 }
 
+/// Polls `found` every 50 ms until it finds something, and answers it;
+/// fails naming `what` after `limit`.
+pub async fn wait_some<T>(limit: Duration, what: &str, mut found: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if let Some(value) = found().await {
+            return value;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out after {limit:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// The sum of the samples whose line starts with `prefix` (a family's
 /// name, with some of its labels if need be); 0 when there is none.
 pub fn metric(text: &str, prefix: &str) -> f64 {

@@ -91,6 +91,13 @@ async fn written(db: &mut sqlx::PgConnection, job: i64) -> String {
     format!("{row:?}")
 }
 
+/// The replica the job's view says drives it (`driver`), asked through `p`.
+async fn shown_driver(client: &reqwest::Client, p: &Process, job: i64) -> Option<String> {
+    let res = client.get(format!("{}/v1/upgrades/{job}", p.addr)).send().await.expect("reading the job");
+    let view: Value = res.json().await.expect("job JSON");
+    view["driver"].as_str().map(str::to_owned)
+}
+
 fn holds(p: &Process, lease: &Option<(String, i64)>) -> bool {
     lease.as_ref().is_some_and(|(holder, _)| holder.contains(&format!("-{}-", p.pid())))
 }
@@ -139,7 +146,10 @@ async fn a_replica_whose_clock_runs_a_minute_ahead_never_takes_a_live_job() {
     wait_for(LIMIT, "a to claim the job", async || holds(&a, &lease(&mut db, job).await)).await;
 
     let claimed = lease(&mut db, job).await;
+    let owner = claimed.as_ref().map(|(owner, _)| owner.clone());
+    assert_eq!(shown_driver(&client, &a, job).await, owner, "the job shows the replica that drives it");
     let b = replica(dir_b.path(), &url, Some("+60s")).await;
+    assert_eq!(shown_driver(&client, &b, job).await, owner, "every replica shows the same driver");
     let offset = clock_offset(&b).await;
     assert!((55..=65).contains(&offset), "b's clock runs a minute ahead: {offset} s");
     // Three leases' time with both alive: b's clock says a's claim is a
@@ -159,6 +169,8 @@ async fn a_replica_whose_clock_runs_a_minute_ahead_never_takes_a_live_job() {
         holds(&b, &now) && now.is_some_and(|(_, t)| t == token + 1)
     })
     .await;
+    let driver = shown_driver(&client, &b, job).await;
+    assert!(holds(&b, &driver.map(|d| (d, 0))), "the job shows its new driver");
     assert!(killed.elapsed() >= LEASE_DURATION / 2, "not before a's lease could have run out: {:?}", killed.elapsed());
 }
 

@@ -349,6 +349,7 @@ async fn upgrade_scenario(s: &Session, app: &TestApp, id: i64) -> anyhow::Result
     );
     let summary = s.script("return document.getElementById('upgrade-summary').textContent").await?;
     ensure!(summary.as_str().is_some_and(|t| t.contains("succeeded")), "job summary: {summary}");
+    ensure!(summary.as_str().is_some_and(|t| t.contains("Driven by—")), "an ended job has no driver: {summary}");
     Ok(())
 }
 

@@ -7,7 +7,7 @@ use futures_util::future::join_all;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::helpers::assert_problem;
+use crate::helpers::{assert_problem, wait_some};
 use crate::kube_sim::{Matcher, Op};
 use crate::upgrade_env::{COMPONENTS, Env, FROM, TO, spawn_env, step_matcher, step_of};
 
@@ -74,6 +74,7 @@ async fn happy_path_upgrades_every_component_with_the_documented_sequence_of_cal
     assert_eq!(job["upgraded_components"], json!(COMPONENTS));
     assert_eq!(job["from_version"], FROM);
     assert!(job["current"].is_null());
+    assert!(job["driver"].is_null(), "an ended job has no driver: {job:#}");
     env.assert_consistent(&job);
     env.wait_pods_settled().await;
     for (c, old) in COMPONENTS.iter().zip(&old_pods) {
@@ -202,6 +203,13 @@ async fn an_image_that_never_runs_is_rolled_back_and_fails_the_job() {
     let env = spawn_env(|c| c.upgrade_wait_timeout = Duration::from_millis(1500)).await;
     env.sim.break_image(&format!("registry.k8s.io/kube-scheduler:{TO}"));
     let id = env.start_upgrade(json!({})).await;
+    let running = wait_some(JOB_LIMIT, "the job to run", async || {
+        let job: Value = env.app.get(&format!("/v1/upgrades/{id}")).await.json().await.ok()?;
+        (job["state"] == "running").then_some(job)
+    })
+    .await;
+    let driver = running["driver"].as_str().unwrap_or_default();
+    assert!(driver.contains(&format!("-{}-", std::process::id())), "a running job names its runner: {running:#}");
     let job = env.wait_done(id, JOB_LIMIT, "a stuck pod should time out and roll back").await;
     assert_eq!(job["state"], "failed", "{job:#}");
     let error = job["error"].as_str().unwrap_or_default();

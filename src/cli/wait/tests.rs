@@ -28,7 +28,7 @@ fn judge_pool(v: &Value) -> Verdict {
 fn job(fields: Value) -> Value {
     let mut v = json!({"id": 1, "cluster": "c", "version": "v1.30.0", "from_version": "v1.29.2",
         "components": ["kube-apiserver", "kube-scheduler"], "image_repository": "registry.k8s.io", "force": false,
-        "state": "pending", "current": null, "cancel_requested": false, "error": null, "upgraded_components": [],
+        "state": "pending", "current": null, "cancel_requested": false, "driver": null, "error": null, "upgraded_components": [],
         "progress": [], "created_at": "2026-01-01T00:00:00Z", "started_at": null, "finished_at": null,
         "updated_at": "2026-01-01T00:00:00Z"});
     for (k, f) in fields.as_object().unwrap() {

@@ -77,6 +77,12 @@ pub struct UpgradeView {
     pub cancel_requested: bool,
     /// Why the job failed, or what a cancel left; names upgraded components.
     pub error: Option<String>,
+    /// The drover replica that runs the job (its id: host, process and a
+    /// random part; with several replicas on PostgreSQL, the holder of the
+    /// job's lease), as pools show theirs in `status.driver`. `null` until
+    /// a runner claims it and once it has ended.
+    #[schema(required = true)]
+    pub driver: Option<String>,
     /// Components that run the target version because of this job.
     pub upgraded_components: Vec<Component>,
     pub progress: Vec<ComponentProgress>,
@@ -141,6 +147,7 @@ impl From<JobDetail> for UpgradeView {
             state: job.state,
             current,
             cancel_requested: job.cancel_requested,
+            driver: job.owner.filter(|_| job.state.is_active()),
             error: job.error,
             progress,
             created_at: job.created_at,

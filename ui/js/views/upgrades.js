@@ -49,6 +49,7 @@ function renderJob(j) {
     ['Version', versions(j)],
     ['State', `${j.state}${j.cancel_requested ? ' (cancel requested)' : ''}`],
     ['Now', j.current ? `${j.current.component}, step ${j.current.step}: ${j.current.step_name}` : '—'],
+    ['Driven by', j.driver || '—'],
     ['Images from', j.image_repository],
     ['Forced', j.force ? 'yes' : 'no'],
     ['Created', fmtTime(j.created_at)],
