@@ -41,6 +41,8 @@ pub struct Shared {
     /// Wakes the upgrade runner (the upgrades service wakes it on a new job).
     pub upgrade_queue: crate::upgrade::UpgradeQueue,
     pub db: Db,
+    /// Whether the store answered its last probe (`/readyz`).
+    pub store_health: Arc<crate::db::health::StoreHealth>,
     /// Wakes the reconcile worker for a pool.
     pub queue: PoolQueue,
     pub config: Arc<ServeConfig>,

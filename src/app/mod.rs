@@ -101,10 +101,12 @@ impl Application {
             RuntimeKind::Simulated => Backend::Simulated(SimulatedBackend::at("sim://local")),
         };
         let local = set.add(LOCAL_ENGINE, Default::default(), local);
+        let refusals = Arc::new(crate::audit::refusals::RefusalAudit::new(config.audit_burst_window));
         let metrics = Arc::new(crate::metrics::Metrics::default().with(|r| {
             if let Some(fresh) = db.freshness() {
                 fresh.stats.register(r);
             }
+            refusals.register(r);
         }));
         let engines = crate::engines::Engines {
             metrics: metrics.clone(),
@@ -175,13 +177,14 @@ impl Application {
             keys,
             upgrade_queue,
             db,
+            store_health: Arc::default(),
             engines,
             queue,
             reconcile,
             inflight,
             streams: Arc::new(Semaphore::new(config.max_streams as usize)),
             tokens,
-            refusals: Arc::new(crate::audit::refusals::RefusalAudit::new(config.audit_burst_window)),
+            refusals,
             audit,
             changes,
             replica,
@@ -250,15 +253,12 @@ impl Application {
         )
         .with_leases(state.reconcile.leases.clone());
         tasks.spawn(crate::upgrade::runner::run(upgrades, state.upgrade_queue.clone(), cancel.clone()));
-        tasks.spawn(crate::identity::cache::run(
-            state.tokens.clone(),
-            state.db.clone(),
-            state.refusals.clone(),
-            cancel.clone(),
-        ));
+        tasks.spawn(crate::identity::cache::run(state.tokens.clone(), state.db.clone(), cancel.clone()));
+        tasks.spawn(crate::audit::refusals::run(state.refusals.clone(), state.db.clone(), cancel.clone()));
         let retention = crate::retention::Settings::from_config(&config);
         tasks.spawn(crate::retention::run(state.db.clone(), retention, state.metrics.clone(), cancel.clone()));
         tasks.spawn(db::run_checkpoints(state.db.clone(), cancel.clone()));
+        tasks.spawn(db::health::run(state.store_health.clone(), state.db.clone(), cancel.clone()));
         if let Some(tls) = &state.tls {
             tasks.spawn(crate::tls::watch(tls.clone(), config.tls_reload_interval, cancel.clone()));
         }

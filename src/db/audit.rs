@@ -39,8 +39,9 @@ fn outcome_schema() -> utoipa::openapi::Object {
         .build()
 }
 
-/// A record to append; owned, so that it can be handed to the task that
-/// writes records in batches (`auth::audit_log`).
+/// A record to append; owned, so that it can be handed to the tasks that
+/// write records in batches (`audit::log`, `audit::refusals`).
+#[derive(Debug, Clone)]
 pub struct NewAudit {
     pub token_name: Option<String>,
     pub role: Option<&'static str>,

@@ -11,6 +11,7 @@ pub mod clusters;
 pub mod engines;
 pub mod events;
 pub mod gauges;
+pub mod health;
 pub mod idempotency;
 pub mod leases;
 pub mod machines;

@@ -164,12 +164,7 @@ impl TokenCache {
 
 /// Keeps the cache in step with the store and writes use times, until
 /// `cancel`; then writes the last use times once more.
-pub async fn run(
-    cache: Arc<TokenCache>,
-    db: Db,
-    refusals: Arc<crate::audit::refusals::RefusalAudit>,
-    cancel: CancellationToken,
-) {
+pub async fn run(cache: Arc<TokenCache>, db: Db, cancel: CancellationToken) {
     let mut tick = tokio::time::interval(RELOAD_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut since_touch = Duration::ZERO;
@@ -181,7 +176,6 @@ pub async fn run(
         if let Err(e) = cache.reload(&db).await {
             tracing::warn!(error = %e, "could not reload the tokens; keeping the ones in memory");
         }
-        refusals.close_expired(&db, std::time::Instant::now()).await;
         since_touch += RELOAD_INTERVAL;
         if since_touch >= TOUCH_INTERVAL {
             since_touch = Duration::ZERO;
@@ -190,7 +184,6 @@ pub async fn run(
             }
         }
     }
-    refusals.close_all(&db).await;
     if let Err(e) = cache.store_use_times(&db, true).await {
         tracing::debug!(error = %e, "could not stamp token use at shutdown");
     }

@@ -213,10 +213,12 @@ where
             status: response.status().as_u16(),
             outcome,
         };
-        if named.is_none() {
-            state.refusals.record(state.db, &record).await;
-        } else {
-            state.audit.write(record).await;
+        // A change is audited before its answer leaves; a refusal never
+        // waits on the store (src/audit/refusals.rs).
+        match (named.is_some(), outcome) {
+            (true, "allowed") => state.audit.write(record).await,
+            (true, _) => state.refusals.record(record),
+            (false, _) => state.refusals.record_anonymous(record),
         }
     }
     response

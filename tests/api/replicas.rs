@@ -416,6 +416,47 @@ async fn a_replica_cut_off_from_postgres_stops_acting_within_the_lease() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_store_down_probes_and_refusals_answer_at_once_and_the_refusal_is_audited_when_it_is_back() {
+    let db = database();
+    let proxy = TcpProxy::start(postgres::shared().port()).await;
+    let a = Replica::start(&proxy.url_through(&db, postgres::shared().port()), false, &[]).await;
+    let ready = async || reqwest::get(a.url("/readyz")).await.expect("readyz").status();
+    assert_eq!(ready().await, StatusCode::OK);
+
+    proxy.cut();
+    wait_for(LIMIT, "readyz to see the store gone", async || ready().await == StatusCode::SERVICE_UNAVAILABLE).await;
+    // What a load balancer's probe and a refused client meet: answers, not
+    // waits on a store that does not answer (a connect is retried for 10 s).
+    for _ in 0..3 {
+        let asked = Instant::now();
+        let res = reqwest::get(a.url("/readyz")).await.expect("readyz");
+        assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let body: Value = res.json().await.expect("readiness JSON");
+        assert_eq!(body["checks"][0]["ok"], false, "{body:#}");
+        assert!(asked.elapsed() < Duration::from_secs(1), "readyz waited {:?} on the store", asked.elapsed());
+    }
+    let asked = Instant::now();
+    let path = format!("/v1/pools/{}", unique("store-down"));
+    let refused = reqwest::Client::new().patch(a.url(&path)).json(&json!({"replicas": 1})).send().await.expect("PATCH");
+    assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+    assert!(asked.elapsed() < Duration::from_secs(1), "the 401 waited {:?} on the audit trail", asked.elapsed());
+
+    proxy.restore();
+    let mut store = <sqlx::PgConnection as sqlx::Connection>::connect(&db).await.expect("the store");
+    wait_for(LIMIT, "the refusal's audit record, once the store is back", async || {
+        let rows: i64 =
+            sqlx::query_scalar("select count(*) from audit where path = $1 and outcome = 'unauthenticated'")
+                .bind(&path)
+                .fetch_one(&mut store)
+                .await
+                .expect("counting audit records");
+        rows == 1
+    })
+    .await;
+    wait_for(LIMIT, "readyz to see the store back", async || ready().await == StatusCode::OK).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_store_setting_stops_the_start_naming_the_setting_and_changes_nothing() {
     let refused = async |url: &str| -> String {
         let dir = TempDir::new().unwrap();
