@@ -10,6 +10,7 @@
 //! it into the target type through [`Strict`], a deserializer that only
 //! lets a struct be read from an object.
 
+use std::cell::RefCell;
 use std::fmt;
 
 use serde::de::value::StringDeserializer;
@@ -19,27 +20,108 @@ use serde_json::{Map, Number, Value};
 
 use super::ValidationErrors;
 
-/// A JSON error and where in the document it is.
+/// Why a document could not be read, and where in it.
 #[derive(Debug)]
-pub struct JsonError {
-    /// `.` for the document itself, else like `inner.list[1]`.
-    pub path: String,
-    pub error: serde_json::Error,
+pub enum JsonError {
+    /// The text is not JSON at all.
+    Syntax(serde_json::Error),
+    /// JSON of the wrong shape. `path` is `.` for the document itself,
+    /// else like `inner.list[1]`.
+    Shape { path: String, error: ShapeError },
 }
 
-impl From<serde_path_to_error::Error<serde_json::Error>> for JsonError {
-    fn from(e: serde_path_to_error::Error<serde_json::Error>) -> Self {
-        Self { path: e.path().to_string(), error: e.into_inner() }
+/// What is wrong with the shape of a document, as the deserializer of
+/// [`from_value`] reports it (its own error type, so that no message is
+/// read back to know which rule was broken).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShapeError {
+    #[error("unknown field `{field}`, expected {}", one_of(expected))]
+    UnknownField { field: String, expected: &'static [&'static str] },
+    #[error("missing field `{0}`")]
+    MissingField(&'static str),
+    #[error("duplicate key `{0}`")]
+    DuplicateKey(String),
+    /// A value that reads as its type but breaks that type's rule (a name
+    /// that is not a DNS label): the rule's name and why.
+    #[error("{message}")]
+    Rule { rule: &'static str, message: String },
+    /// A value of the wrong type, or out of its type's range.
+    #[error("{0}")]
+    Type(String),
+}
+
+fn one_of(expected: &[&str]) -> String {
+    match expected {
+        [] => "no fields".to_owned(),
+        [one] => format!("`{one}`"),
+        more => format!("one of {}", more.iter().map(|f| format!("`{f}`")).collect::<Vec<_>>().join(", ")),
+    }
+}
+
+impl de::Error for ShapeError {
+    fn custom<T: fmt::Display>(msg: T) -> Self {
+        Self::Type(msg.to_string())
+    }
+
+    fn unknown_field(field: &str, expected: &'static [&'static str]) -> Self {
+        Self::UnknownField { field: field.to_owned(), expected }
+    }
+
+    fn missing_field(field: &'static str) -> Self {
+        Self::MissingField(field)
+    }
+}
+
+impl ShapeError {
+    /// The rule broken, as `FieldError::rule` names it.
+    pub fn rule(&self) -> &'static str {
+        match self {
+            Self::UnknownField { .. } => "unknown_field",
+            Self::MissingField(_) => "required",
+            Self::DuplicateKey(_) => "duplicate_key",
+            Self::Rule { rule, .. } => rule,
+            Self::Type(_) => "type",
+        }
+    }
+
+    /// The field it names, under the path of the object holding it (an
+    /// unknown field's name already ends the path; a missing one's does not).
+    fn field(&self, path: &str) -> String {
+        let named = match self {
+            Self::MissingField(name) => Some(*name),
+            Self::DuplicateKey(key) => Some(key.as_str()),
+            _ => None,
+        };
+        let whole = path == "." || path.is_empty();
+        match named {
+            Some(name) if whole => name.to_owned(),
+            Some(name) => format!("{path}.{name}"),
+            None if whole => "body".to_owned(),
+            None => path.to_owned(),
+        }
+    }
+}
+
+impl From<serde_path_to_error::Error<ShapeError>> for JsonError {
+    fn from(e: serde_path_to_error::Error<ShapeError>) -> Self {
+        Self::Shape { path: e.path().to_string(), error: e.into_inner() }
     }
 }
 
 /// Parses `bytes` as one JSON document, refusing an object that names a key
 /// twice. The error's path leads to the object holding the duplicate.
 pub fn parse_value(bytes: &[u8]) -> Result<Value, JsonError> {
+    let duplicate = RefCell::new(None);
+    let mut track = serde_path_to_error::Track::new();
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    let UniqueKeys(value) = serde_path_to_error::deserialize(&mut de)?;
-    de.end().map_err(|error| JsonError { path: ".".into(), error })?;
-    Ok(value)
+    let parsed = UniqueKeys(&duplicate).deserialize(serde_path_to_error::Deserializer::new(&mut de, &mut track));
+    match (parsed, duplicate.into_inner()) {
+        (_, Some(key)) => {
+            Err(JsonError::Shape { path: track.path().to_string(), error: ShapeError::DuplicateKey(key) })
+        }
+        (Err(e), None) => Err(JsonError::Syntax(e)),
+        (Ok(value), None) => de.end().map(|()| value).map_err(JsonError::Syntax),
+    }
 }
 
 /// Reads `T` from a parsed value; structs only from objects.
@@ -53,76 +135,38 @@ pub fn document<T: DeserializeOwned>(value: Value) -> Result<T, ValidationErrors
     from_value(value).map_err(|e| e.into_validation())
 }
 
+impl fmt::Display for JsonError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Syntax(e) => e.fmt(f),
+            Self::Shape { path, error } => write!(f, "{error} at {path}"),
+        }
+    }
+}
+
 impl JsonError {
-    /// Whether the text was not JSON at all (as opposed to JSON of the
-    /// wrong shape).
-    pub fn is_syntax(&self) -> bool {
-        use serde_json::error::Category;
-        matches!(self.error.classify(), Category::Syntax | Category::Eof | Category::Io)
-    }
-
-    /// The field at fault and the rule it broke.
+    /// The field at fault and the rule it broke (broken JSON: the body).
     pub fn into_validation(self) -> ValidationErrors {
-        let message = strip_position(&self.error.to_string());
-        let path = self.path.as_str();
-        let field = named_field(&message).map_or_else(
-            || if path == "." || path.is_empty() { "body".to_owned() } else { path.to_owned() },
-            |name| join_path(path, name),
-        );
-        let rule = if message.starts_with("unknown field") {
-            "unknown_field"
-        } else if message.starts_with("duplicate") {
-            "duplicate_key"
-        } else if message.starts_with("missing field") {
-            "required"
-        } else {
-            "type"
-        };
-        ValidationErrors::single(field, rule, message)
+        match self {
+            Self::Syntax(e) => ValidationErrors::single("body", "syntax", e),
+            Self::Shape { path, error } => ValidationErrors::single(error.field(&path), error.rule(), &error),
+        }
     }
 }
 
-/// serde_json appends " at line L column C" to data errors; a field path
-/// says more to the reader than a position does.
-fn strip_position(message: &str) -> String {
-    match message.rfind(" at line ") {
-        Some(i) => message[..i].to_owned(),
-        None => message.to_owned(),
+/// Reads any JSON value, noting the first key an object repeats (in its
+/// cell) and stopping there.
+struct UniqueKeys<'a>(&'a RefCell<Option<String>>);
+
+impl<'de> DeserializeSeed<'de> for UniqueKeys<'_> {
+    type Value = Value;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
     }
 }
 
-/// The field an "unknown field `x`" or "missing field `x`" error is about.
-fn named_field(message: &str) -> Option<&str> {
-    let rest = ["unknown field `", "missing field `", "duplicate key `", "duplicate field `"]
-        .iter()
-        .find_map(|prefix| message.strip_prefix(prefix))?;
-    rest.split('`').next()
-}
-
-/// serde_path_to_error already ends the path with an unknown field's name,
-/// but not with a missing one's.
-fn join_path(parent: &str, field: &str) -> String {
-    if parent == "." || parent.is_empty() {
-        field.to_owned()
-    } else if parent == field || parent.ends_with(&format!(".{field}")) {
-        parent.to_owned()
-    } else {
-        format!("{parent}.{field}")
-    }
-}
-
-/// A JSON value whose objects never repeat a key.
-struct UniqueKeys(Value);
-
-impl<'de> de::Deserialize<'de> for UniqueKeys {
-    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(UniqueVisitor).map(UniqueKeys)
-    }
-}
-
-struct UniqueVisitor;
-
-impl<'de> Visitor<'de> for UniqueVisitor {
+impl<'de> Visitor<'de> for UniqueKeys<'_> {
     type Value = Value;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -168,7 +212,7 @@ impl<'de> Visitor<'de> for UniqueVisitor {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
         let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1024));
-        while let Some(UniqueKeys(v)) = seq.next_element()? {
+        while let Some(v) = seq.next_element_seed(UniqueKeys(self.0))? {
             items.push(v);
         }
         Ok(Value::Array(items))
@@ -178,9 +222,10 @@ impl<'de> Visitor<'de> for UniqueVisitor {
         let mut fields = Map::new();
         while let Some(key) = map.next_key::<String>()? {
             if fields.contains_key(&key) {
-                return Err(de::Error::custom(format_args!("duplicate key `{key}`")));
+                *self.0.borrow_mut() = Some(key);
+                return Err(de::Error::custom("duplicate key"));
             }
-            let UniqueKeys(v) = map.next_value()?;
+            let v = map.next_value_seed(UniqueKeys(self.0))?;
             fields.insert(key, v);
         }
         Ok(Value::Object(fields))
@@ -207,7 +252,7 @@ fn unexpected(v: &Value) -> de::Unexpected<'_> {
 }
 
 impl<'de> de::Deserializer<'de> for Strict {
-    type Error = serde_json::Error;
+    type Error = ShapeError;
 
     fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Self::Error> {
         match self.0 {
@@ -256,12 +301,13 @@ impl<'de> de::Deserializer<'de> for Strict {
     ) -> Result<V::Value, Self::Error> {
         match self.0 {
             Value::String(s) => {
-                let de: StringDeserializer<serde_json::Error> = s.into_deserializer();
+                let de: StringDeserializer<ShapeError> = s.into_deserializer();
                 visitor.visit_enum(de)
             }
             // Enums with data (none in the API's bodies today) are read as
             // serde_json reads them.
-            other => de::Deserializer::deserialize_enum(other, name, variants, visitor),
+            other => de::Deserializer::deserialize_enum(other, name, variants, visitor)
+                .map_err(|e| ShapeError::Type(e.to_string())),
         }
     }
 
@@ -282,7 +328,7 @@ impl<'de> de::Deserializer<'de> for Strict {
 struct Items(std::vec::IntoIter<Value>);
 
 impl<'de> SeqAccess<'de> for Items {
-    type Error = serde_json::Error;
+    type Error = ShapeError;
 
     fn next_element_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<Option<T::Value>, Self::Error> {
         self.0.next().map(|v| seed.deserialize(Strict(v))).transpose()
@@ -299,12 +345,12 @@ struct Fields {
 }
 
 impl<'de> MapAccess<'de> for Fields {
-    type Error = serde_json::Error;
+    type Error = ShapeError;
 
     fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, Self::Error> {
         let Some((key, value)) = self.iter.next() else { return Ok(None) };
         self.value = Some(value);
-        let key: StringDeserializer<serde_json::Error> = key.into_deserializer();
+        let key: StringDeserializer<ShapeError> = key.into_deserializer();
         seed.deserialize(key).map(Some)
     }
 
@@ -352,8 +398,8 @@ mod tests {
     }
 
     fn read(json: &str) -> Result<Outer, String> {
-        let v = parse_value(json.as_bytes()).map_err(|e| format!("{} at {}", e.error, e.path))?;
-        from_value(v).map_err(|e| format!("{} at {}", e.error, e.path))
+        let v = parse_value(json.as_bytes()).map_err(|e| e.to_string())?;
+        from_value(v).map_err(|e| e.to_string())
     }
 
     #[test]

@@ -192,7 +192,10 @@ pub fn from_json_value<T: DeserializeOwned>(value: Value) -> Result<T, ApiError>
 
 /// Broken JSON is a 400; JSON of the wrong shape a 422 naming the field.
 fn shape_error(e: JsonError) -> ApiError {
-    if e.is_syntax() { ApiError::Malformed(e.error.to_string()) } else { ApiError::Validation(e.into_validation()) }
+    match e {
+        JsonError::Syntax(e) => ApiError::Malformed(e.to_string()),
+        shape => ApiError::Validation(shape.into_validation()),
+    }
 }
 
 /// Query parameters, with rejections as 422 problems.
