@@ -72,6 +72,12 @@ pub enum ApiError {
     Internal(#[from] anyhow::Error),
 }
 
+impl From<ValidationErrors> for ApiError {
+    fn from(errs: ValidationErrors) -> Self {
+        Self::Validation(errs)
+    }
+}
+
 impl ApiError {
     pub fn not_found(kind: &'static str, name: impl Into<String>) -> Self {
         Self::NotFound { kind, name: name.into() }

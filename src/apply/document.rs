@@ -21,7 +21,7 @@ use utoipa::ToSchema;
 use crate::clusters::{ClusterSpecInput, NewCluster};
 use crate::domain::ValidationErrors;
 use crate::domain::json;
-use crate::domain::names::check_dns_label;
+use crate::domain::names::DnsLabel;
 use crate::domain::pool::{PoolSpec, PoolSpecInput, SpecLimits};
 use crate::engines::EngineSpecInput;
 use crate::engines::spec::{self as engine, EngineSpec};
@@ -129,8 +129,8 @@ pub struct PoolDocument {
     #[schema(inline)]
     pub kind: PoolKind,
     /// DNS-1123 label; unique among pools.
-    #[schema(pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", min_length = 1, max_length = 63, example = "workers")]
-    pub name: String,
+    #[schema(example = "workers")]
+    pub name: DnsLabel,
     pub spec: PoolSpecInput,
 }
 
@@ -147,8 +147,8 @@ pub struct EngineDocument {
     #[schema(inline)]
     pub kind: EngineKind,
     /// DNS-1123 label; `local` is the server's own engine.
-    #[schema(pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", min_length = 1, max_length = 63, example = "host-b")]
-    pub name: String,
+    #[schema(example = "host-b")]
+    pub name: DnsLabel,
     pub spec: EngineSpecInput,
 }
 
@@ -164,8 +164,8 @@ pub struct ClusterDocument {
     #[schema(inline)]
     pub kind: ClusterKind,
     /// DNS-1123 label.
-    #[schema(pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", min_length = 1, max_length = 63, example = "prod")]
-    pub name: String,
+    #[schema(example = "prod")]
+    pub name: DnsLabel,
     pub spec: ClusterSpecInput,
 }
 
@@ -317,38 +317,24 @@ pub fn check(index: usize, value: Value, rules: &Rules<'_>) -> Result<Checked, V
     let (name, object) = match kind {
         Kind::Pool => {
             let doc: PoolDocument = json::document(value).map_err(shape)?;
-            let name = check_dns_label(&doc.name)
-                .map_err(|e| ValidationErrors::single(format!("{}.name", at(index)), "dns_label", e));
-            let spec = PoolSpec::parse(doc.spec, rules.limits).map_err(|e| under(index, true, e));
-            (doc.name, Object::Pool(joined(name, spec)?))
+            let spec = PoolSpec::parse(doc.spec, rules.limits).map_err(|e| under(index, true, e))?;
+            (doc.name.into_string(), Object::Pool(spec))
         }
         Kind::Engine => {
             let doc: EngineDocument = json::document(value).map_err(shape)?;
-            let raw = doc.spec.into_raw(doc.name.clone());
-            let spec = engine::validate(raw, rules.simulated_engines).map_err(|e| under(index, true, e))?;
-            (doc.name, Object::Engine(spec))
+            let name = doc.name.to_string();
+            let spec = engine::validate(doc.spec.into_raw(doc.name), rules.simulated_engines)
+                .map_err(|e| under(index, true, e))?;
+            (name, Object::Engine(spec))
         }
         Kind::Cluster => {
             // Its name and credentials are checked by the clusters service,
             // which reports them under `spec` but for `name`.
             let doc: ClusterDocument = json::document(value).map_err(shape)?;
-            (doc.name.clone(), Object::Cluster(doc.spec.into_new(doc.name)))
+            (doc.name.to_string(), Object::Cluster(doc.spec.into_new(doc.name)))
         }
     };
     Ok(Checked { index, name, object })
-}
-
-/// The errors of a document's name and of its spec together, so that one
-/// answer lists both.
-fn joined<T>(name: Result<(), ValidationErrors>, spec: Result<T, ValidationErrors>) -> Result<T, ValidationErrors> {
-    match (name, spec) {
-        (Ok(()), Ok(spec)) => Ok(spec),
-        (Err(mut errs), Err(more)) => {
-            errs.0.extend(more.0);
-            Err(errs)
-        }
-        (Err(errs), _) | (_, Err(errs)) => Err(errs),
-    }
 }
 
 #[cfg(test)]
@@ -391,7 +377,7 @@ mod tests {
     fn every_error_names_its_document_and_field_path() {
         let got = errors(vec![
             pool("web", json!({"replicas": 3, "version": "v1.29.2"})),
-            pool("Bad_Name", json!({"replicas": -1, "version": "1.29"})),
+            pool("bad-spec", json!({"replicas": -1, "version": "1.29"})),
             json!({"kind": "Pool", "name": "x", "spec": {"replicas": "three", "version": "v1.29.2"}}),
             json!({"kind": "Pool", "name": "y", "spec": {"replicas": 1, "version": "v1.29.2", "colour": "red"}}),
             json!({"kind": "Pool", "name": "z", "extra": 1, "spec": {"replicas": 1, "version": "v1.29.2"}}),
@@ -399,8 +385,9 @@ mod tests {
             json!({"name": "nokind"}),
             json!(["not", "an", "object"]),
             json!({"apiVersion": "drover.dev/v2", "kind": "Pool", "name": "v", "spec": {"replicas": 1, "version": "v1.29.2"}}),
+            pool("Bad_Name", json!({"replicas": 1, "version": "v1.29.2"})),
         ]);
-        assert!(got.contains(&("documents[1].name".into(), "dns_label")), "{got:?}");
+        assert!(got.contains(&("documents[9].name".into(), "dns_label")), "{got:?}");
         assert!(got.iter().any(|(f, _)| f == "documents[1].spec.replicas"), "{got:?}");
         assert!(got.iter().any(|(f, _)| f == "documents[1].spec.version"), "{got:?}");
         assert!(got.contains(&("documents[2].spec.replicas".into(), "type")), "{got:?}");

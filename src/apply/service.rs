@@ -24,7 +24,6 @@ use super::plan::{self, Action, Existing, Key, Options, Owner, Ownership, Plan, 
 use crate::clusters::{ClusterError, Clusters, Prepared};
 use crate::db::{self, Db, pools::Pool};
 use crate::domain::ValidationErrors;
-use crate::domain::names::check_dns_label;
 use crate::domain::pool::PoolSpec;
 use crate::domain::role::Role;
 use crate::engines::spec::{EngineSpec, Tls};
@@ -450,9 +449,6 @@ struct Executed {
 /// The request's own rules: a valid set name, not too many documents.
 fn check_request(req: &Request) -> Result<(), ValidationErrors> {
     let mut errs = ValidationErrors::default();
-    if let Err(e) = check_dns_label(&req.apply_set) {
-        errs.push("apply_set", "dns_label", e);
-    }
     if req.prune && req.documents.is_empty() && !req.allow_empty {
         errs.push(
             "documents",

@@ -135,6 +135,37 @@ pub fn document<T: DeserializeOwned>(value: Value) -> Result<T, ValidationErrors
     from_value(value).map_err(|e| e.into_validation())
 }
 
+/// A body that is a `name` beside another type's fields (the create bodies
+/// of pools, engines and clusters): the name and the rest, each read with
+/// its own errors, so that the caller can report every rule both break.
+pub struct Named<T> {
+    pub name: Result<super::names::DnsLabel, ValidationErrors>,
+    pub rest: Result<T, ValidationErrors>,
+}
+
+/// Splits `body` into its `name` and the rest, read as `T`.
+pub fn named<T: DeserializeOwned>(body: Value) -> Result<Named<T>, ValidationErrors> {
+    #[derive(serde::Deserialize)]
+    struct Name {
+        name: super::names::DnsLabel,
+    }
+    let Value::Object(mut fields) = body else {
+        return Err(ValidationErrors::single("body", "type", "must be a JSON object"));
+    };
+    let name = match fields.remove("name") {
+        Some(name) => document::<Name>(Value::Object(Map::from_iter([("name".to_owned(), name)]))).map(|n| n.name),
+        None => Err(ValidationErrors::single("name", "required", ShapeError::MissingField("name"))),
+    };
+    Ok(Named { name, rest: document(Value::Object(fields)) })
+}
+
+impl<T> Named<T> {
+    /// The name and the rest, or every error of both.
+    pub fn both(self) -> Result<(super::names::DnsLabel, T), ValidationErrors> {
+        ValidationErrors::join(self.name, self.rest)
+    }
+}
+
 impl fmt::Display for JsonError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -313,9 +344,17 @@ impl<'de> de::Deserializer<'de> for Strict {
 
     fn deserialize_newtype_struct<V: Visitor<'de>>(
         self,
-        _name: &'static str,
+        name: &'static str,
         visitor: V,
     ) -> Result<V::Value, Self::Error> {
+        // A name that breaks the DNS-label rule is that rule's error, not a
+        // type error.
+        if name == super::names::DnsLabel::SERDE_NAME
+            && let Value::String(s) = &self.0
+            && let Err(e) = super::names::check_dns_label(s)
+        {
+            return Err(ShapeError::Rule { rule: "dns_label", message: e.to_string() });
+        }
         visitor.visit_newtype_struct(self)
     }
 

@@ -71,6 +71,19 @@ impl ValidationErrors {
     pub fn into_result<T>(self, value: T) -> Result<T, Self> {
         if self.is_empty() { Ok(value) } else { Err(self) }
     }
+
+    /// Both values, or every error of either: so that one answer lists the
+    /// rules two parts of a request broke.
+    pub fn join<A, B>(a: Result<A, Self>, b: Result<B, Self>) -> Result<(A, B), Self> {
+        match (a, b) {
+            (Ok(a), Ok(b)) => Ok((a, b)),
+            (Err(mut errs), Err(more)) => {
+                errs.0.extend(more.0);
+                Err(errs)
+            }
+            (Err(errs), _) | (_, Err(errs)) => Err(errs),
+        }
+    }
 }
 
 impl fmt::Display for ValidationErrors {

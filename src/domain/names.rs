@@ -43,12 +43,22 @@ pub fn check_dns_label(s: &str) -> Result<(), NameError> {
     Ok(())
 }
 
-/// The name of a pool: a DNS-1123 label, parsed once at the edge.
+/// The DNS-1123 label rule as a JSON Schema pattern.
+pub const DNS_LABEL_PATTERN: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
+
+/// A name that is a DNS-1123 label: of a pool, an engine, a cluster, a
+/// token, an apply set. Checked once, where it enters: reading one from
+/// JSON checks it (through [`crate::domain::json`], a bad one is the field's
+/// `dns_label` error), and its OpenAPI schema states the rule.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(transparent)]
-pub struct PoolName(String);
+pub struct DnsLabel(String);
 
-impl PoolName {
+impl DnsLabel {
+    /// The name the type gives serde, by which drover's JSON reader knows
+    /// to check it as a rule of its own (`dns_label`) rather than as a type.
+    pub const SERDE_NAME: &'static str = "DnsLabel";
+
     pub fn parse(s: &str) -> Result<Self, NameError> {
         check_dns_label(s)?;
         Ok(Self(s.to_owned()))
@@ -57,24 +67,73 @@ impl PoolName {
     pub fn as_str(&self) -> &str {
         &self.0
     }
-}
 
-impl<'de> Deserialize<'de> for PoolName {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        PoolName::parse(&s).map_err(serde::de::Error::custom)
+    pub fn into_string(self) -> String {
+        self.0
     }
 }
 
-impl fmt::Display for PoolName {
+impl<'de> Deserialize<'de> for DnsLabel {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Label;
+        impl<'de> serde::de::Visitor<'de> for Label {
+            type Value = DnsLabel;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a DNS-1123 label")
+            }
+
+            fn visit_newtype_struct<D: serde::Deserializer<'de>>(self, d: D) -> Result<DnsLabel, D::Error> {
+                let s = String::deserialize(d)?;
+                DnsLabel::parse(&s).map_err(serde::de::Error::custom)
+            }
+
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<DnsLabel, E> {
+                DnsLabel::parse(s).map_err(E::custom)
+            }
+        }
+        d.deserialize_newtype_struct(Self::SERDE_NAME, Label)
+    }
+}
+
+impl utoipa::PartialSchema for DnsLabel {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{ObjectBuilder, Type};
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .description(Some("A DNS-1123 label: lowercase letters, digits and '-', at most 63 characters, starting and ending with a letter or digit"))
+            .min_length(Some(1))
+            .max_length(Some(MAX_NAME_LEN))
+            .pattern(Some(DNS_LABEL_PATTERN))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for DnsLabel {}
+
+impl fmt::Display for DnsLabel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
     }
 }
 
-impl AsRef<str> for PoolName {
+impl AsRef<str> for DnsLabel {
     fn as_ref(&self) -> &str {
         &self.0
+    }
+}
+
+impl std::ops::Deref for DnsLabel {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<DnsLabel> for String {
+    fn from(label: DnsLabel) -> String {
+        label.0
     }
 }
 
@@ -104,6 +163,18 @@ pub fn is_machine_name(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_dns_label_is_checked_wherever_json_is_read() {
+        let read =
+            |v: serde_json::Value| crate::domain::json::document::<DnsLabel>(v).map_err(|e| e.0[0].static_rule());
+        assert_eq!(read(serde_json::json!("web-1")).map(DnsLabel::into_string), Ok("web-1".into()));
+        assert_eq!(read(serde_json::json!("Web")), Err("dns_label"));
+        assert_eq!(read(serde_json::json!(7)), Err("type"));
+        assert!(serde_json::from_value::<DnsLabel>(serde_json::json!("a_b")).is_err(), "any reader checks it");
+        let schema = serde_json::to_value(<DnsLabel as utoipa::PartialSchema>::schema()).expect("schema");
+        assert_eq!((schema["pattern"].as_str(), schema["maxLength"].as_u64()), (Some(DNS_LABEL_PATTERN), Some(63)));
+    }
 
     #[test]
     fn dns_label_accepts_the_edges_of_the_rule() {

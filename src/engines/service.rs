@@ -6,6 +6,7 @@
 //! A TLS identity is stored (write-only, like cluster credentials) and written, for the engine client, to files of mode 0600
 //! under `<data dir>/engines/<name>/`, since the client reads them by path.
 
+use crate::domain::names::DnsLabel;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -62,8 +63,8 @@ pub struct TlsInput {
 }
 
 /// An engine's registration without its name: the `spec` of an `Engine`
-/// document of `POST /v1/apply`, field for field `POST /v1/engines`'s body
-/// (`RegisterEngine`) but `name` (a test keeps the two equal).
+/// document of `POST /v1/apply`, and beside a `name` the body of
+/// `POST /v1/engines` (`http::wire::named::RegisterEngine`).
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EngineSpecInput {
@@ -80,7 +81,7 @@ pub struct EngineSpecInput {
 
 impl EngineSpecInput {
     /// The registration of an engine named `name`, for its rules.
-    pub fn into_raw(self, name: String) -> RawEngine {
+    pub fn into_raw(self, name: DnsLabel) -> RawEngine {
         let tls = self.tls.map(|t| Tls { cert: t.cert, key: t.key, ca: t.ca });
         RawEngine { name, endpoint: self.endpoint, labels: self.labels, tls }
     }
@@ -151,8 +152,10 @@ fn backend(
 }
 
 fn bring_up(reg: &Engines, stored: &StoredEngine) -> Result<Arc<Engine>, EngineError> {
+    let name = DnsLabel::parse(&stored.name)
+        .map_err(|e| EngineError::Invalid(crate::domain::ValidationErrors::single("name", "dns_label", e)))?;
     let raw = spec::RawEngine {
-        name: stored.name.clone(),
+        name,
         endpoint: stored.endpoint.clone(),
         labels: stored.labels.clone(),
         tls: stored.tls.clone(),

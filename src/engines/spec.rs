@@ -8,7 +8,7 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::domain::ValidationErrors;
-use crate::domain::names::check_dns_label;
+use crate::domain::names::DnsLabel;
 
 /// The server's own engine (`--docker-host`); no registration may take it.
 pub const LOCAL: &str = "local";
@@ -44,9 +44,9 @@ pub struct EngineSpec {
 
 /// A registration as sent, loosely typed so that every rule it breaks is
 /// reported at once.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct RawEngine {
-    pub name: String,
+    pub name: DnsLabel,
     pub endpoint: String,
     pub labels: BTreeMap<String, String>,
     pub tls: Option<Tls>,
@@ -137,9 +137,7 @@ fn check_tls(tls: &Tls, errs: &mut ValidationErrors) {
 /// engines (and so accepts `sim://`).
 pub fn validate(raw: RawEngine, simulated: bool) -> Result<EngineSpec, ValidationErrors> {
     let mut errs = ValidationErrors::default();
-    if let Err(e) = check_dns_label(&raw.name) {
-        errs.push("name", "dns_label", e);
-    } else if raw.name == LOCAL {
+    if raw.name.as_str() == LOCAL {
         errs.push("name", "reserved_name", "`local` is the server's own engine (--docker-host)");
     }
     let endpoint = parse_endpoint(&raw.endpoint, raw.tls.is_some(), simulated, &mut errs);
@@ -149,7 +147,8 @@ pub fn validate(raw: RawEngine, simulated: bool) -> Result<EngineSpec, Validatio
     }
     match endpoint {
         Some(endpoint) if errs.is_empty() => {
-            Ok(EngineSpec { name: raw.name, address: raw.endpoint, endpoint, labels: raw.labels, tls: raw.tls })
+            let name = raw.name.into_string();
+            Ok(EngineSpec { name, address: raw.endpoint, endpoint, labels: raw.labels, tls: raw.tls })
         }
         _ => Err(errs),
     }
@@ -159,8 +158,12 @@ pub fn validate(raw: RawEngine, simulated: bool) -> Result<EngineSpec, Validatio
 mod tests {
     use super::*;
 
+    fn label(name: &str) -> DnsLabel {
+        DnsLabel::parse(name).expect("a DNS label")
+    }
+
     fn raw(endpoint: &str) -> RawEngine {
-        RawEngine { name: "host-b".into(), endpoint: endpoint.into(), ..RawEngine::default() }
+        RawEngine { name: label("host-b"), endpoint: endpoint.into(), labels: Default::default(), tls: None }
     }
 
     fn rules(r: Result<EngineSpec, ValidationErrors>) -> Vec<(String, &'static str)> {
@@ -201,7 +204,7 @@ mod tests {
             assert_eq!(rules(validate(raw(endpoint), false)), [("endpoint".into(), rule)], "{endpoint}");
         }
         assert!(validate(raw("sim://x"), true).is_ok());
-        let r = validate(RawEngine { name: "local".into(), ..raw("unix:///x") }, false);
+        let r = validate(RawEngine { name: label("local"), ..raw("unix:///x") }, false);
         assert_eq!(rules(r), [("name".into(), "reserved_name")]);
     }
 

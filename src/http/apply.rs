@@ -112,7 +112,7 @@ async fn apply(
     ApiJson(body): ApiJson<ApplyRequest>,
 ) -> ApiResult<Response> {
     let req = Request {
-        apply_set: body.apply_set,
+        apply_set: body.apply_set.into_string(),
         documents: body.documents,
         dry_run: body.dry_run,
         prune: body.prune,

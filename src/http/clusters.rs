@@ -8,17 +8,19 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 pub use crate::clusters::probe::{ClusterStatus, ComponentStatus, PodStatus};
-use crate::clusters::{ClusterError, NewCluster};
+use crate::clusters::{ClusterError, ClusterSpecInput};
 use crate::db::clusters::ClusterRecord;
 use crate::domain::server_url::redact_server_url;
 use crate::error::{ApiError, ApiResult, Problem};
 use crate::http::extract::{ApiJson, ApiQuery};
 use crate::http::pagination::PageParams;
 use crate::http::wire::location;
+use crate::http::wire::named::CreateCluster;
 use crate::state::AppState;
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -76,7 +78,7 @@ impl From<ClusterError> for ApiError {
 
 /// Register a cluster.
 #[utoipa::path(post, path = "/v1/clusters", tag = "clusters",
-    request_body(content = NewCluster, content_type = "application/json"),
+    request_body(content = CreateCluster, content_type = "application/json"),
     responses(
         (status = 201, description = "Registered", body = ClusterView, headers(("Location" = String, description = "URL of the cluster"))),
         (status = 400, description = "Body is not JSON", body = Problem, content_type = "application/problem+json"),
@@ -84,9 +86,11 @@ impl From<ClusterError> for ApiError {
         (status = 415, description = "Body is not declared as JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "A field is missing or invalid; `errors` names it", body = Problem, content_type = "application/problem+json"),
     ))]
-#[tracing::instrument(skip_all, fields(cluster = %body.name))]
-async fn create_cluster(State(state): State<AppState>, ApiJson(body): ApiJson<NewCluster>) -> ApiResult<Response> {
-    let record = state.clusters.register(body).await?;
+#[tracing::instrument(skip_all, fields(cluster))]
+async fn create_cluster(State(state): State<AppState>, ApiJson(body): ApiJson<Value>) -> ApiResult<Response> {
+    let (name, spec) = crate::domain::json::named::<ClusterSpecInput>(body)?.both()?;
+    tracing::Span::current().record("cluster", name.as_str());
+    let record = state.clusters.register(spec.into_new(name)).await?;
     let headers = [(header::LOCATION, location(&format!("/v1/clusters/{}", record.name)))];
     Ok((StatusCode::CREATED, headers, Json(ClusterView::from(record))).into_response())
 }

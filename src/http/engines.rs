@@ -10,6 +10,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
@@ -21,6 +22,7 @@ use crate::engines::{EngineError, EngineInfo, EngineSpecInput};
 use crate::error::{ApiError, ApiResult, Problem};
 use crate::http::extract::{ApiJson, ApiQuery};
 use crate::http::pagination::PageParams;
+use crate::http::wire::named::RegisterEngine;
 use crate::http::wire::{EventList, location};
 use crate::state::AppState;
 
@@ -31,25 +33,6 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(drain_engine, undrain_engine))
         .routes(routes!(confirm_identity))
         .routes(routes!(list_engine_events))
-}
-
-/// Body of `POST /v1/engines`.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RegisterEngine {
-    /// DNS-1123 label; `local` is the server's own engine.
-    #[schema(example = "host-b")]
-    #[schema(pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", min_length = 1, max_length = 63)]
-    pub name: String,
-    /// `unix:///path/docker.sock` or `tcp://host:port` (with `tls` unless
-    /// the host is loopback). `ssh://` is not supported (see docs/engines.md).
-    #[schema(example = "tcp://10.0.0.12:2376")]
-    pub endpoint: String,
-    /// Labels for pools' `engine_selector`.
-    #[serde(default)]
-    pub labels: BTreeMap<String, String>,
-    #[serde(default)]
-    pub tls: Option<TlsInput>,
 }
 
 /// What drover last saw of an engine.
@@ -225,11 +208,11 @@ fn engine_response(status: StatusCode, info: EngineInfo) -> Response {
         (status = 409, description = "An engine of that name exists, or the Docker daemon at the endpoint is registered already (as the engine the problem names)", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "A field breaks a rule (endpoint scheme, TLS for remote tcp://, PEM)", body = Problem, content_type = "application/problem+json"),
     ))]
-#[tracing::instrument(skip_all, fields(engine = %body.name))]
-async fn register_engine(State(state): State<AppState>, ApiJson(body): ApiJson<RegisterEngine>) -> ApiResult<Response> {
-    let RegisterEngine { name, endpoint, labels, tls } = body;
-    let raw = EngineSpecInput { endpoint, labels, tls }.into_raw(name);
-    Ok(engine_response(StatusCode::CREATED, state.engines.register(raw).await?))
+#[tracing::instrument(skip_all, fields(engine))]
+async fn register_engine(State(state): State<AppState>, ApiJson(body): ApiJson<Value>) -> ApiResult<Response> {
+    let (name, spec) = crate::domain::json::named::<EngineSpecInput>(body)?.both()?;
+    tracing::Span::current().record("engine", name.as_str());
+    Ok(engine_response(StatusCode::CREATED, state.engines.register(spec.into_raw(name)).await?))
 }
 
 /// List engines in name order, `local` among them.
@@ -330,20 +313,4 @@ async fn list_engine_events(
     ApiQuery(page): ApiQuery<PageParams>,
 ) -> ApiResult<Json<EventList>> {
     Ok(Json(state.engines.events(&name, &page.request_by_id()?).await?.into()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    use crate::domain::json::schema_properties as properties;
-
-    /// An engine document's spec is the registration body but its name.
-    #[test]
-    fn the_registration_body_is_the_apply_spec_and_a_name() {
-        let mut spec = properties::<EngineSpecInput>();
-        spec.push("name".into());
-        spec.sort();
-        assert_eq!(properties::<RegisterEngine>(), spec);
-    }
 }

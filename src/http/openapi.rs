@@ -313,8 +313,7 @@ const LABEL_VALUE: &str = "^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$";
 /// A label key: an optional DNS prefix and `/`, then a label value.
 const LABEL_KEY: &str =
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$";
-/// A DNS-1123 label (`domain::names::check_dns_label`).
-const DNS_LABEL: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
+use crate::domain::names::DNS_LABEL_PATTERN as DNS_LABEL;
 
 fn is_type(schema: &Value, ty: &str) -> bool {
     schema["type"] == ty || schema["type"].as_array().is_some_and(|t| t.iter().any(|t| t == ty))

@@ -30,8 +30,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 pub struct CreateToken {
     /// Unique, a DNS-1123 label: what the audit trail will name.
     #[schema(example = "ci-pipeline")]
-    #[schema(pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", min_length = 1, max_length = 63)]
-    pub name: String,
+    pub name: crate::domain::names::DnsLabel,
     pub role: Role,
 }
 

@@ -13,7 +13,7 @@ use crate::db::page::{Page, PageRequest};
 use crate::db::tokens::{DeleteOutcome, TokenInfo};
 use crate::db::{self, Db};
 use crate::domain::ValidationErrors;
-use crate::domain::names::check_dns_label;
+use crate::domain::names::DnsLabel;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TokenError {
@@ -46,21 +46,20 @@ impl Tokens {
         Self { db, cache }
     }
 
-    pub async fn create(&self, name: &str, role: Role) -> Result<Created, TokenError> {
-        check_dns_label(name).map_err(|e| TokenError::Invalid(ValidationErrors::single("name", "dns_label", e)))?;
+    pub async fn create(&self, name: &DnsLabel, role: Role) -> Result<Created, TokenError> {
         let secret = new_token();
         let hash = hash_token(&secret);
         let mut tx = self.db.begin_write().await?;
         let info = match db::tokens::insert(&mut tx, name, role.as_str(), &hash, Utc::now()).await {
             Ok(info) => info,
             Err(e) if e.as_database_error().is_some_and(|d| d.is_unique_violation()) => {
-                return Err(TokenError::Exists(name.to_owned()));
+                return Err(TokenError::Exists(name.to_string()));
             }
             Err(e) => return Err(e.into()),
         };
         tx.commit().await?;
         self.cache.insert(&info.name, role, &hash);
-        tracing::info!(token = name, role = role.as_str(), "token created");
+        tracing::info!(token = %name, role = role.as_str(), "token created");
         Ok(Created { info, secret })
     }
 

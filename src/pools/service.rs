@@ -16,7 +16,7 @@ use crate::db::revisions::Revision;
 use crate::db::{self, Db, pools::Pool};
 use crate::domain::ValidationErrors;
 use crate::domain::event::{Event, EventType, NewEvent, SubjectKind};
-use crate::domain::names::PoolName;
+use crate::domain::names::DnsLabel;
 use crate::domain::pool::{PoolSpec, SpecLimits, describe_change, patch};
 use crate::domain::role::Role;
 use crate::domain::rollout::Counts;
@@ -427,22 +427,7 @@ async fn check_cluster(tx: &mut db::WriteTx, spec: &PoolSpec) -> Result<(), Pool
 
 /// Splits a create body into its name and spec, reporting the rules both
 /// break at once.
-fn parse_new(body: Value, limits: &SpecLimits) -> Result<(PoolName, PoolSpec), ValidationErrors> {
-    let Value::Object(mut fields) = body else {
-        return Err(ValidationErrors::single("body", "type", "must be a JSON object"));
-    };
-    let name = match fields.remove("name") {
-        Some(Value::String(s)) => PoolName::parse(&s).map_err(|e| ValidationErrors::single("name", "dns_label", e)),
-        Some(_) => Err(ValidationErrors::single("name", "type", "must be a string")),
-        None => Err(ValidationErrors::single("name", "required", "missing field `name`")),
-    };
-    let spec = crate::domain::json::document(Value::Object(fields)).and_then(|input| PoolSpec::parse(input, limits));
-    match (name, spec) {
-        (Ok(name), Ok(spec)) => Ok((name, spec)),
-        (Err(mut errs), Err(more)) => {
-            errs.0.extend(more.0);
-            Err(errs)
-        }
-        (Err(errs), _) | (_, Err(errs)) => Err(errs),
-    }
+fn parse_new(body: Value, limits: &SpecLimits) -> Result<(DnsLabel, PoolSpec), ValidationErrors> {
+    let named = crate::domain::json::named(body)?;
+    ValidationErrors::join(named.name, named.rest.and_then(|input| PoolSpec::parse(input, limits)))
 }

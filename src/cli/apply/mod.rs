@@ -21,6 +21,7 @@ use super::args::WaitArgs;
 use super::client::{CliError, Client};
 use super::exit;
 use super::output::{OutputFormat, print_json};
+use crate::domain::names::DnsLabel;
 use crate::http::wire::apply::{ApplyRequest, ApplyResult};
 
 /// When the diff is coloured.
@@ -107,8 +108,10 @@ async fn apply(client: &Client, out: OutputFormat, args: ApplyArgs) -> Result<u8
     if fleet.documents.is_empty() && fleet_args.prune && !fleet_args.allow_empty {
         return Err(CliError::Input(no_documents(&fleet_args.files, &fleet_args.apply_set)));
     }
+    let apply_set = DnsLabel::parse(&fleet_args.apply_set)
+        .map_err(|e| CliError::Usage(format!("--apply-set {:?}: {e}", fleet_args.apply_set)))?;
     let body = ApplyRequest {
-        apply_set: fleet_args.apply_set.clone(),
+        apply_set,
         documents: fleet.documents,
         dry_run: args.dry_run,
         prune: fleet_args.prune,

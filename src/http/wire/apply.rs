@@ -9,16 +9,17 @@ use utoipa::ToSchema;
 use super::PlanView;
 use crate::apply::document::ApplyDocument;
 use crate::apply::plan::{Key, Step};
+use crate::domain::names::DnsLabel;
 use crate::identity::Role;
 
 /// Body of `POST /v1/apply`.
-#[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ApplyRequest {
     /// The apply set: the name under which these documents are applied,
     /// and which owns what they create. DNS-1123 label.
-    #[schema(pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", min_length = 1, max_length = 63, example = "prod-fleet")]
-    pub apply_set: String,
+    #[schema(example = "prod-fleet")]
+    pub apply_set: DnsLabel,
     /// The objects, each once: every one is checked before anything changes.
     #[schema(value_type = Vec<ApplyDocument>, max_items = 5000)]
     pub documents: Vec<Value>,

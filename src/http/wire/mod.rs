@@ -3,6 +3,7 @@
 
 pub mod apply;
 pub mod events;
+pub mod named;
 pub mod pools;
 pub mod upgrades;
 

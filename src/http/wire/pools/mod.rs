@@ -1,14 +1,15 @@
 //! The pools API's wire types. The spec's documents (`PoolSpecInput` sent,
 //! `PoolSpecView` shown, `PoolPatch` the shape of a merge patch) live with
 //! the spec in `domain::pool`; here are the rest:
-//! - [`create`]: the create body (a name beside the spec) and the scale body;
+//! - [`create`]: the scale body (the create body is `named::CreatePool`);
 //! - [`view`]: a pool as answered, with its status, and its `ETag`.
 
 pub mod create;
 pub mod view;
 
+pub use super::named::CreatePool;
 pub use crate::domain::pool::{PoolPatch, PoolSpecInput, PoolSpecView, StrategyInput, StrategyView};
-pub use create::{CreatePool, DNS_LABEL_PATTERN, Scale};
+pub use create::Scale;
 pub use view::{PoolList, PoolPhase, PoolView, etag, pool_response};
 
 use serde::{Deserialize, Serialize};
