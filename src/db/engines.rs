@@ -89,6 +89,8 @@ pub struct NewEngine<'a> {
     pub tls: Option<&'a Tls>,
     /// The daemon it reached at registration, if it answered.
     pub daemon_id: Option<&'a str>,
+    /// What its events have told of that daemon (serialized), if anything.
+    pub daemon_told: Option<&'a str>,
 }
 
 /// Inserts a new engine; a name or a daemon already registered fails with
@@ -100,7 +102,7 @@ pub async fn insert(db: &mut WriteTx, new: &NewEngine<'_>, now: DateTime<Utc>) -
         "insert into engines
              (name, endpoint, labels, tls_cert, tls_key, tls_ca, draining, daemon_id, daemon_told,
               created_at, updated_at)
-         values ($1, $2, $3, $4, $5, $6, false, $7, $7, $8, $8)",
+         values ($1, $2, $3, $4, $5, $6, false, $7, $9, $8, $8)",
     )
     .bind(new.name)
     .bind(new.endpoint)
@@ -110,6 +112,7 @@ pub async fn insert(db: &mut WriteTx, new: &NewEngine<'_>, now: DateTime<Utc>) -
     .bind(tls.map(|t| t.ca.as_str()))
     .bind(new.daemon_id)
     .bind(now)
+    .bind(new.daemon_told)
     .execute(e)
     .await
     .affected())?;
@@ -160,7 +163,7 @@ pub async fn adopt_daemon(db: &mut WriteTx, name: &str, id: &str) -> sqlx::Resul
     Ok(done == 1)
 }
 
-/// Records `news` as the last thing told of the engine's daemon; `false`
+/// Records `news` (serialized) as the last thing told of the engine's daemon; `false`
 /// when it was told already (by this replica or another), so that each is
 /// told once.
 pub async fn tell_daemon(db: &mut WriteTx, name: &str, news: &str) -> sqlx::Result<bool> {
@@ -178,13 +181,20 @@ pub async fn tell_daemon(db: &mut WriteTx, name: &str, news: &str) -> sqlx::Resu
 /// Registers the engine as daemon `id` (an admin's confirmation); `false`
 /// when the engine does not exist. A daemon registered as another engine
 /// fails with a unique violation.
-pub async fn confirm_daemon(db: &mut WriteTx, name: &str, id: &str, now: DateTime<Utc>) -> sqlx::Result<bool> {
+pub async fn confirm_daemon(
+    db: &mut WriteTx,
+    name: &str,
+    id: &str,
+    told: &str,
+    now: DateTime<Utc>,
+) -> sqlx::Result<bool> {
     let done = on_store!(db.exec(), |e| sqlx::query(
-        "update engines set daemon_id = $1, daemon_told = $1, updated_at = $2 where name = $3",
+        "update engines set daemon_id = $1, daemon_told = $4, updated_at = $2 where name = $3",
     )
     .bind(id)
     .bind(now)
     .bind(name)
+    .bind(told)
     .execute(e)
     .await
     .affected())?;

@@ -16,6 +16,7 @@
 //! replica records it first. `local` is not stored: it is registered as the
 //! daemon of its first answer for as long as the server runs.
 
+use super::engine::identity::DaemonNews;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -90,17 +91,6 @@ pub async fn watch(engines: Engines, cancel: CancellationToken) {
 
 fn event(engine: &str, type_: EventType, reason: &'static str, message: String) -> NewEvent {
     NewEvent::engine(engine, type_, reason, message)
-}
-
-/// What an engine's events say of its daemon as things stand: each
-/// different one is told once. Also what the store keeps of the last one
-/// told (`engines.daemon_told`), so that one replica tells it.
-fn news(identity: &Identity, reported: &str) -> String {
-    match identity.mismatch() {
-        Some(Mismatch::Duplicate { of, daemon }) => format!("{daemon} (the daemon of engine {of})"),
-        Some(Mismatch::Changed { registered, reported }) => format!("{reported} (registered: {registered})"),
-        None => reported.to_owned(),
-    }
 }
 
 /// The event that tells an engine's daemon, as `identity` has it.
@@ -197,15 +187,15 @@ impl Engines {
             if adopt {
                 identity.registered = Some(reported.clone());
             }
-            let news = news(&identity, &reported);
-            if identity.told.as_ref() != Some(&news) && identity.mismatch().is_some() {
+            let news = identity.news();
+            if identity.told != news && identity.mismatch().is_some() {
                 let mut tx = self.db.begin_write().await?;
                 db::events::record(&mut tx, &news_event(&engine.name, &identity, &reported), Utc::now()).await?;
                 tx.commit().await?;
             }
             engine.set_identity(|i| {
                 i.registered = identity.registered;
-                i.told = Some(news);
+                i.told = news;
             });
             return Ok(());
         }
@@ -229,13 +219,10 @@ impl Engines {
                 i.duplicate_of = identity.duplicate_of.clone();
             });
         }
-        let news = news(&identity, &reported);
-        if identity.told.as_ref() == Some(&news) {
-            return Ok(());
-        }
+        let Some(news) = identity.news().filter(|news| identity.told.as_ref() != Some(news)) else { return Ok(()) };
         let now = Utc::now();
         let mut tx = self.db.begin_write().await?;
-        if db::engines::tell_daemon(&mut tx, &engine.name, &news).await? {
+        if db::engines::tell_daemon(&mut tx, &engine.name, &news.stored()).await? {
             db::events::record(&mut tx, &news_event(&engine.name, &identity, &reported), now).await?;
         }
         tx.commit().await?;
@@ -267,7 +254,8 @@ impl Engines {
         };
         if registered.as_ref() != Some(&reported) {
             if name != spec::LOCAL {
-                match db::engines::confirm_daemon(&mut tx, name, &reported, now).await {
+                let told = DaemonNews::Identified { daemon: reported.clone() }.stored();
+                match db::engines::confirm_daemon(&mut tx, name, &reported, &told, now).await {
                     Ok(true) => {}
                     Ok(false) => return Err(EngineError::NotFound(name.to_owned())),
                     Err(e) if db::engines::is_daemon_taken(&e) => {
@@ -286,7 +274,7 @@ impl Engines {
         engine.set_identity(|i| {
             i.registered = Some(reported.clone());
             i.duplicate_of = None;
-            i.told = Some(reported.clone());
+            i.told = Some(DaemonNews::Identified { daemon: reported.clone() });
         });
         self.get(name).await
     }

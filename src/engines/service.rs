@@ -7,6 +7,7 @@
 //! under `<data dir>/engines/<name>/`, since the client reads them by path.
 
 use crate::domain::names::DnsLabel;
+use crate::engines::engine::identity::DaemonNews;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -295,7 +296,7 @@ impl Engines {
         engine.set_identity(|i| {
             i.registered = daemon.clone();
             i.reported = daemon.clone();
-            i.told = daemon;
+            i.told = daemon.map(|daemon| DaemonNews::Identified { daemon });
         });
         Ok(EngineInfo { tls: spec.tls.is_some(), engine })
     }
@@ -336,12 +337,14 @@ impl Engines {
         {
             return Err(EngineError::SameDaemon { other: Some(other), daemon: id.to_owned() });
         }
+        let told = daemon.map(|d| DaemonNews::Identified { daemon: d.to_owned() }.stored());
         let new = db::engines::NewEngine {
             name: &spec.name,
             endpoint: &spec.address,
             labels: &spec.labels,
             tls: spec.tls.as_ref(),
             daemon_id: daemon,
+            daemon_told: told.as_deref(),
         };
         if let Err(e) = db::engines::insert(tx, &new, now).await {
             return Err(match e {

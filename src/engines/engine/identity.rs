@@ -19,13 +19,34 @@ pub struct Identity {
     pub reported: Option<String>,
     /// Another engine that reaches the same daemon and keeps it.
     pub duplicate_of: Option<String>,
-    /// The last report this replica has told of (in events), so that each
-    /// is told once.
-    pub told: Option<String>,
+    /// The last news this replica has told of the daemon (in events), so
+    /// that each is told once.
+    pub told: Option<DaemonNews>,
+}
+
+/// What an engine's events say of its daemon, as things stand: each
+/// different one is told once. Compared as a value, here and (serialized)
+/// in the store's `engines.daemon_told`, never as the words of an event.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DaemonNews {
+    /// The endpoint reaches this daemon, as registered.
+    Identified {
+        daemon: String,
+    },
+    Mismatch(Mismatch),
+}
+
+impl DaemonNews {
+    /// The form `engines.daemon_told` keeps.
+    pub fn stored(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
 }
 
 /// Why an engine's daemon keeps it from taking new machines.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Mismatch {
     /// The daemon is another engine's.
     Duplicate { of: String, daemon: String },
@@ -44,6 +65,17 @@ impl Identity {
             }
             _ => None,
         }
+    }
+}
+
+impl Identity {
+    /// The news of its daemon, once the endpoint has reported one.
+    pub fn news(&self) -> Option<DaemonNews> {
+        let reported = self.reported.clone()?;
+        Some(match self.mismatch() {
+            Some(m) => DaemonNews::Mismatch(m),
+            None => DaemonNews::Identified { daemon: reported },
+        })
     }
 }
 
@@ -100,5 +132,23 @@ impl Engine {
         if id.is_some() {
             self.set_identity(|i| i.reported = id);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_news_of_a_daemon_is_a_value_whatever_an_event_says_of_it() {
+        let mut identity = Identity { reported: Some("D1".into()), ..Identity::default() };
+        assert_eq!(identity.news(), Some(DaemonNews::Identified { daemon: "D1".into() }));
+        identity.registered = Some("D0".into());
+        let changed = identity.news().expect("news");
+        assert_eq!(changed, DaemonNews::Mismatch(Mismatch::Changed { registered: "D0".into(), reported: "D1".into() }));
+        let stored = changed.stored();
+        assert_eq!(serde_json::from_str::<DaemonNews>(&stored).ok(), Some(changed), "{stored}");
+        assert!(!stored.contains("confirm"), "the store keeps the news, not an event's words: {stored}");
+        assert_eq!(Identity::default().news(), None, "nothing reported, no news");
     }
 }
