@@ -37,7 +37,12 @@ done
 curl -fsS -o /dev/null -X POST "http://127.0.0.1:$port/v1/pools" \
     -H "Authorization: Bearer $(cat "$data/admin.token")" -H 'content-type: application/json' \
     -d '{"name": "demo", "replicas": 2, "version": "v1.29.2"}'
+# No cache: its replays of earlier runs' findings would make a run depend
+# on the runs before it, and it writes .schemathesis/ into the work tree.
 cat > "$data/schemathesis.toml" <<'TOML'
+[cache]
+enabled = false
+
 [parameters]
 "path.name" = "demo"
 TOML
