@@ -13,7 +13,8 @@
 #   Java runtime (Debian's openjdk-17-jre-headless);
 # - tsc from Debian's node-typescript (4.8), and node (Debian's nodejs; its
 #   built-in fetch is all the generated client needs).
-# Everything it writes is in a temporary directory, removed at exit.
+# Everything it writes is in a temporary directory, removed at exit
+# (scripts/live_drover.sh).
 #
 # DROVER (path to drover) and VENV (the Python environment) may be set.
 set -euo pipefail
@@ -48,21 +49,17 @@ if ! "$VENV/bin/pip" show -q "${GENERATOR%%==*}" 2>/dev/null \
     "$VENV/bin/pip" install -q --disable-pip-version-check "$GENERATOR"
 fi
 
-work="$(mktemp -d)"
-data="$work/data"
-mkdir -p "$data"
-pid=""
-cleanup() {
-    if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
-    rm -rf "$work"
-}
-trap cleanup EXIT
+# $work (removed at exit) and start_drover.
+source scripts/live_drover.sh
 
 "$VENV/bin/openapi-generator-cli" generate -g typescript-fetch -i openapi/openapi.json -o "$work/client" \
     > "$work/generate.log" 2>&1 || {
     cat "$work/generate.log"; echo "ts_client_e2e: the generator failed" >&2; exit 1; }
-# Two warnings it gives any OpenAPI 3.1 document; any other names a part of
-# the document the client may have lost.
+# Two warnings are known: the beta notice it gives any OpenAPI 3.1 document,
+# and "Failed to get the schema name: null", which names no schema (it came
+# with the document before these checks, and went away only with the path
+# parameters). Any other names a part of the document the client may have
+# lost.
 if grep 'WARN' "$work/generate.log" | grep -v 'OpenAPI 3.1 support is still in beta' \
     | grep -v 'Failed to get the schema name: null' > "$work/warnings.log"; then
     cat "$work/warnings.log"
@@ -91,13 +88,7 @@ JSON
 echo "==> tsc $(tsc --version)"
 tsc -p "$work/tsconfig.json"
 
-port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
-"$DROVER" serve --runtime simulated --listen "127.0.0.1:$port" --data-dir "$data" --log-level warn \
-    --allowed-mount-paths /srv &
-pid=$!
-for _ in $(seq 1 100); do
-    curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break
-    sleep 0.1
-done
+# The pool of the program mounts a host path under /srv.
+start_drover http --allowed-mount-paths /srv
 
 timeout 300 node "$work/out/e2e.js" "http://127.0.0.1:$port" "$(cat "$data/admin.token")"
