@@ -352,9 +352,10 @@ fn is_type(schema: &Value, ty: &str) -> bool {
 /// The rules `domain::pool::validate` and `domain::labels::check` enforce
 /// on the items of lists and maps, which utoipa's field attributes cannot
 /// reach: failure domains are label values and engines DNS labels, each
-/// listed once (said in the description); label maps hold at most 64 keys of the label-key form with
-/// label values (or empty ones). Keys under `drover.dev/` are reserved,
-/// which a pattern does not say; the description does.
+/// listed once (said in the description); label maps hold at most 64 keys
+/// of the label-key form with label values (or empty ones). Keys under
+/// `drover.dev/` are reserved, which a pattern does not say; the
+/// description does.
 fn label_and_name_rules(doc: &mut Value) {
     let Some(schemas) = doc.pointer_mut("/components/schemas").and_then(Value::as_object_mut) else { return };
     for schema in schemas.values_mut() {

@@ -109,10 +109,8 @@ async fn create_upgrade(
     request_body(content = NewUpgrade, content_type = "application/json"),
     responses(
         (status = 200, description = "The plan", body = UpgradePlan),
-        (status = 400, description = "Body is not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "`image_repository` or `force` asked for without the admin role", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such cluster", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "Body is not declared as JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid field, a version policy rule broken (`errors[].rule`: version_format, no_downgrade, major_version, minor_skip), or `dry_run: false`", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "The cluster did not answer, or its stored credentials cannot be used", body = Problem, content_type = "application/problem+json"),
     ))]

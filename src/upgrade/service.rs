@@ -28,7 +28,7 @@ use crate::k8s::{CallError, ClusterApi};
 /// Body of `POST /v1/clusters/{name}/upgrades` (start a job) and of
 /// `POST /v1/clusters/{name}/upgrades/plan` (its plan): the same request,
 /// so that a plan shows what that very start would do.
-#[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(as = CreateUpgrade)]
 pub struct NewUpgrade {
@@ -37,11 +37,9 @@ pub struct NewUpgrade {
     pub version: String,
     /// Components to upgrade; all three by default. They are always
     /// upgraded in the order kube-apiserver, kube-controller-manager, kube-scheduler.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub components: Option<Vec<Component>>,
     /// Registry the images come from (`<repository>/<component>:<version>`).
     /// Any value but the default (`registry.k8s.io`) needs the admin role.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(example = "registry.k8s.io")]
     pub image_repository: Option<String>,
     /// Bypass the version policy (downgrades, skipped minor versions).
@@ -54,7 +52,6 @@ pub struct NewUpgrade {
     /// obeyed, so that a request meant as a dry run never starts a job.
     // Kept so that clients written before the plan had its own route (the
     // CLI sent `"dry_run": false` on every start) keep working.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(deprecated)]
     pub dry_run: Option<bool>,
 }
