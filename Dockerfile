@@ -5,10 +5,15 @@
 #       -v drover-data:/data drover
 #
 # The image needs the Docker socket of the host whose containers it manages.
+#
+# tests/api/image.rs builds and runs the last stage as written here, with
+# the build stage's outputs (/out/drover, /out/data) made on the test's
+# machine: scripts/static_binary.sh builds drover with this file's cargo
+# flags, and a test fails when the two differ.
 
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
-COPY Cargo.toml Cargo.lock ./
+COPY Cargo.toml Cargo.lock build.rs ./
 COPY src src
 COPY migrations migrations
 COPY ui ui

@@ -24,15 +24,8 @@ if [ ! -x "$VENV/bin/openapi-python-client" ]; then
     "$VENV/bin/pip" install -q --disable-pip-version-check openapi-python-client
 fi
 
-work="$(mktemp -d)"
-data="$work/data"
-mkdir -p "$data"
-pid=""
-cleanup() {
-    if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
-    rm -rf "$work"
-}
-trap cleanup EXIT
+# $work (removed at exit) and start_drover.
+source scripts/live_drover.sh
 
 # No post hooks: formatting the generated code (ruff) is not what is tested.
 printf 'post_hooks: []\n' > "$work/generator.yml"
@@ -62,15 +55,7 @@ if [ -n "$tls" ]; then
     ca_arg=("$work/ca.pem")
 fi
 
-port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
-"$DROVER" serve --runtime simulated --listen "127.0.0.1:$port" --data-dir "$data" --log-level warn "${serve_tls[@]}" &
-pid=$!
-for _ in $(seq 1 100); do
-    "$VENV/bin/python" -c "import ssl,urllib.request; urllib.request.urlopen('$scheme://127.0.0.1:$port/healthz', \
-        context=ssl.create_default_context(cafile='$work/ca.pem') if '$scheme' == 'https' else None)" \
-        >/dev/null 2>&1 && break
-    sleep 0.1
-done
+start_drover "$scheme" "${serve_tls[@]}"
 
 PYTHONPATH="$work/client" timeout 600 "$VENV/bin/python" scripts/client_e2e.py \
     "$scheme://127.0.0.1:$port" "$(cat "$data/admin.token")" "${ca_arg[@]}"

@@ -22,27 +22,25 @@ cd "$(dirname "$0")/.."
 DROVER="${DROVER:-target/debug/drover}"
 SCHEMATHESIS="${SCHEMATHESIS:-.ci/.venv/bin/schemathesis}"
 MAX_EXAMPLES="${MAX_EXAMPLES:-100}"
-data="$(mktemp -d)"
-port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
-
-"$DROVER" serve --runtime simulated --listen "127.0.0.1:$port" --data-dir "$data" --log-level warn &
-pid=$!
-trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "$data"' EXIT
-for _ in $(seq 1 100); do
-    curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break
-    sleep 0.1
-done
+# $work (removed at exit, with the store in $work/data) and start_drover.
+source scripts/live_drover.sh
+start_drover http
 
 # Seed a pool so that routes naming one reach their handlers, not just 404.
 curl -fsS -o /dev/null -X POST "http://127.0.0.1:$port/v1/pools" \
     -H "Authorization: Bearer $(cat "$data/admin.token")" -H 'content-type: application/json' \
     -d '{"name": "demo", "replicas": 2, "version": "v1.29.2"}'
-cat > "$data/schemathesis.toml" <<'TOML'
+# No cache: its replays of earlier runs' findings would make a run depend
+# on the runs before it, and it writes .schemathesis/ into the work tree.
+cat > "$work/schemathesis.toml" <<'TOML'
+[cache]
+enabled = false
+
 [parameters]
 "path.name" = "demo"
 TOML
 
-python3 - openapi/openapi.json "$data/openapi.json" <<'PY'
+python3 - openapi/openapi.json "$work/openapi.json" <<'PY'
 import json, sys
 doc = json.load(open(sys.argv[1]))
 apply_document = doc["components"]["schemas"]["ApplyDocument"]
@@ -51,7 +49,7 @@ apply_document["discriminator"]["mapping"].pop("Cluster", None)
 json.dump(doc, open(sys.argv[2], "w"))
 PY
 
-"$SCHEMATHESIS" --config-file "$data/schemathesis.toml" run "$data/openapi.json" \
+"$SCHEMATHESIS" --config-file "$work/schemathesis.toml" run "$work/openapi.json" \
     --url "http://127.0.0.1:$port" \
     --header "Authorization: Bearer $(cat "$data/admin.token")" \
     --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance,response_headers_conformance \

@@ -7,6 +7,10 @@
 # - Docker tests: need a running engine (this script starts it when it can);
 #   their images are built by the tests themselves from a static program the
 #   harness compiles, so nothing is pulled and nothing else is installed.
+#   The test of the container image (tests/api/image.rs) runs drover built
+#   as the Dockerfile builds it: this script builds that static binary
+#   (scripts/static_binary.sh, into target/static) and passes its path in
+#   DROVER_STATIC_BINARY.
 # - Browser tests: need chromium and chromedriver, installed here from
 #   Debian's packages when missing.
 # - PostgreSQL: the replica tests, and a second run of the API tests on
@@ -66,9 +70,16 @@ if ! compgen -G '/usr/lib/*/faketime/libfaketime.so.1' >/dev/null; then
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends faketime
 fi
 
+if [ -z "${DROVER_SKIP_DOCKER_TESTS:-}" ]; then
+    echo "==> drover as a static binary, as the Dockerfile builds it, for the container image's test"
+    DROVER_STATIC_BINARY="$(bash scripts/static_binary.sh)"
+    export DROVER_STATIC_BINARY
+fi
+
 echo "==> every test, the API's on SQLite"
 cargo test "$@"
 echo "==> the API tests again, on PostgreSQL"
 # The tests of several replicas use PostgreSQL in both runs; they ran above.
+# The container image keeps its store on its volume, whatever the run's.
 DROVER_TEST_DATABASE=postgres cargo test --test api "$@" -- \
-    --skip replicas:: --skip consistency:: --skip job_leases:: --skip chaos::
+    --skip replicas:: --skip consistency:: --skip job_leases:: --skip chaos:: --skip image::

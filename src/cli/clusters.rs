@@ -227,7 +227,7 @@ pub async fn run_upgrade(client: &Client, out: OutputFormat, cmd: UpgradeCommand
 }
 
 async fn start(client: &Client, out: OutputFormat, args: StartUpgradeArgs) -> Result<(), CliError> {
-    let mut body = json!({ "version": args.version, "force": args.force, "dry_run": args.dry_run });
+    let mut body = json!({ "version": args.version, "force": args.force });
     if !args.components.is_empty() {
         body["components"] = json!(args.components);
     }
@@ -235,10 +235,11 @@ async fn start(client: &Client, out: OutputFormat, args: StartUpgradeArgs) -> Re
         body["image_repository"] = json!(repo);
     }
     let path = format!("/v1/clusters/{}/upgrades", args.cluster);
-    let answer = client.post(&path, Some(&body)).await?;
-    let what = format!("POST {path}");
     if args.dry_run {
-        return show(out, &what, answer, |plan: UpgradePlan| {
+        // The plan has its own route, which answers the same body's plan.
+        let path = format!("{path}/plan");
+        let answer = client.post(&path, Some(&body)).await?;
+        return show(out, &format!("POST {path}"), answer, |plan: UpgradePlan| {
             println!("{} -> {}", or_dash(&plan.current_version), plan.target_version);
             let mut t = Table::new(&["COMPONENT", "CURRENT IMAGE", "NEW IMAGE"]);
             for c in plan.components {
@@ -247,6 +248,8 @@ async fn start(client: &Client, out: OutputFormat, args: StartUpgradeArgs) -> Re
             t.print();
         });
     }
+    let answer = client.post(&path, Some(&body)).await?;
+    let what = format!("POST {path}");
     let id = Client::decode::<UpgradeView>(&what, answer.clone())?.id;
     if !args.wait.wait {
         match out {

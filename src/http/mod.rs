@@ -44,6 +44,15 @@ pub const REQUEST_ID: &str = "x-request-id";
         description = "Keeps Docker machine pools at their desired size and image, and upgrades self-hosted Kubernetes control planes.",
         license(name = "Apache-2.0", identifier = "Apache-2.0"),
     ),
+    // Relative first: the Swagger UI at /docs, and any page the server
+    // serves, call the server that served this document wherever it
+    // listens. Then the default listener, an absolute URL for tools that
+    // want one (generated clients take their base URL as a setting; some,
+    // such as openapi-generator's, read a relative one as http://localhost).
+    servers(
+        (url = "/", description = "The server that serves this document"),
+        (url = "http://127.0.0.1:8080", description = "`drover serve` on its default listener"),
+    ),
     components(schemas(streams::StreamDeleted, streams::StreamEventName)),
     tags(
         (name = "pools", description = "Machine pools: desired state, scaling, events"),

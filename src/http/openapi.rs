@@ -13,7 +13,8 @@
 //! - `required` on every property of a schema only responses use: the
 //!   server serializes every field of those types (`null` when empty), so a
 //!   generated client should not see them as maybe-absent;
-//! - OpenAPI `links` from a created pool to the operations on it.
+//! - OpenAPI `links` from a created pool to the operations on it;
+//! - one named schema, `JsonValue`, for fields that hold any JSON value.
 
 use serde_json::{Map, Value, json};
 
@@ -57,23 +58,51 @@ pub fn finish(doc: utoipa::openapi::OpenApi) -> anyhow::Result<utoipa::openapi::
     }
     // Last: the fleet file's schemas are copies of the API's, rules included.
     crate::apply::schema::add_fleet_schemas(&mut value);
-    any_values(&mut value);
+    json_values(&mut value);
     serde_json::from_value(value).context("a pass made the OpenAPI document unreadable to utoipa")
 }
 
-/// Fields of any JSON value (a diff's `before` and `after`) have a schema
-/// with no `type`, which utoipa writes but cannot read back; `"type": null`
-/// is how it reads "any value" (and it writes that as no `type` again).
-fn any_values(doc: &mut Value) {
+/// The schema of a field that holds any JSON value (a diff's `before` and
+/// `after`), named so that generated clients share one type for it.
+const JSON_VALUE: &str = "JsonValue";
+
+/// Fields of any JSON value have a schema with no `type` (utoipa's for a
+/// `serde_json::Value`), which generators type as `any`. Each becomes a
+/// [`JSON_VALUE`] or `null`. The alternatives are listed one by one
+/// because a `type` array (`["string", "number", ...]`) is what
+/// openapi-python-client cannot read, and an `array` without `items` or an
+/// `object` without `additionalProperties` neither; those two say "any
+/// value" with `{}`, which utoipa reads back from `"type": null` (and
+/// writes as `{}` again).
+fn json_values(doc: &mut Value) {
     const TYPED: [&str; 9] = ["type", "$ref", "oneOf", "allOf", "anyOf", "items", "properties", "enum", "const"];
     let Some(schemas) = doc.pointer_mut("/components/schemas").and_then(Value::as_object_mut) else { return };
+    let mut used = false;
     for schema in schemas.values_mut() {
         let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) else { continue };
         for prop in props.values_mut().filter_map(Value::as_object_mut) {
             if !TYPED.iter().any(|k| prop.contains_key(*k)) {
-                prop.insert("type".into(), Value::Null);
+                let reference = json!({"$ref": format!("#/components/schemas/{JSON_VALUE}")});
+                prop.insert("oneOf".into(), json!([reference, {"type": "null"}]));
+                used = true;
             }
         }
+    }
+    if used {
+        let any = json!({"type": null});
+        schemas.insert(
+            JSON_VALUE.into(),
+            json!({
+                "description": "A JSON value other than `null`, as the field holds it: a string, a number, a boolean, a list or an object",
+                "anyOf": [
+                    {"type": "string"},
+                    {"type": "number"},
+                    {"type": "boolean"},
+                    {"type": "array", "items": any},
+                    {"type": "object", "additionalProperties": any},
+                ],
+            }),
+        );
     }
 }
 
@@ -322,9 +351,10 @@ fn is_type(schema: &Value, ty: &str) -> bool {
 /// The rules `domain::pool::validate` and `domain::labels::check` enforce
 /// on the items of lists and maps, which utoipa's field attributes cannot
 /// reach: failure domains are label values and engines DNS labels, each
-/// listed once; label maps hold at most 64 keys of the label-key form with
-/// label values (or empty ones). Keys under `drover.dev/` are reserved,
-/// which a pattern does not say; the description does.
+/// listed once (said in the description); label maps hold at most 64 keys
+/// of the label-key form with label values (or empty ones). Keys under
+/// `drover.dev/` are reserved, which a pattern does not say; the
+/// description does.
 fn label_and_name_rules(doc: &mut Value) {
     let Some(schemas) = doc.pointer_mut("/components/schemas").and_then(Value::as_object_mut) else { return };
     for schema in schemas.values_mut() {
@@ -334,7 +364,13 @@ fn label_and_name_rules(doc: &mut Value) {
                 "failure_domains" | "engines" if is_type(prop, "array") => {
                     let pattern = if name == "engines" { DNS_LABEL } else { LABEL_VALUE };
                     prop["items"] = json!({"type": "string", "pattern": pattern, "minLength": 1, "maxLength": 63});
-                    prop["uniqueItems"] = json!(true);
+                    // Said in words, not as `uniqueItems`: generators turn a
+                    // unique list into a set, and openapi-generator's
+                    // typescript-fetch then drops the `null` that resets it
+                    // in a patch. The server refuses a repeat either way.
+                    let described = prop["description"].as_str().unwrap_or_default().to_owned();
+                    let note = "Each at most once (a repeat is refused: 422, rule `unique`).";
+                    prop["description"] = json!(format!("{described} {note}").trim().to_owned());
                 }
                 "labels" | "engine_selector" if is_type(prop, "object") => {
                     prop["maxProperties"] = json!(64);

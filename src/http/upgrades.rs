@@ -1,5 +1,5 @@
-//! Control-plane upgrade jobs: start one on a cluster (or ask for its plan),
-//! follow it, read its events, cancel it. The handlers parse and answer;
+//! Control-plane upgrade jobs: ask for the plan of one on a cluster, start
+//! one, follow it, read its events, cancel it. The handlers parse and answer;
 //! `upgrade::service` checks the request against the cluster and the
 //! version policy, stores the job and cancels it; the runner does the work.
 
@@ -19,12 +19,13 @@ use crate::http::wire::upgrades::UpgradeView;
 use crate::http::wire::{EventList, location};
 use crate::identity::Caller;
 use crate::state::AppState;
-use crate::upgrade::service::{Created, UpgradeError};
+use crate::upgrade::service::UpgradeError;
 pub use crate::upgrade::service::{NewUpgrade, UpgradePlan};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(create_upgrade))
+        .routes(routes!(plan_upgrade))
         .routes(routes!(list_upgrades))
         .routes(routes!(get_upgrade))
         .routes(routes!(list_upgrade_events))
@@ -67,15 +68,15 @@ fn job_location(id: i64) -> [(header::HeaderName, HeaderValue); 1] {
     [(header::LOCATION, location(&format!("/v1/upgrades/{id}")))]
 }
 
-/// Start an upgrade of a cluster's control plane, or with `dry_run` answer
-/// its plan. kubeadm's version policy applies unless `force` is set.
-/// `image_repository` (other than the default) and `force` need the admin
-/// role.
+/// Start an upgrade of a cluster's control plane: a job, which a runner
+/// carries out one component at a time. kubeadm's version policy applies
+/// unless `force` is set. `image_repository` (other than the default) and
+/// `force` need the admin role. `POST .../upgrades/plan` answers what the
+/// same body would do, without starting anything.
 #[utoipa::path(post, path = "/v1/clusters/{name}/upgrades", tag = "upgrades",
     params(("name" = String, Path, description = "Cluster name")),
     request_body(content = NewUpgrade, content_type = "application/json"),
     responses(
-        (status = 200, description = "`dry_run`: the plan", body = UpgradePlan),
         (status = 202, description = "Job accepted; poll `Location`", body = UpgradeView,
             headers(("Location" = String, description = "URL of the job"))),
         (status = 400, description = "Body is not JSON", body = Problem, content_type = "application/problem+json"),
@@ -83,7 +84,7 @@ fn job_location(id: i64) -> [(header::HeaderName, HeaderValue); 1] {
         (status = 404, description = "No such cluster", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "A job is already active on the cluster; `detail` names it", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Body is not declared as JSON", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Invalid field, or a version policy rule broken (`errors[].rule`: version_format, no_downgrade, major_version, minor_skip)", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid field, a version policy rule broken (`errors[].rule`: version_format, no_downgrade, major_version, minor_skip), or `dry_run: true` (a dry run is `POST .../upgrades/plan`; nothing is started)", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "The cluster did not answer, or its stored credentials cannot be used", body = Problem, content_type = "application/problem+json"),
     ))]
 #[tracing::instrument(skip_all, fields(cluster = %name, version = %body.version))]
@@ -93,13 +94,34 @@ async fn create_upgrade(
     caller: Option<axum::Extension<Caller>>,
     ApiJson(body): ApiJson<NewUpgrade>,
 ) -> ApiResult<Response> {
-    Ok(match state.upgrades.create(&name, &body, crate::identity::role_or_admin(caller.as_deref())).await? {
-        Created::Plan(plan) => (StatusCode::OK, Json(plan)).into_response(),
-        Created::Job(job) => {
-            let id = job.job.id;
-            (StatusCode::ACCEPTED, job_location(id), Json(UpgradeView::from(job))).into_response()
-        }
-    })
+    let job = state.upgrades.create(&name, &body, crate::identity::role_or_admin(caller.as_deref())).await?;
+    let id = job.job.id;
+    Ok((StatusCode::ACCEPTED, job_location(id), Json(UpgradeView::from(job))).into_response())
+}
+
+/// The plan of an upgrade of a cluster's control plane: what a job started
+/// with the same body would do, read from what the cluster runs now (each
+/// component's current and new image, and the steps it would take).
+/// Stores and changes nothing. The checks are a start's: the version
+/// policy, and the admin role for `image_repository` and `force`.
+#[utoipa::path(post, path = "/v1/clusters/{name}/upgrades/plan", tag = "upgrades",
+    params(("name" = String, Path, description = "Cluster name")),
+    request_body(content = NewUpgrade, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The plan", body = UpgradePlan),
+        (status = 403, description = "`image_repository` or `force` asked for without the admin role", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such cluster", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid field, a version policy rule broken (`errors[].rule`: version_format, no_downgrade, major_version, minor_skip), or `dry_run: false`", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The cluster did not answer, or its stored credentials cannot be used", body = Problem, content_type = "application/problem+json"),
+    ))]
+#[tracing::instrument(skip_all, fields(cluster = %name, version = %body.version))]
+async fn plan_upgrade(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    caller: Option<axum::Extension<Caller>>,
+    ApiJson(body): ApiJson<NewUpgrade>,
+) -> ApiResult<Json<UpgradePlan>> {
+    Ok(Json(state.upgrades.plan(&name, &body, crate::identity::role_or_admin(caller.as_deref())).await?))
 }
 
 /// List upgrade jobs, newest first.

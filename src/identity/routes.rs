@@ -21,8 +21,9 @@ pub fn required_role(method: &Method, route: &str) -> Role {
     match (m, route) {
         (_, "/v1/tokens" | "/v1/tokens/{name}" | "/v1/audit") => Admin,
         ("GET" | "HEAD", _) => Viewer,
-        // A dry run changes nothing.
-        ("POST", "/v1/pools/{name}/plan") => Viewer,
+        // A dry run changes nothing (the admin-only fields of an upgrade
+        // stay the admin's: the service checks them on both routes).
+        ("POST", "/v1/pools/{name}/plan" | "/v1/clusters/{name}/upgrades/plan") => Viewer,
         // A dry run changes nothing; an apply checks each change against
         // the role its single-object route needs (`apply::plan`).
         ("POST", "/v1/apply") => Viewer,
@@ -53,6 +54,8 @@ mod tests {
         let r = |m: &str, p: &str| required_role(&Method::from_bytes(m.as_bytes()).unwrap(), p);
         assert_eq!(r("GET", "/v1/pools"), Role::Viewer);
         assert_eq!(r("POST", "/v1/pools/{name}/plan"), Role::Viewer);
+        assert_eq!(r("POST", "/v1/clusters/{name}/upgrades/plan"), Role::Viewer);
+        assert_eq!(r("POST", "/v1/clusters/{name}/upgrades"), Role::Operator);
         assert_eq!(r("PUT", "/v1/pools/{name}/scale"), Role::Operator);
         assert_eq!(r("POST", "/v1/upgrades/{id}/cancel"), Role::Operator);
         assert_eq!(r("POST", "/v1/pools"), Role::Admin);

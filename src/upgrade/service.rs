@@ -25,8 +25,10 @@ use crate::domain::upgrade::{
 use crate::domain::version::KubeVersion;
 use crate::k8s::{CallError, ClusterApi};
 
-/// Body of `POST /v1/clusters/{name}/upgrades`.
-#[derive(Debug, Deserialize, ToSchema)]
+/// Body of `POST /v1/clusters/{name}/upgrades` (start a job) and of
+/// `POST /v1/clusters/{name}/upgrades/plan` (its plan): the same request,
+/// so that a plan shows what that very start would do.
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(as = CreateUpgrade)]
 pub struct NewUpgrade {
@@ -44,12 +46,26 @@ pub struct NewUpgrade {
     /// Needs the admin role.
     #[serde(default)]
     pub force: bool,
-    /// Answer the plan instead of starting a job.
-    #[serde(default)]
-    pub dry_run: bool,
+    /// Deprecated: leave it out. The route says what is asked for
+    /// (`.../upgrades` starts a job, `.../upgrades/plan` answers its plan);
+    /// a `dry_run` that contradicts the route is refused (422) rather than
+    /// obeyed, so that a request meant as a dry run never starts a job.
+    // Kept so that clients written before the plan had its own route (the
+    // CLI sent `"dry_run": false` on every start) keep working.
+    #[schema(deprecated)]
+    pub dry_run: Option<bool>,
 }
 
-/// The dry-run answer: what a job would do.
+/// What a request asks for, as its route says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Asked {
+    /// `POST .../upgrades/plan`: what a job would do.
+    Plan,
+    /// `POST .../upgrades`: a job.
+    Job,
+}
+
+/// The answer of `POST .../upgrades/plan`: what a job would do.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct UpgradePlan {
     pub cluster: String,
@@ -63,13 +79,6 @@ pub struct UpgradePlan {
 pub struct JobDetail {
     pub job: Job,
     pub components: Vec<ComponentSteps>,
-}
-
-/// What a create answered.
-pub enum Created {
-    /// `dry_run`: what a job would do.
-    Plan(UpgradePlan),
-    Job(JobDetail),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -106,37 +115,54 @@ impl Upgrades {
         Self { db, clusters, queue }
     }
 
-    /// Starts an upgrade of `cluster`, or with `dry_run` answers its plan,
-    /// for a caller of `role`.
-    pub async fn create(&self, cluster: &str, body: &NewUpgrade, role: Role) -> Result<Created, UpgradeError> {
-        let request = parse(cluster, body, role)?;
-        self.clusters.get(cluster).await?;
-        if !body.dry_run
-            && let Some(job) = db::upgrades::active_for_cluster(self.db.read(), cluster).await?
-        {
-            return Err(UpgradeError::Active { cluster: cluster.to_owned(), job });
-        }
-        let api = self.clusters.connect(cluster, 2).await?;
-        let target = request.target;
-        let prepared = prepare(&api, request).await.map_err(|e| match e {
-            PrepareError::Unreachable { .. } => UpgradeError::Unreachable(e.to_string()),
-            PrepareError::Policy(v) => UpgradeError::Invalid(ValidationErrors::single("version", v.rule, v.message)),
-        })?;
-        if body.dry_run {
-            return Ok(Created::Plan(UpgradePlan {
-                cluster: cluster.to_owned(),
-                current_version: prepared.current.map(|v| v.to_string()),
-                target_version: target,
-                components: prepared.components,
-            }));
-        }
+    /// What an upgrade of `cluster` would do, for a caller of `role`:
+    /// the checks of a start, against what the cluster runs now. Stores
+    /// and changes nothing.
+    pub async fn plan(&self, cluster: &str, body: &NewUpgrade, role: Role) -> Result<UpgradePlan, UpgradeError> {
+        let prepared = self.checked(cluster, body, role, Asked::Plan).await?;
+        Ok(UpgradePlan {
+            cluster: cluster.to_owned(),
+            current_version: prepared.current.map(|v| v.to_string()),
+            target_version: prepared.request.target,
+            components: prepared.components,
+        })
+    }
+
+    /// Starts an upgrade of `cluster` for a caller of `role`: a pending
+    /// job, which a runner claims.
+    pub async fn create(&self, cluster: &str, body: &NewUpgrade, role: Role) -> Result<JobDetail, UpgradeError> {
+        let prepared = self.checked(cluster, body, role, Asked::Job).await?;
         let job = start(&self.db, &prepared).await.map_err(|e| match e {
             StartError::Active(job) => UpgradeError::Active { cluster: cluster.to_owned(), job },
             StartError::ClusterGone => UpgradeError::Cluster(ClusterError::NotFound(cluster.to_owned())),
             StartError::Store(e) => e.into(),
         })?;
         self.queue.wake();
-        Ok(Created::Job(self.detail(job).await?))
+        self.detail(job).await
+    }
+
+    /// The checks a plan and a start share: the fields, the caller's role,
+    /// the cluster, no other active job (for a start), and the version
+    /// policy against what the cluster runs.
+    async fn checked(
+        &self,
+        cluster: &str,
+        body: &NewUpgrade,
+        role: Role,
+        asked: Asked,
+    ) -> Result<Prepared, UpgradeError> {
+        let request = parse(cluster, body, role, asked)?;
+        self.clusters.get(cluster).await?;
+        if asked == Asked::Job
+            && let Some(job) = db::upgrades::active_for_cluster(self.db.read(), cluster).await?
+        {
+            return Err(UpgradeError::Active { cluster: cluster.to_owned(), job });
+        }
+        let api = self.clusters.connect(cluster, 2).await?;
+        prepare(&api, request).await.map_err(|e| match e {
+            PrepareError::Unreachable { .. } => UpgradeError::Unreachable(e.to_string()),
+            PrepareError::Policy(v) => UpgradeError::Invalid(ValidationErrors::single("version", v.rule, v.message)),
+        })
     }
 
     /// A page of jobs, newest first, optionally of one cluster and in one state.
@@ -199,8 +225,9 @@ impl Upgrades {
 /// The upgrade a create body asks for, with every field checked. A
 /// registry other than the default, or `force`, decide what runs as the
 /// control plane, so they are the admin's (SECURITY.md).
-fn parse(cluster: &str, body: &NewUpgrade, role: Role) -> Result<UpgradeRequest, UpgradeError> {
+fn parse(cluster: &str, body: &NewUpgrade, role: Role, asked: Asked) -> Result<UpgradeRequest, UpgradeError> {
     let invalid = |field, rule, e: String| UpgradeError::Invalid(ValidationErrors::single(field, rule, e));
+    check_dry_run(cluster, body.dry_run, asked).map_err(|e| invalid("dry_run", "dry_run", e))?;
     let target: KubeVersion = body.version.parse().map_err(|e| invalid("version", "version_format", format!("{e}")))?;
     let components = order_components(body.components.as_deref().unwrap_or(&Component::ALL))
         .map_err(|e| invalid("components", "components", e))?;
@@ -216,6 +243,20 @@ fn parse(cluster: &str, body: &NewUpgrade, role: Role) -> Result<UpgradeRequest,
     check_image_reference(&format!("{repo}/kube-apiserver:{target}"))
         .map_err(|e| invalid("image_repository", "image_repository", e.to_string()))?;
     Ok(UpgradeRequest { cluster: cluster.to_owned(), target, components, image_repository: repo, force: body.force })
+}
+
+/// The deprecated `dry_run` agrees with the route, or is left out.
+fn check_dry_run(cluster: &str, dry_run: Option<bool>, asked: Asked) -> Result<(), String> {
+    let route = format!("/v1/clusters/{cluster}/upgrades");
+    match (dry_run, asked) {
+        (Some(true), Asked::Job) => Err(format!(
+            "nothing was started: a dry run has its own route, POST {route}/plan (the same body, without `dry_run`)"
+        )),
+        (Some(false), Asked::Plan) => {
+            Err(format!("this route only plans; POST {route} starts a job (leave `dry_run` out)"))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// A request that passed its field checks.

@@ -294,9 +294,9 @@ async fn bad_stored_credentials_fail_every_route_job_and_pool_with_a_reason_and_
         let res = client.get(at(&server, &format!("/v1/clusters/{name}/status"))).send().await.unwrap();
         let problem = assert_problem(res, 503, None).await;
         assert!(problem["detail"].as_str().unwrap_or_default().contains("credentials"), "{problem:#}");
-        for dry_run in [true, false] {
-            let body = json!({"version": "v1.30.0", "dry_run": dry_run});
-            let res = client.post(at(&server, &format!("/v1/clusters/{name}/upgrades"))).json(&body).send().await;
+        for route in ["upgrades", "upgrades/plan"] {
+            let body = json!({"version": "v1.30.0"});
+            let res = client.post(at(&server, &format!("/v1/clusters/{name}/{route}"))).json(&body).send().await;
             assert_problem(res.unwrap(), 503, None).await;
         }
     }

@@ -19,6 +19,7 @@ mod engines_support;
 mod faults;
 mod hardening;
 mod helpers;
+mod image;
 #[path = "../support/images.rs"]
 mod images;
 mod job_leases;

@@ -35,9 +35,11 @@ fn needed(method: &str, path: &str) -> Option<&'static str> {
         ("post", "/v1/clusters/{name}/upgrades"),
         ("post", "/v1/upgrades/{id}/cancel"),
     ];
-    // Dry runs: a plan, and an apply (whose changes each need their own
-    // route's role, checked by the apply itself: tests/api/apply.rs).
-    if method == "get" || (method == "post" && matches!(path, "/v1/pools/{name}/plan" | "/v1/apply")) {
+    // Dry runs: a plan (a pool's, an upgrade's), and an apply (whose
+    // changes each need their own route's role, checked by the apply
+    // itself: tests/api/apply.rs).
+    let dry_runs = ["/v1/pools/{name}/plan", "/v1/clusters/{name}/upgrades/plan", "/v1/apply"];
+    if method == "get" || (method == "post" && dry_runs.contains(&path)) {
         Some("viewer")
     } else if operator.contains(&(method, path)) {
         Some("operator")

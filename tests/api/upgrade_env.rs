@@ -63,6 +63,11 @@ impl Env {
         self.app.request(Method::POST, &format!("/v1/clusters/{CLUSTER}/upgrades"), Some(body)).await
     }
 
+    /// Asks for the plan of the upgrade `body` describes.
+    pub async fn plan_upgrade(&self, body: Value) -> Response {
+        self.app.request(Method::POST, &format!("/v1/clusters/{CLUSTER}/upgrades/plan"), Some(body)).await
+    }
+
     /// Starts an upgrade to `TO` and answers the job's id.
     pub async fn start_upgrade(&self, extra: Value) -> i64 {
         let mut body = json!({"version": TO});

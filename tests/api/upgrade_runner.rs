@@ -13,7 +13,7 @@ use drover::domain::role::Role;
 use drover::domain::upgrade::{JobState, Step};
 use drover::k8s::{Credentials, RetryPolicy};
 use drover::upgrade::claim::JobError;
-use drover::upgrade::service::{Created, NewUpgrade, Upgrades};
+use drover::upgrade::service::{NewUpgrade, Upgrades};
 use drover::upgrade::{Context, Settings, job::run_job};
 use tempfile::TempDir;
 use tokio_util::sync::CancellationToken;
@@ -60,12 +60,8 @@ impl Bench {
     }
 
     async fn new_job(&self) -> i64 {
-        let body =
-            NewUpgrade { version: TO.into(), components: None, image_repository: None, force: false, dry_run: false };
-        match self.upgrades().create(CLUSTER, &body, Role::Admin).await.expect("job") {
-            Created::Job(job) => job.job.id,
-            Created::Plan(_) => panic!("a job was asked for, not a plan"),
-        }
+        let body = NewUpgrade { version: TO.into(), ..NewUpgrade::default() };
+        self.upgrades().create(CLUSTER, &body, Role::Admin).await.expect("job").job.id
     }
 
     /// The API's service of upgrade jobs.

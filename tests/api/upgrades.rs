@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::helpers::{assert_problem, wait_some};
 use crate::kube_sim::{Matcher, Op};
-use crate::upgrade_env::{COMPONENTS, Env, FROM, TO, spawn_env, step_matcher, step_of};
+use crate::upgrade_env::{CLUSTER, COMPONENTS, Env, FROM, TO, spawn_env, step_matcher, step_of};
 
 const JOB_LIMIT: Duration = Duration::from_secs(30);
 const HOLD_LIMIT: Duration = Duration::from_secs(10);
@@ -326,10 +326,9 @@ async fn one_active_job_per_cluster_and_the_409_names_it() {
 }
 
 #[tokio::test]
-async fn dry_run_answers_the_plan_and_changes_nothing() {
+async fn the_plan_route_answers_the_plan_and_changes_nothing() {
     let env = spawn_env(|_| {}).await;
-    let res =
-        env.post_upgrade(json!({"version": TO, "dry_run": true, "image_repository": "mirror.local:5000/k8s"})).await;
+    let res = env.plan_upgrade(json!({"version": TO, "image_repository": "mirror.local:5000/k8s"})).await;
     assert_eq!(res.status(), StatusCode::OK);
     let plan: Value = res.json().await.unwrap();
     assert_eq!(plan["current_version"], FROM);
@@ -342,6 +341,30 @@ async fn dry_run_answers_the_plan_and_changes_nothing() {
     assert!(env.sim.ops().iter().all(|o| !o.is_write()));
     let list: Value = env.app.get("/v1/upgrades").await.json().await.unwrap();
     assert_eq!(list["items"], json!([]), "a dry run stores no job");
+}
+
+/// Before the plan had its own route, a start with `"dry_run": true`
+/// answered the plan. Obeying only the route would start a job that was
+/// meant as a look; the contradiction is refused instead, and a start with
+/// `"dry_run": false` (which older CLIs send) still starts.
+#[tokio::test]
+async fn a_dry_run_sent_to_the_start_route_is_refused_and_starts_nothing() {
+    let env = spawn_env(|_| {}).await;
+    let res = env.post_upgrade(json!({"version": TO, "dry_run": true})).await;
+    let problem = assert_problem(res, 422, Some("dry_run")).await;
+    let detail = problem["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains(&format!("/v1/clusters/{CLUSTER}/upgrades/plan")), "names the plan route: {problem:#}");
+    let res = env.plan_upgrade(json!({"version": TO, "dry_run": false})).await;
+    assert_problem(res, 422, Some("dry_run")).await;
+    assert!(env.sim.ops().iter().all(|o| !o.is_write()), "a refused request changed the cluster");
+    let list: Value = env.app.get("/v1/upgrades").await.json().await.unwrap();
+    assert_eq!(list["items"], json!([]), "a refused request stored no job");
+
+    let planned = env.plan_upgrade(json!({"version": TO, "dry_run": true})).await;
+    assert_eq!(planned.status(), StatusCode::OK, "a plan may still say it is a dry run");
+    let id = env.start_upgrade(json!({"dry_run": false})).await;
+    let job = env.wait_done(id, JOB_LIMIT, "an upgrade started with `dry_run: false`").await;
+    assert_eq!(job["state"], "succeeded", "{job:#}");
 }
 
 /// Starts job `id` (ids are handed out in order) and cancels it: in even
@@ -476,13 +499,14 @@ async fn only_an_admin_may_choose_the_image_repository_or_force_the_version_poli
     let env = spawn_env(|_| {}).await;
     let operator = operator_client(&env).await;
     let url = env.app.url("/v1/clusters/prod/upgrades");
-    for body in [
-        json!({"version": TO, "image_repository": "evil.example.com/k8s"}),
-        json!({"version": TO, "image_repository": "evil.example.com/k8s", "dry_run": true}),
-        json!({"version": "v1.31.0", "force": true}),
-        json!({"version": TO, "force": true, "dry_run": true}),
+    let plan_url = env.app.url("/v1/clusters/prod/upgrades/plan");
+    for (url, body) in [
+        (&url, json!({"version": TO, "image_repository": "evil.example.com/k8s"})),
+        (&plan_url, json!({"version": TO, "image_repository": "evil.example.com/k8s"})),
+        (&url, json!({"version": "v1.31.0", "force": true})),
+        (&plan_url, json!({"version": TO, "force": true})),
     ] {
-        let res = operator.post(&url).json(&body).send().await.unwrap();
+        let res = operator.post(url).json(&body).send().await.unwrap();
         let problem = assert_problem(res, 403, None).await;
         assert!(problem["detail"].as_str().unwrap_or_default().contains("admin"), "{problem:#}");
     }
@@ -491,11 +515,10 @@ async fn only_an_admin_may_choose_the_image_repository_or_force_the_version_poli
     assert_eq!(list["items"], json!([]), "a refused request stored no job");
 
     // Naming the default registry is no choice; an operator may.
-    let plain = json!({"version": TO, "image_repository": "registry.k8s.io", "dry_run": true});
-    assert_eq!(operator.post(&url).json(&plain).send().await.unwrap().status(), StatusCode::OK);
+    let plain = json!({"version": TO, "image_repository": "registry.k8s.io"});
+    assert_eq!(operator.post(&plan_url).json(&plain).send().await.unwrap().status(), StatusCode::OK);
     // The admin still can.
-    let res =
-        env.post_upgrade(json!({"version": TO, "image_repository": "mirror.local:5000/k8s", "dry_run": true})).await;
+    let res = env.plan_upgrade(json!({"version": TO, "image_repository": "mirror.local:5000/k8s"})).await;
     assert_eq!(res.status(), StatusCode::OK);
     let id = env.start_upgrade(json!({"version": "v1.31.0", "force": true, "components": ["kube-scheduler"]})).await;
     let job = env.wait_done(id, JOB_LIMIT, "a forced upgrade by an admin").await;

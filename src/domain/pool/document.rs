@@ -35,9 +35,11 @@ pub struct PoolSpecInput {
     #[serde(default)]
     #[schema(min_length = 1, max_length = 255)]
     pub image: Option<String>,
+    /// Failure domains the machines are spread over, evenly (default: none).
     #[serde(default)]
     #[schema(max_items = 64)]
     pub failure_domains: Vec<String>,
+    /// Host paths bind-mounted into every machine (default: none).
     #[serde(default)]
     #[schema(max_items = 64)]
     pub extra_mounts: Vec<Mount>,

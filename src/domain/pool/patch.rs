@@ -16,7 +16,8 @@ use crate::domain::ValidationErrors;
 /// a field left out keeps its value, `null` resets it to its default
 /// (`replicas` and `version` have none and may not be `null`). Maps
 /// (`labels`, `engine_selector`) merge key by key, a `null` value removing
-/// the key; lists are replaced whole. `strategy` merges field by field.
+/// the key; lists are replaced whole, and `[]` resets a list too (an empty
+/// list is every list's default). `strategy` merges field by field.
 /// The fields are `PoolSpecInput`'s.
 #[derive(ToSchema)]
 #[allow(dead_code)]
@@ -71,7 +72,15 @@ pub fn patch_schemas(schemas: &mut Map<String, Value>) {
     schemas.insert("StrategyPatch".into(), strategy);
 }
 
-/// `input` with nothing required and its properties nullable (but `keep`).
+/// `input` with nothing required and its properties nullable (but `keep`,
+/// and lists of objects).
+///
+/// A list of objects (`extra_mounts`) is reset with `[]`, and its schema
+/// says no `null`: openapi-generator's typescript-fetch (7.x) drops a
+/// `null` list of objects from the request whatever the schema says, so a
+/// frontend's reset would silently do nothing; without the `null` its
+/// compiler refuses the reset instead, and `[]` does the same. The server
+/// still reads `null` as a reset, as RFC 7396 has it.
 fn patch_of(input: Option<&Value>, keep: &[String]) -> Value {
     let mut schema = input.cloned().unwrap_or_else(|| json!({"type": "object"}));
     if let Some(map) = schema.as_object_mut() {
@@ -83,12 +92,20 @@ fn patch_of(input: Option<&Value>, keep: &[String]) -> Value {
             if let Some(values) = prop.get_mut("additionalProperties").filter(|v| v.is_object()) {
                 nullable(values);
             }
-            if !keep.contains(name) {
+            if is_list_of_objects(prop) {
+                let described = prop["description"].as_str().unwrap_or_default().to_owned();
+                prop["description"] = json!(format!("{described} `[]` resets it.").trim().to_owned());
+            } else if !keep.contains(name) {
                 nullable(prop);
             }
         }
     }
     schema
+}
+
+/// A list whose items are a named schema (an object).
+fn is_list_of_objects(schema: &Value) -> bool {
+    schema["type"] == "array" && schema["items"].get("$ref").is_some()
 }
 
 /// Lets `schema` be `null` too.
@@ -167,5 +184,8 @@ mod tests {
         assert_eq!(patch["properties"]["paused"]["type"], json!(["boolean", "null"]));
         assert_eq!(patch["properties"]["replicas"]["type"], input["properties"]["replicas"]["type"], "no default");
         assert_eq!(names(&all["StrategyPatch"]), names(&all["StrategyInput"]));
+        // Lists of names reset with `null`; lists of objects with `[]` only.
+        assert_eq!(patch["properties"]["engines"]["type"], json!(["array", "null"]));
+        assert_eq!(patch["properties"]["extra_mounts"]["type"], json!("array"), "{patch}");
     }
 }
