@@ -20,9 +20,9 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use super::document::{self, Checked, Kind, MAX_DOCUMENTS, Object, Rules};
-use super::plan::{self, Action, Existing, Key, Options, Owner, Ownership, Plan, Wanted, World};
+use super::plan::{self, Action, Existing, Key, Options, Owner, Ownership, Plan, Stamp, Wanted, World};
 use crate::clusters::{ClusterError, Clusters, Prepared};
-use crate::db::{self, Db, pools::Pool};
+use crate::db::{self, Db, WriteTx, pools::Pool};
 use crate::domain::ValidationErrors;
 use crate::domain::pool::PoolSpec;
 use crate::domain::role::Role;
@@ -191,7 +191,7 @@ impl Apply {
                         errs.0.extend(document::under(index, true, e).0);
                         continue;
                     }
-                    Err(other) => return Err(ApplyError::Internal(other.into())),
+                    Err(other) => return Err(other.into()),
                 },
             };
             let view = match &wish {
@@ -213,7 +213,7 @@ impl Apply {
         let revision = db::apply_sets::revision(self.db.read(), set).await?;
         let mut world = World::default();
         let pools: BTreeMap<String, Pool> =
-            self.pools.all().await.map_err(pool_error)?.into_iter().map(|p| (p.name.clone(), p)).collect();
+            self.pools.all().await.map_err(ApplyError::from)?.into_iter().map(|p| (p.name.clone(), p)).collect();
         let mut users: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
         for pool in pools.values() {
             let existing = Existing {
@@ -228,9 +228,9 @@ impl Apply {
             }
         }
         for engine in db::engines::list(self.db.read()).await? {
-            let undeletable = self.registry.held(&engine.name).await.map_err(engine_error)?;
+            let undeletable = self.registry.held(&engine.name).await.map_err(ApplyError::from)?;
             let existing = Existing {
-                stamp: micros(engine.created_at),
+                stamp: Stamp::engine(engine.created_at),
                 view: engine_view(&engine.endpoint, &engine.labels, engine.tls.as_ref(), secrets),
                 deleting: false,
                 undeletable,
@@ -242,16 +242,17 @@ impl Apply {
             let page = db::clusters::list(self.db.read(), after.as_deref(), 500).await?;
             let last = page.len() < 500;
             for cluster in page {
-                let fingerprint = self.clusters.credentials_fingerprint(&cluster.name).await.map_err(cluster_error)?;
+                let fingerprint =
+                    self.clusters.credentials_fingerprint(&cluster.name).await.map_err(ApplyError::from)?;
                 let mut why = Vec::new();
                 if let Some(pools) = users.get(cluster.name.as_str()) {
                     why.push(format!("pools {} use it", pools.join(", ")));
                 }
-                if let Some(job) = self.clusters.active_job(&cluster.name).await.map_err(cluster_error)? {
+                if let Some(job) = self.clusters.active_job(&cluster.name).await.map_err(ApplyError::from)? {
                     why.push(format!("upgrade job {job} runs on it"));
                 }
                 let existing = Existing {
-                    stamp: format!("{}/{}", micros(cluster.created_at), micros(cluster.updated_at)),
+                    stamp: Stamp::cluster(cluster.created_at, cluster.updated_at),
                     view: cluster_view(
                         &cluster.server,
                         &cluster.auth_kind,
@@ -270,7 +271,9 @@ impl Apply {
         }
         for row in db::apply_sets::owners(self.db.read()).await? {
             let Some(kind) = Kind::parse(&row.kind) else { continue };
-            world.owners.insert(Key::new(kind, row.name), Owner { apply_set: row.apply_set, stamp: row.stamp });
+            world
+                .owners
+                .insert(Key::new(kind, row.name), Owner { apply_set: row.apply_set, stamp: Stamp::stored(row.stamp) });
         }
         Ok(Found { world, pools, revision })
     }
@@ -303,12 +306,11 @@ impl Apply {
     async fn execute(
         &self,
         plan: &Plan,
-        mut desired: Desired,
+        desired: Desired,
         found: Found,
         set: &str,
         caller: Option<&str>,
     ) -> Result<Executed, ApplyError> {
-        let by = &format!("apply set {set:?}");
         // Whole microseconds: what both stores keep, so that a stamp made
         // from this time equals the one read back later.
         let now = Utc::now().trunc_subsecs(6);
@@ -319,115 +321,23 @@ impl Apply {
                  to see the new plan"
             ))
         })?;
-        let mut stamps: BTreeMap<Key, String> = BTreeMap::new();
-        let mut pools = BTreeMap::new();
-        let mut engines = Vec::new();
-        let mut removed = Vec::new();
-        let mut woken = BTreeSet::new();
-        let moved = |key: &Key| {
-            ApplyError::Conflict(format!(
-                "{key} changed while this apply ran; nothing was changed: apply again to see the new plan"
-            ))
-        };
+        let mut run = Run { by: format!("apply set {set:?}"), now, desired, done: Done::default() };
         // Creations and updates first, clusters and engines before the
         // pools that may name them; deletions after, the other way round.
         let mut writes: Vec<&plan::Step> =
             plan.steps.iter().filter(|s| matches!(s.action, Action::Create | Action::Update)).collect();
         writes.sort_by_key(|s| s.kind);
+        for step in writes {
+            self.write(&mut tx, step, &found, &mut run).await?;
+        }
         let mut deletes: Vec<&plan::Step> = plan.steps.iter().filter(|s| s.action == Action::Delete).collect();
         deletes.sort_by_key(|s| std::cmp::Reverse(s.kind));
-        for step in writes {
-            let key = step.key();
-            match (step.kind, desired.objects.remove(&key)) {
-                (Kind::Pool, Some(Wish::Pool(spec))) => {
-                    let pool = match found.pools.get(&step.name).filter(|_| step.action == Action::Update) {
-                        Some(current) => self
-                            .pools
-                            .change_in(&mut tx, current, &spec, "Applied", Some(by), now)
-                            .await
-                            .map_err(pool_error)?
-                            .ok_or_else(|| moved(&key))?,
-                        None => {
-                            self.pools.create_in(&mut tx, &step.name, &spec, Some(by), now).await.map_err(
-                                |e| match e {
-                                    PoolError::Exists(_) => moved(&key),
-                                    other => pool_error(other),
-                                },
-                            )?
-                        }
-                    };
-                    stamps.insert(key, pool_stamp(&pool));
-                    woken.insert(step.name.clone());
-                    pools.insert(step.name.clone(), pool);
-                }
-                (Kind::Engine, Some(Wish::Engine(spec))) => {
-                    self.registry.insert_in(&mut tx, &spec, None, Some(by), now).await.map_err(|e| match e {
-                        EngineError::Exists(_) => moved(&key),
-                        other => engine_error(other),
-                    })?;
-                    stamps.insert(key, micros(now));
-                    engines.push(spec);
-                }
-                (Kind::Cluster, Some(Wish::Cluster(prepared))) => {
-                    let record = if step.action == Action::Create {
-                        self.clusters.insert_in(&mut tx, &prepared, now).await
-                    } else {
-                        self.clusters.update_in(&mut tx, &prepared, now).await
-                    }
-                    .map_err(|e| match e {
-                        ClusterError::Exists(_) | ClusterError::NotFound(_) => moved(&key),
-                        other => cluster_error(other),
-                    })?;
-                    stamps.insert(key, format!("{}/{}", micros(record.created_at), micros(record.updated_at)));
-                }
-                _ => return Err(ApplyError::Internal(anyhow::anyhow!("BUG: no document for {key}"))),
-            }
-        }
         for step in deletes {
-            let key = step.key();
-            match step.kind {
-                Kind::Pool => {
-                    let current = found.pools.get(&step.name).ok_or_else(|| moved(&key))?;
-                    // Deleting is a write of its own: the pool must still be as planned.
-                    let gone = self.pools.delete_in(&mut tx, &step.name, Some(by), now).await.map_err(pool_error)?;
-                    if gone.is_none_or(|p| pool_stamp(&p) != pool_stamp(current)) {
-                        return Err(moved(&key));
-                    }
-                    woken.insert(step.name.clone());
-                }
-                Kind::Engine => {
-                    removed.push(self.registry.remove_in(&mut tx, &step.name).await.map_err(|e| match e {
-                        EngineError::NotFound(_) | EngineError::Conflict(_) => moved(&key),
-                        other => engine_error(other),
-                    })?)
-                }
-                Kind::Cluster => self.clusters.delete_in(&mut tx, &step.name).await.map_err(|e| match e {
-                    ClusterError::NotFound(_) | ClusterError::Busy { .. } | ClusterError::InUse { .. } => moved(&key),
-                    other => cluster_error(other),
-                })?,
-            }
+            self.delete(&mut tx, step, &found, &mut run).await?;
         }
-        for step in &plan.steps {
-            let key = step.key();
-            let names = (step.kind.as_str(), step.name.as_str());
-            match (&step.ownership, step.action) {
-                (_, Action::Conflict) | (Ownership::Keep, _) => {}
-                (Ownership::Release, _) => db::apply_sets::release(&mut tx, names, set).await?,
-                (Ownership::Record { seen }, _) => {
-                    let stamp = match stamps.get(&key) {
-                        Some(stamp) => stamp.clone(),
-                        None => found.world.existing.get(&key).map(|e| e.stamp.clone()).unwrap_or_default(),
-                    };
-                    if !db::apply_sets::record(&mut tx, names, set, &stamp, seen.as_deref(), now).await? {
-                        return Err(moved(&key));
-                    }
-                }
-            }
-        }
-        for key in &plan.forget {
-            db::apply_sets::release(&mut tx, (key.kind.as_str(), key.name.as_str()), set).await?;
-        }
+        record_ownership(&mut tx, plan, &found, &run, set).await?;
         tx.commit().await?;
+        let Done { pools, engines, removed, woken, .. } = run.done;
         self.pools.woken(woken.iter().map(String::as_str));
         for spec in engines {
             let name = spec.name.clone();
@@ -438,6 +348,145 @@ impl Apply {
         removed.into_iter().for_each(|r: Removed| self.registry.forget(r));
         Ok(Executed { revision, pools })
     }
+
+    /// Creates or updates one object, through the service that owns it.
+    async fn write(&self, tx: &mut WriteTx, step: &plan::Step, found: &Found, run: &mut Run) -> Result<(), ApplyError> {
+        let key = step.key();
+        let (by, now) = (Some(run.by.as_str()), run.now);
+        let stamp = match (step.kind, run.desired.objects.remove(&key)) {
+            (Kind::Pool, Some(Wish::Pool(spec))) => {
+                let pool = match found.pools.get(&step.name).filter(|_| step.action == Action::Update) {
+                    Some(current) => self
+                        .pools
+                        .change_in(tx, current, &spec, "Applied", by, now)
+                        .await?
+                        .ok_or_else(|| moved(&key))?,
+                    None => self.pools.create_in(tx, &step.name, &spec, by, now).await.map_err(|e| match e {
+                        PoolError::Exists(_) => moved(&key),
+                        other => other.into(),
+                    })?,
+                };
+                run.done.woken.insert(step.name.clone());
+                let stamp = pool_stamp(&pool);
+                run.done.pools.insert(step.name.clone(), pool);
+                stamp
+            }
+            (Kind::Engine, Some(Wish::Engine(spec))) => {
+                self.registry.insert_in(tx, &spec, None, by, now).await.map_err(|e| match e {
+                    EngineError::Exists(_) => moved(&key),
+                    other => other.into(),
+                })?;
+                run.done.engines.push(spec);
+                Stamp::engine(now)
+            }
+            (Kind::Cluster, Some(Wish::Cluster(prepared))) => {
+                let record = if step.action == Action::Create {
+                    self.clusters.insert_in(tx, &prepared, now).await
+                } else {
+                    self.clusters.update_in(tx, &prepared, now).await
+                }
+                .map_err(|e| match e {
+                    ClusterError::Exists(_) | ClusterError::NotFound(_) => moved(&key),
+                    other => other.into(),
+                })?;
+                Stamp::cluster(record.created_at, record.updated_at)
+            }
+            _ => return Err(ApplyError::Internal(anyhow::anyhow!("BUG: no document for {key}"))),
+        };
+        run.done.stamps.insert(key, stamp);
+        Ok(())
+    }
+
+    /// Deletes one object the set owns and the documents no longer name.
+    async fn delete(
+        &self,
+        tx: &mut WriteTx,
+        step: &plan::Step,
+        found: &Found,
+        run: &mut Run,
+    ) -> Result<(), ApplyError> {
+        let key = step.key();
+        match step.kind {
+            Kind::Pool => {
+                let current = found.pools.get(&step.name).ok_or_else(|| moved(&key))?;
+                // Deleting is a write of its own: the pool must still be as planned.
+                let gone = self.pools.delete_in(tx, &step.name, Some(&run.by), run.now).await?;
+                if gone.is_none_or(|p| pool_stamp(&p) != pool_stamp(current)) {
+                    return Err(moved(&key));
+                }
+                run.done.woken.insert(step.name.clone());
+            }
+            Kind::Engine => {
+                run.done.removed.push(self.registry.remove_in(tx, &step.name).await.map_err(|e| match e {
+                    EngineError::NotFound(_) | EngineError::Conflict(_) => moved(&key),
+                    other => other.into(),
+                })?)
+            }
+            Kind::Cluster => self.clusters.delete_in(tx, &step.name).await.map_err(|e| match e {
+                ClusterError::NotFound(_) | ClusterError::Busy { .. } | ClusterError::InUse { .. } => moved(&key),
+                other => other.into(),
+            })?,
+        }
+        Ok(())
+    }
+}
+
+/// An apply being executed: what it was asked, and what it has done.
+struct Run {
+    /// Who changes the objects, for their events.
+    by: String,
+    now: DateTime<Utc>,
+    desired: Desired,
+    done: Done,
+}
+
+/// What the writes of an apply did, for its answer and for what is woken
+/// once it commits.
+#[derive(Default)]
+struct Done {
+    /// Each object's stamp after its write.
+    stamps: BTreeMap<Key, Stamp>,
+    pools: BTreeMap<String, Pool>,
+    engines: Vec<EngineSpec>,
+    removed: Vec<Removed>,
+    woken: BTreeSet<String>,
+}
+
+/// The error of an object that changed between the plan and its write.
+fn moved(key: &Key) -> ApplyError {
+    ApplyError::Conflict(format!(
+        "{key} changed while this apply ran; nothing was changed: apply again to see the new plan"
+    ))
+}
+
+/// Records, in the set's ownership records, what each step made of its
+/// object, and forgets the objects the set owned that are gone.
+async fn record_ownership(
+    tx: &mut WriteTx,
+    plan: &Plan,
+    found: &Found,
+    run: &Run,
+    set: &str,
+) -> Result<(), ApplyError> {
+    for step in &plan.steps {
+        let key = step.key();
+        let names = (step.kind.as_str(), step.name.as_str());
+        match (&step.ownership, step.action) {
+            (_, Action::Conflict) | (Ownership::Keep, _) => {}
+            (Ownership::Release, _) => db::apply_sets::release(tx, names, set).await?,
+            (Ownership::Record { seen }, _) => {
+                let stamp = run.done.stamps.get(&key).or_else(|| found.world.existing.get(&key).map(|e| &e.stamp));
+                let stamp = stamp.map(Stamp::as_str).unwrap_or_default();
+                if !db::apply_sets::record(tx, names, set, stamp, seen.as_deref(), run.now).await? {
+                    return Err(moved(&key));
+                }
+            }
+        }
+    }
+    for key in &plan.forget {
+        db::apply_sets::release(tx, (key.kind.as_str(), key.name.as_str()), set).await?;
+    }
+    Ok(())
 }
 
 /// What a committed apply left.
@@ -470,14 +519,8 @@ fn check_request(req: &Request) -> Result<(), ValidationErrors> {
     errs.into_result(())
 }
 
-/// A pool's stamp: its creation (which tells one pool of a name from a
-/// later one) and its generation (which every spec change moves).
-fn pool_stamp(pool: &Pool) -> String {
-    format!("{}/{}", micros(pool.created_at), pool.generation)
-}
-
-fn micros(t: DateTime<Utc>) -> String {
-    t.timestamp_micros().to_string()
+fn pool_stamp(pool: &Pool) -> Stamp {
+    Stamp::pool(pool.created_at, pool.generation)
 }
 
 /// SHA-256 of secret parts, hex: compared, never shown.
@@ -511,26 +554,20 @@ fn cluster_view(server: &str, auth: &str, credentials: &str, secrets: Secrets) -
     json!({"server": server, "auth": auth, "credentials": credentials})
 }
 
-fn pool_error(e: PoolError) -> ApplyError {
-    match e {
-        PoolError::Invalid(errs) => ApplyError::Invalid(errs),
-        PoolError::Store(e) => ApplyError::Store(e),
-        other => ApplyError::Internal(other.into()),
-    }
+/// The errors of the services an apply writes through: a broken rule and
+/// the store are the apply's own; anything else is internal.
+macro_rules! from_service_error {
+    ($($error:ident),*) => {$(
+        impl From<$error> for ApplyError {
+            fn from(e: $error) -> Self {
+                match e {
+                    $error::Invalid(errs) => ApplyError::Invalid(errs),
+                    $error::Store(e) => ApplyError::Store(e),
+                    other => ApplyError::Internal(other.into()),
+                }
+            }
+        }
+    )*};
 }
 
-fn engine_error(e: EngineError) -> ApplyError {
-    match e {
-        EngineError::Invalid(errs) => ApplyError::Invalid(errs),
-        EngineError::Store(e) => ApplyError::Store(e),
-        other => ApplyError::Internal(other.into()),
-    }
-}
-
-fn cluster_error(e: ClusterError) -> ApplyError {
-    match e {
-        ClusterError::Invalid(errs) => ApplyError::Invalid(errs),
-        ClusterError::Store(e) => ApplyError::Store(e),
-        other => ApplyError::Internal(other.into()),
-    }
-}
+from_service_error!(PoolError, EngineError, ClusterError);

@@ -18,6 +18,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
@@ -47,11 +48,44 @@ impl std::fmt::Display for Key {
     }
 }
 
+/// What changes with every change of an object by anyone: made from the
+/// object's times and generation, kept by the apply set that wrote it, and
+/// only ever compared, never read for its parts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stamp(String);
+
+impl Stamp {
+    /// A pool's: its creation (which tells one pool of a name from a later
+    /// one) and its generation (which every spec change moves).
+    pub fn pool(created_at: DateTime<Utc>, generation: i64) -> Self {
+        Self(format!("{}/{generation}", created_at.timestamp_micros()))
+    }
+
+    /// An engine's: engines do not change in place.
+    pub fn engine(created_at: DateTime<Utc>) -> Self {
+        Self(created_at.timestamp_micros().to_string())
+    }
+
+    /// A cluster's: its credentials are replaced in place.
+    pub fn cluster(created_at: DateTime<Utc>, updated_at: DateTime<Utc>) -> Self {
+        Self(format!("{}/{}", created_at.timestamp_micros(), updated_at.timestamp_micros()))
+    }
+
+    /// As the store keeps it.
+    pub fn stored(stored: String) -> Self {
+        Self(stored)
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
 /// An object as it exists, in the form its documents take.
 #[derive(Debug, Clone)]
 pub struct Existing {
     /// Changes with every change of the object by anyone.
-    pub stamp: String,
+    pub stamp: Stamp,
     /// Its document: a pool's spec with every default, an engine's endpoint
     /// and labels, a cluster's server; secrets as fingerprints.
     pub view: Value,
@@ -66,7 +100,7 @@ pub struct Existing {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Owner {
     pub apply_set: String,
-    pub stamp: String,
+    pub stamp: Stamp,
 }
 
 /// What the planner sees of the world.

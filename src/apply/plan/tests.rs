@@ -9,11 +9,11 @@ fn pool(replicas: u32) -> Value {
 }
 
 fn existing(view: Value, stamp: &str) -> Existing {
-    Existing { stamp: stamp.into(), view, deleting: false, undeletable: None }
+    Existing { stamp: Stamp::stored(stamp.into()), view, deleting: false, undeletable: None }
 }
 
 fn owner(set: &str, stamp: &str) -> Owner {
-    Owner { apply_set: set.into(), stamp: stamp.into() }
+    Owner { apply_set: set.into(), stamp: Stamp::stored(stamp.into()) }
 }
 
 fn key(name: &str) -> Key {
