@@ -21,7 +21,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::ServeConfig;
-use crate::db::exec::{Affected, on_store};
+use crate::db::retention::Prune;
 use crate::db::{self, Db};
 use crate::metrics::Metrics;
 
@@ -100,49 +100,24 @@ fn before(now: DateTime<Utc>, age: Duration) -> DateTime<Utc> {
 pub async fn prune_once(db: &Db, s: &Settings, now: DateTime<Utc>) -> sqlx::Result<Pruned> {
     let keep = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
     Ok(Pruned {
-        audit: batched(db, AUDIT_BY_AGE, Bind::Time(before(now, s.audit_age))).await?
-            + batched(db, AUDIT_BY_COUNT, Bind::Count(keep(s.audit_max_rows))).await?,
-        events: batched(db, EVENTS_BY_AGE, Bind::Time(before(now, s.event_age))).await?
-            + batched(db, EVENTS_BY_COUNT, Bind::Count(keep(s.event_max_rows))).await?,
-        upgrade_jobs: batched(db, FINISHED_JOBS, Bind::Time(before(now, s.job_age))).await?,
-        revisions: batched(db, OLD_REVISIONS, Bind::Count(i64::from(s.revision_history))).await?,
-        idempotency: {
-            let cutoff = now - TimeDelta::hours(db::idempotency::RETENTION_HOURS);
-            let mut total = 0;
-            for _ in 0..MAX_BATCHES {
-                let mut tx = db.begin_background().await?;
-                let n = db::idempotency::prune(&mut tx, cutoff, BATCH).await?;
-                tx.commit().await?;
-                total += n;
-                if n < u64::from(BATCH) {
-                    break;
-                }
-            }
-            total
-        },
+        audit: batched(db, Prune::AuditBefore(before(now, s.audit_age))).await?
+            + batched(db, Prune::AuditOver(keep(s.audit_max_rows))).await?,
+        events: batched(db, Prune::EventsBefore(before(now, s.event_age))).await?
+            + batched(db, Prune::EventsOver(keep(s.event_max_rows))).await?,
+        upgrade_jobs: batched(db, Prune::JobsFinishedBefore(before(now, s.job_age))).await?,
+        revisions: batched(db, Prune::RevisionsOver(i64::from(s.revision_history))).await?,
+        idempotency: batched(db, Prune::KeysBefore(now - TimeDelta::hours(db::idempotency::RETENTION_HOURS))).await?,
     })
 }
 
-enum Bind {
-    Time(DateTime<Utc>),
-    Count(i64),
-}
-
-/// Runs `sql` (with the bound value, then the batch size) until it deletes
-/// less than a batch.
-async fn batched(db: &Db, sql: &'static str, value: Bind) -> sqlx::Result<u64> {
+/// Prunes past `bound` a batch at a time, until a batch deletes less than
+/// [`BATCH`] (or [`MAX_BATCHES`] ran).
+async fn batched(db: &Db, bound: Prune) -> sqlx::Result<u64> {
     let mut total = 0;
     for _ in 0..MAX_BATCHES {
         // One short write per batch, so that requests' writes pass between.
         let mut tx = db.begin_background().await?;
-        let n = on_store!(tx.exec(), |e| {
-            let query = sqlx::query(sql);
-            let query = match &value {
-                Bind::Time(t) => query.bind(*t),
-                Bind::Count(n) => query.bind(*n),
-            };
-            query.bind(i64::from(BATCH)).execute(e).await.affected()
-        })?;
+        let n = db::retention::prune(&mut tx, bound, BATCH).await?;
         tx.commit().await?;
         total += n;
         if n < u64::from(BATCH) {
@@ -151,22 +126,3 @@ async fn batched(db: &Db, sql: &'static str, value: Bind) -> sqlx::Result<u64> {
     }
     Ok(total)
 }
-
-// Ids grow with time in both tables (autoincrement, never reused), so "the
-// newest N" is "ids above the largest minus N".
-const AUDIT_BY_AGE: &str =
-    "delete from audit where id in (select id from audit where time < $1 order by time limit $2)";
-const AUDIT_BY_COUNT: &str = "delete from audit where id in
-     (select id from audit where id <= (select max(id) from audit) - $1 order by id limit $2)";
-const EVENTS_BY_AGE: &str =
-    "delete from events where id in (select id from events where time < $1 order by time limit $2)";
-const EVENTS_BY_COUNT: &str = "delete from events where id in
-     (select id from events where id <= (select max(id) from events) - $1 order by id limit $2)";
-/// Steps and components go with their job (`on delete cascade`).
-const FINISHED_JOBS: &str = "delete from upgrade_jobs where id in
-     (select id from upgrade_jobs where finished_at is not null and finished_at < $1
-        and state in ('succeeded', 'failed', 'cancelled') order by finished_at limit $2)";
-/// A pool's current revision is always kept, with the given number before it.
-const OLD_REVISIONS: &str = "delete from pool_revisions where (pool, revision) in
-     (select r.pool, r.revision from pool_revisions r join pools p on p.name = r.pool
-       where r.revision < p.revision - $1 limit $2)";

@@ -97,21 +97,6 @@ async fn find(tx: &mut WriteTx, r: &Request<'_>) -> sqlx::Result<Option<Entry>> 
     .await)
 }
 
-/// Deletes up to `limit` keys created before `cutoff`, oldest first,
-/// through the `created_at` index; returns how many went.
-pub async fn prune(db: &mut WriteTx, cutoff: DateTime<Utc>, limit: u32) -> sqlx::Result<u64> {
-    let done = on_store!(db.exec(), |e| sqlx::query(
-        "delete from idempotency where (token_name, key) in
-           (select token_name, key from idempotency where created_at < $1 order by created_at limit $2)",
-    )
-    .bind(cutoff)
-    .bind(i64::from(limit))
-    .execute(e)
-    .await
-    .affected())?;
-    Ok(done)
-}
-
 pub struct Stored<'a> {
     pub status: u16,
     pub content_type: Option<&'a str>,

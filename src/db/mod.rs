@@ -17,6 +17,7 @@ pub mod leases;
 pub mod machines;
 pub mod page;
 pub mod pools;
+pub mod retention;
 pub mod revisions;
 mod text;
 pub mod tokens;

@@ -81,6 +81,21 @@ pub(super) async fn rows(tx: &mut PgConnection, origin: &str, names: &[String]) 
     .map(drop)
 }
 
+/// Hints, each one payload (see [`format`]), sent on [`CHANNEL`] at once.
+pub async fn send_hints(store: &sqlx::PgPool, payloads: &[String]) -> sqlx::Result<()> {
+    sqlx::query("select pg_notify($1, p) from unnest($2::text[]) as p")
+        .bind(CHANNEL)
+        .bind(payloads)
+        .execute(store)
+        .await
+        .map(drop)
+}
+
+/// Barrier `n` on `channel`, on the barriers' own connection.
+pub async fn send_barrier(conn: &mut PgConnection, channel: &str, n: u64) -> sqlx::Result<()> {
+    sqlx::query("select pg_notify($1, $2)").bind(channel).bind(n.to_string()).execute(conn).await.map(drop)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

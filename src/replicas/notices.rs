@@ -192,12 +192,7 @@ async fn send_hints(store: &PgPool, me: &str, batch: &mut Vec<Subject>) {
             Subject::Job(id) => notices::format(me, &Notice::Job(id)),
         })
         .collect();
-    let sent = sqlx::query("select pg_notify($1, p) from unnest($2::text[]) as p")
-        .bind(CHANNEL)
-        .bind(&payloads)
-        .execute(store)
-        .await;
-    if let Err(e) = sent {
+    if let Err(e) = notices::send_hints(store, &payloads).await {
         tracing::debug!(error = %e, notices = payloads.len(), "telling other replicas of changes failed");
     }
 }
@@ -236,8 +231,7 @@ async fn send_on_one_connection(db: &Db, fresh: &Freshness, channel: &str, cance
             }
         }
         let Some(c) = conn.as_mut() else { continue };
-        let sent = sqlx::query("select pg_notify($1, $2)").bind(channel).bind(n.to_string()).execute(&mut *c).await;
-        if let Err(e) = sent {
+        if let Err(e) = notices::send_barrier(c, channel, n).await {
             // The reads waiting for it give up after CATCH_UP and read the
             // store; the next barrier connects again.
             tracing::debug!(error = %e, barrier = n, "sending a read barrier failed");
