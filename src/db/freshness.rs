@@ -26,7 +26,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -109,9 +109,51 @@ impl Default for Freshness {
     }
 }
 
+/// Where a pool read was answered from: the `source` label of
+/// `drover_pool_reads_total`.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum ReadSource {
+    /// The cache, current as of a barrier after the read began.
+    Cache,
+    /// The store: the pool was not cached.
+    Store,
+    /// The store: the change listener is down.
+    StoreListenerDown,
+    /// The store: the barrier took too long.
+    StoreSlow,
+}
+
+impl ReadSource {
+    const ALL: [ReadSource; 4] = [Self::Cache, Self::Store, Self::StoreListenerDown, Self::StoreSlow];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Cache => "cache",
+            Self::Store => "store",
+            Self::StoreListenerDown => "store_listener_down",
+            Self::StoreSlow => "store_slow",
+        }
+    }
+}
+
+impl EncodeLabelValue for ReadSource {
+    fn encode(&self, encoder: &mut prometheus_client::encoding::LabelValueEncoder) -> std::fmt::Result {
+        std::fmt::Write::write_str(encoder, self.as_str())
+    }
+}
+
+impl From<Stale> for ReadSource {
+    fn from(why: Stale) -> Self {
+        match why {
+            Stale::ListenerDown => Self::StoreListenerDown,
+            Stale::Slow => Self::StoreSlow,
+        }
+    }
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SourceLabels {
-    source: &'static str,
+    source: ReadSource,
 }
 
 /// Counted for `/metrics`.
@@ -119,8 +161,9 @@ pub struct ReadStats {
     /// Pool reads by where they were answered from: `cache`, `store`
     /// (a miss), `store_listener_down`, `store_slow`.
     pub reads: Family<SourceLabels, Counter>,
-    /// The counters of `reads`, one per source, looked up once.
-    by_source: [(&'static str, Counter); 4],
+    /// The counters of `reads`, one per source (in [`ReadSource::ALL`]'s
+    /// order), looked up once.
+    by_source: [Counter; 4],
     /// 1 while the change listener is connected.
     pub listener_connected: Gauge,
     /// Connections of the listener made since start (the first included).
@@ -132,8 +175,7 @@ pub struct ReadStats {
 impl Default for ReadStats {
     fn default() -> Self {
         let reads: Family<SourceLabels, Counter> = Family::default();
-        let by_source = ["cache", "store", "store_listener_down", "store_slow"]
-            .map(|source| (source, reads.get_or_create(&SourceLabels { source }).clone()));
+        let by_source = ReadSource::ALL.map(|source| reads.get_or_create(&SourceLabels { source }).clone());
         Self {
             reads,
             by_source,
@@ -145,11 +187,8 @@ impl Default for ReadStats {
 }
 
 impl ReadStats {
-    pub fn read(&self, source: &'static str) {
-        match self.by_source.iter().find(|(s, _)| *s == source) {
-            Some((_, counter)) => counter.inc(),
-            None => self.reads.get_or_create(&SourceLabels { source }).inc(),
-        };
+    pub fn read(&self, source: ReadSource) {
+        self.by_source[source as usize].inc();
     }
 
     /// Registers these in a replica's metrics.
@@ -368,7 +407,7 @@ mod tests {
         stop.cancel();
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_read_never_rides_on_a_barrier_sent_before_it_began() {
         let f = Arc::new(Freshness::default());
         f.connected();
@@ -380,13 +419,14 @@ mod tests {
             let f = f.clone();
             tokio::spawn(async move { f.catch_up().await })
         };
+        // Paused time: 20 ms pass as soon as nothing else can run.
         tokio::time::sleep(Duration::from_millis(20)).await;
         assert!(!read.is_finished(), "barrier 1 does not cover a read that began after it was sent");
         f.barrier_seen(2);
         assert_eq!(read.await.unwrap(), Ok(()));
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_barrier_heard_serves_every_read_with_a_lower_ticket_whatever_their_slots() {
         let f = Arc::new(Freshness::default());
         f.connected();

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use sqlx::AssertSqlSafe;
 
 use super::exec::{Affected, Exec, on_store};
-use super::freshness::Stale;
+use super::freshness::ReadSource;
 use super::gate::WriteTx;
 use super::pool_cache::Cached;
 pub use super::pool_row::Pool;
@@ -39,19 +39,16 @@ impl Db {
         if let Some(fresh) = &self.freshness
             && let Err(why) = fresh.catch_up().await
         {
-            fresh.stats.read(match why {
-                Stale::ListenerDown => "store_listener_down",
-                Stale::Slow => "store_slow",
-            });
+            fresh.stats.read(why.into());
             return Ok(get(readers(), name).await?.map(Cached::new));
         }
         match self.pools.get(name) {
             Ok(cached) => {
-                stats.inspect(|s| s.read("cache"));
+                stats.inspect(|s| s.read(ReadSource::Cache));
                 Ok(Some(cached))
             }
             Err(miss) => {
-                stats.inspect(|s| s.read("store"));
+                stats.inspect(|s| s.read(ReadSource::Store));
                 let pool = get(readers(), name).await?;
                 Ok(self.pools.fill(miss, pool.as_ref()))
             }
