@@ -19,8 +19,9 @@
 //! - The features, each a service with an error type of its own:
 //!   [`pools`] (pools, rollouts, machines), [`engines`] (the Docker engines
 //!   pools run on), [`clusters`], [`upgrade`] (control-plane upgrade jobs),
-//!   [`apply`] (declarative fleets), [`events`] (histories and change
-//!   notices), [`idempotency`].
+//!   [`apply`] (declarative fleets), [`namespaces`] (what every pool,
+//!   cluster, job and apply set belongs to), [`events`] (histories and
+//!   change notices), [`idempotency`].
 //! - [`reconcile`]: the pool reconciler: observe, decide (pure), execute,
 //!   record.
 //! - [`replicas`]: several replicas on PostgreSQL: leases (pools' and
@@ -52,6 +53,7 @@ pub mod idempotency;
 pub mod identity;
 pub mod k8s;
 pub mod metrics;
+pub mod namespaces;
 pub mod pools;
 pub mod reconcile;
 pub mod replicas;

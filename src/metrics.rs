@@ -12,6 +12,7 @@
 //! Each server (and each test's server) has its own registry, passed
 //! around like the database.
 
+use crate::domain::object::PoolRef;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -56,7 +57,14 @@ struct OutcomeLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PoolLabels {
+    namespace: String,
     pool: String,
+}
+
+impl PoolLabels {
+    fn of(pool: &PoolRef) -> Self {
+        Self { namespace: pool.namespace.as_str().to_owned(), pool: pool.name.clone() }
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -319,13 +327,13 @@ impl Metrics {
     }
 
     /// One finished reconcile pass of `pool`.
-    pub fn reconcile_pass(&self, pool: &str, outcome: PassOutcome, took: Duration) {
+    pub fn reconcile_pass(&self, pool: &PoolRef, outcome: PassOutcome, took: Duration) {
         let labels = OutcomeLabels { outcome: outcome.as_str() };
         self.reconcile_passes.get_or_create(&labels).inc();
         self.reconcile_duration.get_or_create(&labels).observe(took.as_secs_f64());
         match outcome {
             PassOutcome::Error => {
-                self.pool_failures.get_or_create(&PoolLabels { pool: pool.to_owned() }).inc();
+                self.pool_failures.get_or_create(&PoolLabels::of(pool)).inc();
             }
             PassOutcome::Gone => self.forget_pool(pool),
             _ => {}
@@ -334,13 +342,13 @@ impl Metrics {
 
     /// Times a reconcile pass: call [`PassTimer::finish`] with its outcome;
     /// a timer dropped unfinished counts the pass as cancelled.
-    pub fn reconcile_timer(self: &Arc<Self>, pool: &str) -> PassTimer {
-        PassTimer { metrics: Arc::clone(self), pool: pool.to_owned(), started: Instant::now(), done: false }
+    pub fn reconcile_timer(self: &Arc<Self>, pool: &PoolRef) -> PassTimer {
+        PassTimer { metrics: Arc::clone(self), pool: pool.clone(), started: Instant::now(), done: false }
     }
 
     /// Removes every series that names `pool`; for when the pool is deleted.
-    pub fn forget_pool(&self, pool: &str) {
-        self.pool_failures.remove(&PoolLabels { pool: pool.to_owned() });
+    pub fn forget_pool(&self, pool: &PoolRef) {
+        self.pool_failures.remove(&PoolLabels::of(pool));
     }
 
     /// One container engine call. `op` is a fixed word (`create`, `start`...).
@@ -430,7 +438,7 @@ impl Drop for OpenGuard {
 /// Times one reconcile pass; see [`Metrics::reconcile_timer`].
 pub struct PassTimer {
     metrics: Arc<Metrics>,
-    pool: String,
+    pool: PoolRef,
     started: Instant,
     done: bool,
 }
@@ -519,14 +527,14 @@ mod tests {
     #[test]
     fn a_pools_series_go_with_the_pool() {
         let m = Arc::new(Metrics::default());
-        m.reconcile_pass("web", PassOutcome::Error, Duration::from_millis(30));
-        m.reconcile_timer("web").finish(PassOutcome::Converged);
-        drop(m.reconcile_timer("web"));
+        m.reconcile_pass(&"web".into(), PassOutcome::Error, Duration::from_millis(30));
+        m.reconcile_timer(&"web".into()).finish(PassOutcome::Converged);
+        drop(m.reconcile_timer(&"web".into()));
         let out = rendered(&m);
-        assert!(out.contains("drover_pool_reconcile_failures_total{pool=\"web\"} 1"), "{out}");
+        assert!(out.contains("drover_pool_reconcile_failures_total{namespace=\"default\",pool=\"web\"} 1"), "{out}");
         assert!(out.contains("drover_reconcile_passes_total{outcome=\"cancelled\"} 1"), "{out}");
         assert!(out.contains("drover_reconcile_duration_seconds_bucket{outcome=\"error\",le=\"0.05\"} 1"), "{out}");
-        m.reconcile_pass("web", PassOutcome::Gone, Duration::ZERO);
+        m.reconcile_pass(&"web".into(), PassOutcome::Gone, Duration::ZERO);
         assert!(!rendered(&m).contains("pool=\"web\""), "the pool's series outlived it");
     }
 

@@ -68,7 +68,7 @@ pub struct Pruned {
 /// Prunes once at start, then every `settings.interval`, until `cancel`.
 pub async fn run(db: Db, settings: Settings, metrics: Arc<Metrics>, cancel: CancellationToken) {
     loop {
-        match prune_once(&db, &settings, Utc::now()).await {
+        match prune_once(&db, &settings, crate::clock::wall()).await {
             Ok(p) => {
                 for (table, rows) in [
                     ("audit", p.audit),

@@ -30,6 +30,8 @@ pub struct Shared {
     /// The engines: registered ones for the API, and the live set (with
     /// what each holds) that the reconciler drives (`engines.set`).
     pub engines: crate::engines::Engines,
+    /// Namespaces, for the API.
+    pub namespaces: crate::namespaces::Namespaces,
     /// Declarative fleets (`POST /v1/apply`).
     pub apply: crate::apply::Apply,
     /// Tokens and the audit trail, for the API.
@@ -67,10 +69,9 @@ pub struct Shared {
     /// The listener's TLS configuration (reloaded when its files change),
     /// when `--tls-cert` is given.
     pub tls: Option<Arc<crate::tls::Tls>>,
-    /// The access config (`--access-config`): client-certificate subjects.
-    pub access: Option<Arc<crate::identity::AccessConfig>>,
-    /// Verifies OIDC tokens, when the access config names issuers.
-    pub oidc: Option<Arc<crate::identity::Verifier>>,
+    /// The access config (`--access-config`), reloaded when its file
+    /// changes: OIDC issuers and their rules, client-certificate subjects.
+    pub access: Option<Arc<crate::identity::reload::AccessRules>>,
     /// Fires when shutdown begins: long-lived responses (event streams)
     /// end on it, since a graceful shutdown waits for every open response.
     pub shutdown: CancellationToken,
@@ -103,8 +104,7 @@ impl Shared {
             refusals: &self.refusals,
             audit: &self.audit,
             metrics: &self.metrics,
-            oidc: self.oidc.as_deref(),
-            access: self.access.as_deref(),
+            access: self.access.as_ref().map(|a| a.current()),
         }
     }
 }

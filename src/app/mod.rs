@@ -102,11 +102,15 @@ impl Application {
         };
         let local = set.add(LOCAL_ENGINE, Default::default(), local);
         let refusals = Arc::new(crate::audit::refusals::RefusalAudit::new(config.audit_burst_window));
+        let access = load_access(&config).await?;
         let metrics = Arc::new(crate::metrics::Metrics::default().with(|r| {
             if let Some(fresh) = db.freshness() {
                 fresh.stats.register(r);
             }
             refusals.register(r);
+            if let Some(access) = &access {
+                access.register(r);
+            }
         }));
         let engines = crate::engines::Engines {
             metrics: metrics.clone(),
@@ -116,7 +120,6 @@ impl Application {
             simulated: config.runtime == RuntimeKind::Simulated,
         };
         engines.load().await.context("loading the registered engines")?;
-        let (access, oidc) = load_access(&config).await?;
         let tls = load_tls(&config)?;
         let listener = TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
         let addr = listener.local_addr().context("reading the bound address")?;
@@ -166,8 +169,10 @@ impl Application {
         let token_service = crate::identity::tokens::Tokens::new(db.clone(), tokens.clone());
         let keys = crate::idempotency::Keys::new(db.clone(), config.request_timeout, tasks.clone());
         let apply = crate::apply::Apply::new(db.clone(), pools.clone(), engines.clone(), clusters.clone());
+        let namespaces = crate::namespaces::Namespaces::new(db.clone(), pools.clone());
         let state = AppState::new(Shared {
             apply,
+            namespaces,
             pools,
             machines,
             clusters,
@@ -192,7 +197,6 @@ impl Application {
             metrics,
             tls,
             access,
-            oidc,
             shutdown,
         });
         Ok(Self { listener, state, wakes, tasks, lock, notices })
@@ -240,8 +244,10 @@ impl Application {
         }
         state.engines.set.start(&cancel, &tasks);
         tasks.spawn(crate::engines::daemons::watch(state.engines.clone(), cancel.clone()));
-        if let Some(verifier) = &state.oidc {
-            verifier.keep_fresh(&tasks, &cancel);
+        if let Some(access) = &state.access {
+            access.keep_fresh(&tasks);
+            let every = config.access_reload_interval;
+            tasks.spawn(crate::identity::reload::watch(access.clone(), every, tasks.clone(), cancel.clone()));
         }
 
         let upgrades = crate::upgrade::Context::new(
@@ -295,22 +301,9 @@ impl Application {
 
 /// The access config and the OIDC verifier it asks for; a file that
 /// cannot be used stops the start, naming it.
-async fn load_access(
-    config: &ServeConfig,
-) -> anyhow::Result<(Option<Arc<crate::identity::AccessConfig>>, Option<Arc<crate::identity::Verifier>>)> {
-    let Some(path) = &config.access_config else { return Ok((None, None)) };
-    let access = crate::identity::AccessConfig::load(path)?;
-    let verifier = crate::identity::Verifier::start(&access)
-        .await
-        .with_context(|| format!("loading the OIDC keys of {}", path.display()))?;
-    tracing::info!(
-        issuers = access.oidc_issuer.len(),
-        subjects = access.mtls.len(),
-        "access config {} loaded",
-        path.display()
-    );
-    let verifier = (!verifier.is_empty()).then(|| Arc::new(verifier));
-    Ok((Some(Arc::new(access)), verifier))
+async fn load_access(config: &ServeConfig) -> anyhow::Result<Option<Arc<crate::identity::reload::AccessRules>>> {
+    let Some(path) = &config.access_config else { return Ok(None) };
+    Ok(Some(Arc::new(crate::identity::reload::AccessRules::load(path).await?)))
 }
 
 /// The listener's TLS setup from `--tls-cert`, `--tls-key` and

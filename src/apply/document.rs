@@ -22,6 +22,7 @@ use crate::clusters::{ClusterSpecInput, NewCluster};
 use crate::domain::ValidationErrors;
 use crate::domain::json;
 use crate::domain::names::DnsLabel;
+use crate::domain::object::Namespace;
 use crate::domain::pool::{PoolSpec, PoolSpecInput, SpecLimits};
 use crate::engines::EngineSpecInput;
 use crate::engines::spec::{self as engine, EngineSpec};
@@ -128,6 +129,10 @@ pub struct PoolDocument {
     pub api_version: Option<ApiVersion>,
     #[schema(inline)]
     pub kind: PoolKind,
+    /// The namespace the object is in; must be the apply's (its `namespace`
+    /// parameter), which is also the default.
+    #[serde(default)]
+    pub namespace: Option<Namespace>,
     /// DNS-1123 label; unique among pools.
     #[schema(example = "workers")]
     pub name: DnsLabel,
@@ -163,6 +168,10 @@ pub struct ClusterDocument {
     pub api_version: Option<ApiVersion>,
     #[schema(inline)]
     pub kind: ClusterKind,
+    /// The namespace the object is in; must be the apply's (its `namespace`
+    /// parameter), which is also the default.
+    #[serde(default)]
+    pub namespace: Option<Namespace>,
     /// DNS-1123 label.
     #[schema(example = "prod")]
     pub name: DnsLabel,
@@ -234,6 +243,8 @@ impl Object {
 
 /// What the rules of documents depend on: the server's settings.
 pub struct Rules<'a> {
+    /// The namespace the apply works in: a document naming another is refused.
+    pub namespace: &'a Namespace,
     pub limits: &'a SpecLimits,
     /// The server runs simulated engines (`sim://` endpoints only).
     pub simulated_engines: bool,
@@ -317,6 +328,7 @@ pub fn check(index: usize, value: Value, rules: &Rules<'_>) -> Result<Checked, V
     let (name, object) = match kind {
         Kind::Pool => {
             let doc: PoolDocument = json::document(value).map_err(shape)?;
+            same_namespace(index, doc.namespace.as_ref(), rules)?;
             let spec = PoolSpec::parse(doc.spec, rules.limits).map_err(|e| under(index, true, e))?;
             (doc.name.into_string(), Object::Pool(spec))
         }
@@ -331,10 +343,28 @@ pub fn check(index: usize, value: Value, rules: &Rules<'_>) -> Result<Checked, V
             // Its name and credentials are checked by the clusters service,
             // which reports them under `spec` but for `name`.
             let doc: ClusterDocument = json::document(value).map_err(shape)?;
+            same_namespace(index, doc.namespace.as_ref(), rules)?;
             (doc.name.to_string(), Object::Cluster(doc.spec.into_new(doc.name)))
         }
     };
     Ok(Checked { index, name, object })
+}
+
+/// A document's namespace, if it names one, is the apply's: an apply
+/// works in one namespace, the one its caller's grants are checked in.
+fn same_namespace(index: usize, namespace: Option<&Namespace>, rules: &Rules<'_>) -> Result<(), ValidationErrors> {
+    match namespace {
+        Some(ns) if ns != rules.namespace => Err(ValidationErrors::single(
+            format!("{}.namespace", at(index)),
+            "namespace_mismatch",
+            format!(
+                "this document is in namespace {ns:?} but the apply works in {:?}; apply each namespace's \
+                 documents on their own (drover apply --namespace {ns})",
+                rules.namespace.as_str()
+            ),
+        )),
+        _ => Ok(()),
+    }
 }
 
 #[cfg(test)]
@@ -348,7 +378,8 @@ mod tests {
 
     fn errors(docs: Vec<Value>) -> Vec<(String, &'static str)> {
         let (limits, simulated_engines) = rules();
-        let rules = Rules { limits: &limits, simulated_engines };
+        let namespace = Namespace::default();
+        let rules = Rules { namespace: &namespace, limits: &limits, simulated_engines };
         check_all(docs, &rules)
             .expect_err("accepted")
             .0
@@ -365,7 +396,8 @@ mod tests {
     #[test]
     fn a_pool_document_takes_the_spec_the_api_takes() {
         let (limits, simulated_engines) = rules();
-        let rules = Rules { limits: &limits, simulated_engines };
+        let namespace = Namespace::default();
+        let rules = Rules { namespace: &namespace, limits: &limits, simulated_engines };
         let doc = json!({"apiVersion": "drover.dev/v1", "kind": "Pool", "name": "web",
             "spec": {"replicas": 3, "version": "v1.29.2", "labels": {"team": "a"}}});
         let checked = check_all(vec![doc], &rules).expect("valid");
@@ -398,6 +430,23 @@ mod tests {
         assert!(got.contains(&("documents[7]".into(), "type")), "{got:?}");
         assert!(got.contains(&("documents[8].apiVersion".into(), "type")), "{got:?}");
         assert!(!got.iter().any(|(f, _)| f.starts_with("documents[0]")), "the valid document has no error: {got:?}");
+    }
+
+    #[test]
+    fn a_document_of_another_namespace_is_refused_and_an_engine_names_none() {
+        let spec = json!({"replicas": 1, "version": "v1.29.2"});
+        let got = errors(vec![
+            json!({"kind": "Pool", "name": "web", "namespace": "default", "spec": spec}),
+            json!({"kind": "Pool", "name": "api", "namespace": "team-b", "spec": spec}),
+            json!({"kind": "Engine", "name": "host-b", "namespace": "default", "spec": {"endpoint": "sim://b"}}),
+        ]);
+        assert_eq!(
+            got,
+            [
+                ("documents[1].namespace".to_owned(), "namespace_mismatch"),
+                ("documents[2].namespace".to_owned(), "unknown_field")
+            ]
+        );
     }
 
     #[test]

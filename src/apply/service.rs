@@ -22,12 +22,16 @@ use sha2::{Digest, Sha256};
 use super::document::{self, Checked, Kind, MAX_DOCUMENTS, Object, Rules};
 use super::plan::{self, Action, Existing, Key, Options, Owner, Ownership, Plan, Stamp, Wanted, World};
 use crate::clusters::{ClusterError, Clusters, Prepared};
+use crate::db::apply_sets::Owned;
 use crate::db::{self, Db, WriteTx, pools::Pool};
 use crate::domain::ValidationErrors;
+use crate::domain::object::{ClusterRef, Namespace, PoolRef, SetRef};
 use crate::domain::pool::PoolSpec;
+use crate::domain::pool::change_role;
 use crate::domain::role::Role;
 use crate::engines::spec::{EngineSpec, Tls};
 use crate::engines::{EngineError, Engines, Removed};
+use crate::identity::authz::{self, Access, Target};
 use crate::pools::{Planned, PoolError, Pools};
 
 /// The apply service.
@@ -53,14 +57,14 @@ pub struct Request {
     /// `If-Match`: the set's revisions the apply is based on (`0`: a set
     /// never applied).
     pub if_revision: Option<Vec<i64>>,
-    /// Who asks, for the set's record and the events.
-    pub caller: Option<String>,
-    pub role: Role,
+    /// Who asks, and the namespace the set and its objects are in: every
+    /// step passes the authorizer, and a refusal refuses the whole apply.
+    pub access: Access,
 }
 
 /// What an apply did, or (a dry run) would do.
 pub struct Applied {
-    pub apply_set: String,
+    pub apply_set: SetRef,
     pub dry_run: bool,
     /// The set's revision after the apply; `None` for a set never applied.
     pub revision: Option<i64>,
@@ -83,9 +87,9 @@ pub enum ApplyError {
     /// `If-Match` names another revision of the set.
     #[error("{0}")]
     Precondition(String),
-    /// The caller's role is below what the changes need.
-    #[error("this apply needs the {} role", .0.as_str())]
-    Forbidden(Role),
+    /// The authorizer refused a step (the whole apply is refused).
+    #[error(transparent)]
+    Denied(#[from] crate::identity::Denied),
     #[error("store: {0}")]
     Store(#[from] sqlx::Error),
     #[error(transparent)]
@@ -102,6 +106,21 @@ impl From<ValidationErrors> for ApplyError {
 struct Desired {
     objects: BTreeMap<Key, Wish>,
     wanted: Vec<Wanted>,
+}
+
+impl Desired {
+    /// Each pool update's role, by the one rule of pool changes
+    /// (`domain::pool::change_role`) from the pool's current spec; every
+    /// other update is an admin's.
+    fn with_update_roles(mut self, found: &Found) -> Self {
+        for w in &mut self.wanted {
+            w.update_role = match (self.objects.get(&w.key), found.pools.get(&w.key.name)) {
+                (Some(Wish::Pool(next)), Some(current)) => change_role(&current.spec, next),
+                _ => Role::Admin,
+            };
+        }
+        self
+    }
 }
 
 /// One object as its document asks for it, every rule passed.
@@ -125,20 +144,32 @@ impl Apply {
 
     /// Checks, plans and (unless a dry run) applies.
     pub async fn apply(&self, req: Request) -> Result<Applied, ApplyError> {
-        let set = req.apply_set.clone();
+        let access = &req.access;
+        let set = SetRef::new(access.namespace.clone(), req.apply_set.clone());
         check_request(&req)?;
+        self.pools.namespace_exists(access).await.map_err(|e| match e {
+            // Answered as any object the caller cannot see: 404.
+            PoolError::NamespaceNotFound(name) => {
+                ApplyError::Denied(crate::identity::Denied::Hidden { kind: "namespace", name })
+            }
+            other => other.into(),
+        })?;
         // Comparing secrets tells whether a guess equals the stored one:
         // only admins, who may replace them, have them compared.
-        let secrets = Secrets { compared: req.role >= Role::Admin };
-        let desired = self.desired(req.documents, secrets).await?;
+        let secrets = Secrets {
+            clusters: access.role_in(&access.namespace) == Some(Role::Admin),
+            engines: access.global_role() == Some(Role::Admin),
+        };
+        let desired = self.desired(&access.namespace, req.documents, secrets).await?;
         let found = self.found(&set, secrets).await?;
+        let desired = desired.with_update_roles(&found);
         plan::check_references(&found.world, &desired.wanted)?;
         let revision = found.revision;
         if let Some(tags) = &req.if_revision
             && !tags.contains(&revision.unwrap_or(0))
         {
             return Err(ApplyError::Precondition(format!(
-                "apply set {set:?} is at revision {}, not {}",
+                "apply set {set} is at revision {}, not {}",
                 revision.unwrap_or(0),
                 tags.iter().map(i64::to_string).collect::<Vec<_>>().join(" or ")
             )));
@@ -151,12 +182,8 @@ impl Apply {
         if req.dry_run || !applied.plan.writes() {
             return Ok(applied);
         }
-        let need = applied.plan.needs_role();
-        if req.role < need {
-            tracing::info!(apply_set = %set, need = need.as_str(), "apply refused: the caller's role is too low");
-            return Err(ApplyError::Forbidden(need));
-        }
-        let done = self.execute(&applied.plan, desired, found, &set, req.caller.as_deref()).await?;
+        authorize(access, &set, &applied.plan)?;
+        let done = self.execute(&applied.plan, desired, found, &set, access.caller_name()).await?;
         applied.revision = Some(done.revision);
         applied.pools = done.pools;
         tracing::info!(
@@ -170,8 +197,13 @@ impl Apply {
 
     /// Every document checked, and every cluster's credentials; all the
     /// errors of all of them at once.
-    async fn desired(&self, documents: Vec<Value>, secrets: Secrets) -> Result<Desired, ApplyError> {
-        let rules = Rules { limits: self.pools.limits(), simulated_engines: self.registry.simulated };
+    async fn desired(
+        &self,
+        namespace: &Namespace,
+        documents: Vec<Value>,
+        secrets: Secrets,
+    ) -> Result<Desired, ApplyError> {
+        let rules = Rules { namespace, limits: self.pools.limits(), simulated_engines: self.registry.simulated };
         // A pool's creation lists the fields its document wrote, not every default.
         let written: Vec<Option<Value>> = documents
             .iter()
@@ -185,7 +217,7 @@ impl Apply {
             let wish = match object {
                 Object::Pool(spec) => Wish::Pool(spec),
                 Object::Engine(spec) => Wish::Engine(spec),
-                Object::Cluster(new) => match self.clusters.prepare(new).await {
+                Object::Cluster(new) => match self.clusters.prepare(namespace, new).await {
                     Ok(prepared) => Wish::Cluster(prepared),
                     Err(ClusterError::Invalid(e)) => {
                         errs.0.extend(document::under(index, true, e).0);
@@ -196,11 +228,13 @@ impl Apply {
             };
             let view = match &wish {
                 Wish::Pool(spec) => spec.view().to_json(),
-                Wish::Engine(spec) => engine_view(&spec.address, &spec.labels, spec.tls.as_ref(), secrets),
-                Wish::Cluster(p) => cluster_view(&p.server, p.credentials.kind(), &p.fingerprint(), secrets),
+                Wish::Engine(spec) => engine_view(&spec.address, &spec.labels, spec.tls.as_ref(), secrets.engines),
+                Wish::Cluster(p) => cluster_view(&p.server, p.credentials.kind(), &p.fingerprint(), secrets.clusters),
             };
             let written = written.get(index).cloned().flatten();
-            desired.wanted.push(Wanted { key: key.clone(), document: index, view, written });
+            // Set for pools once their current specs are read (`with_update_roles`).
+            let update_role = Role::Admin;
+            desired.wanted.push(Wanted { key: key.clone(), document: index, view, written, update_role });
             desired.objects.insert(key, wish);
         }
         errs.into_result(desired).map_err(ApplyError::Invalid)
@@ -209,11 +243,18 @@ impl Apply {
     /// What exists, and who owns it. The set's revision is read first: an
     /// apply that commits after it makes this one's transaction fail, so a
     /// plan is never applied over a world it did not see.
-    async fn found(&self, set: &str, secrets: Secrets) -> Result<Found, ApplyError> {
+    async fn found(&self, set: &SetRef, secrets: Secrets) -> Result<Found, ApplyError> {
         let revision = db::apply_sets::revision(self.db.read(), set).await?;
+        let namespace = &set.namespace;
         let mut world = World::default();
-        let pools: BTreeMap<String, Pool> =
-            self.pools.all().await.map_err(ApplyError::from)?.into_iter().map(|p| (p.name.clone(), p)).collect();
+        let pools: BTreeMap<String, Pool> = self
+            .pools
+            .all(namespace)
+            .await
+            .map_err(ApplyError::from)?
+            .into_iter()
+            .map(|p| (p.id.name.clone(), p))
+            .collect();
         let mut users: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
         for pool in pools.values() {
             let existing = Existing {
@@ -222,58 +263,49 @@ impl Apply {
                 deleting: pool.deleting,
                 undeletable: None,
             };
-            world.existing.insert(Key::new(Kind::Pool, pool.name.clone()), existing);
+            world.existing.insert(Key::new(Kind::Pool, pool.id.name.clone()), existing);
             if let Some(cluster) = pool.spec.cluster() {
-                users.entry(cluster).or_default().push(&pool.name);
+                users.entry(cluster).or_default().push(&pool.id.name);
             }
         }
         for engine in db::engines::list(self.db.read()).await? {
             let undeletable = self.registry.held(&engine.name).await.map_err(ApplyError::from)?;
             let existing = Existing {
                 stamp: Stamp::engine(engine.created_at),
-                view: engine_view(&engine.endpoint, &engine.labels, engine.tls.as_ref(), secrets),
+                view: engine_view(&engine.endpoint, &engine.labels, engine.tls.as_ref(), secrets.engines),
                 deleting: false,
                 undeletable,
             };
             world.existing.insert(Key::new(Kind::Engine, engine.name), existing);
         }
-        let mut after = None;
-        loop {
-            let page = db::clusters::list(self.db.read(), after.as_deref(), 500).await?;
-            let last = page.len() < 500;
-            for cluster in page {
-                let fingerprint =
-                    self.clusters.credentials_fingerprint(&cluster.name).await.map_err(ApplyError::from)?;
-                let mut why = Vec::new();
-                if let Some(pools) = users.get(cluster.name.as_str()) {
-                    why.push(format!("pools {} use it", pools.join(", ")));
-                }
-                if let Some(job) = self.clusters.active_job(&cluster.name).await.map_err(ApplyError::from)? {
-                    why.push(format!("upgrade job {job} runs on it"));
-                }
-                let existing = Existing {
-                    stamp: Stamp::cluster(cluster.created_at, cluster.updated_at),
-                    view: cluster_view(
-                        &cluster.server,
-                        &cluster.auth_kind,
-                        fingerprint.as_deref().unwrap_or(""),
-                        secrets,
-                    ),
-                    deleting: false,
-                    undeletable: (!why.is_empty()).then(|| why.join("; ")),
-                };
-                after = Some(cluster.name.clone());
-                world.existing.insert(Key::new(Kind::Cluster, cluster.name), existing);
+        for cluster in self.clusters.all(namespace).await.map_err(ApplyError::from)? {
+            let id = ClusterRef::new(namespace.clone(), cluster.name.clone());
+            let fingerprint = self.clusters.credentials_fingerprint(&id).await.map_err(ApplyError::from)?;
+            let mut why = Vec::new();
+            if let Some(pools) = users.get(cluster.name.as_str()) {
+                why.push(format!("pools {} use it", pools.join(", ")));
             }
-            if last {
-                break;
+            if let Some(job) = self.clusters.active_job(&id).await.map_err(ApplyError::from)? {
+                why.push(format!("upgrade job {job} runs on it"));
             }
+            let existing = Existing {
+                stamp: Stamp::cluster(cluster.created_at, cluster.updated_at),
+                view: cluster_view(
+                    &cluster.server,
+                    &cluster.auth_kind,
+                    fingerprint.as_deref().unwrap_or(""),
+                    secrets.clusters,
+                ),
+                deleting: false,
+                undeletable: (!why.is_empty()).then(|| why.join("; ")),
+            };
+            world.existing.insert(Key::new(Kind::Cluster, cluster.name), existing);
         }
-        for row in db::apply_sets::owners(self.db.read()).await? {
+        for row in db::apply_sets::owners(self.db.read(), namespace).await? {
             let Some(kind) = Kind::parse(&row.kind) else { continue };
             world
                 .owners
-                .insert(Key::new(kind, row.name), Owner { apply_set: row.apply_set, stamp: Stamp::stored(row.stamp) });
+                .insert(Key::new(kind, row.name), Owner { apply_set: row.set, stamp: Stamp::stored(row.stamp) });
         }
         Ok(Found { world, pools, revision })
     }
@@ -308,20 +340,20 @@ impl Apply {
         plan: &Plan,
         desired: Desired,
         found: Found,
-        set: &str,
+        set: &SetRef,
         caller: Option<&str>,
     ) -> Result<Executed, ApplyError> {
         // Whole microseconds: what both stores keep, so that a stamp made
         // from this time equals the one read back later.
-        let now = Utc::now().trunc_subsecs(6);
+        let now = crate::clock::wall().trunc_subsecs(6);
         let mut tx = self.db.begin_write().await?;
         let revision = db::apply_sets::advance(&mut tx, set, found.revision, caller, now).await?.ok_or_else(|| {
             ApplyError::Conflict(format!(
-                "another apply of apply set {set:?} committed while this one ran; nothing was changed: apply again \
+                "another apply of apply set {set} committed while this one ran; nothing was changed: apply again \
                  to see the new plan"
             ))
         })?;
-        let mut run = Run { by: format!("apply set {set:?}"), now, desired, done: Done::default() };
+        let mut run = Run { set: set.clone(), by: format!("apply set {set}"), now, desired, done: Done::default() };
         // Creations and updates first, clusters and engines before the
         // pools that may name them; deletions after, the other way round.
         let mut writes: Vec<&plan::Step> =
@@ -338,7 +370,7 @@ impl Apply {
         record_ownership(&mut tx, plan, &found, &run, set).await?;
         tx.commit().await?;
         let Done { pools, engines, removed, woken, .. } = run.done;
-        self.pools.woken(woken.iter().map(String::as_str));
+        self.pools.woken(&woken);
         for spec in engines {
             let name = spec.name.clone();
             if let Err(e) = self.registry.activate(spec) {
@@ -361,12 +393,14 @@ impl Apply {
                         .change_in(tx, current, &spec, "Applied", by, now)
                         .await?
                         .ok_or_else(|| moved(&key))?,
-                    None => self.pools.create_in(tx, &step.name, &spec, by, now).await.map_err(|e| match e {
-                        PoolError::Exists(_) => moved(&key),
-                        other => other.into(),
-                    })?,
+                    None => {
+                        self.pools.create_in(tx, &run.pool(&step.name), &spec, by, now).await.map_err(|e| match e {
+                            PoolError::Exists(_) => moved(&key),
+                            other => other.into(),
+                        })?
+                    }
                 };
-                run.done.woken.insert(step.name.clone());
+                run.done.woken.insert(pool.id.clone());
                 let stamp = pool_stamp(&pool);
                 run.done.pools.insert(step.name.clone(), pool);
                 stamp
@@ -410,11 +444,11 @@ impl Apply {
             Kind::Pool => {
                 let current = found.pools.get(&step.name).ok_or_else(|| moved(&key))?;
                 // Deleting is a write of its own: the pool must still be as planned.
-                let gone = self.pools.delete_in(tx, &step.name, Some(&run.by), run.now).await?;
+                let gone = self.pools.delete_in(tx, &current.id, Some(&run.by), run.now).await?;
                 if gone.is_none_or(|p| pool_stamp(&p) != pool_stamp(current)) {
                     return Err(moved(&key));
                 }
-                run.done.woken.insert(step.name.clone());
+                run.done.woken.insert(current.id.clone());
             }
             Kind::Engine => {
                 run.done.removed.push(self.registry.remove_in(tx, &step.name).await.map_err(|e| match e {
@@ -422,7 +456,7 @@ impl Apply {
                     other => other.into(),
                 })?)
             }
-            Kind::Cluster => self.clusters.delete_in(tx, &step.name).await.map_err(|e| match e {
+            Kind::Cluster => self.clusters.delete_in(tx, &run.cluster(&step.name)).await.map_err(|e| match e {
                 ClusterError::NotFound(_) | ClusterError::Busy { .. } | ClusterError::InUse { .. } => moved(&key),
                 other => other.into(),
             })?,
@@ -433,11 +467,29 @@ impl Apply {
 
 /// An apply being executed: what it was asked, and what it has done.
 struct Run {
+    set: SetRef,
     /// Who changes the objects, for their events.
     by: String,
     now: DateTime<Utc>,
     desired: Desired,
     done: Done,
+}
+
+impl Run {
+    fn pool(&self, name: &str) -> PoolRef {
+        PoolRef::new(self.set.namespace.clone(), name)
+    }
+
+    fn cluster(&self, name: &str) -> ClusterRef {
+        ClusterRef::new(self.set.namespace.clone(), name)
+    }
+
+    /// An object as the ownership records name it: in the set's
+    /// namespace, but an engine in none.
+    fn owned<'a>(&'a self, key: &'a Key) -> Owned<'a> {
+        let namespace = (key.kind != Kind::Engine).then_some(&self.set.namespace);
+        (key.kind.as_str(), namespace, key.name.as_str())
+    }
 }
 
 /// What the writes of an apply did, for its answer and for what is woken
@@ -449,7 +501,7 @@ struct Done {
     pools: BTreeMap<String, Pool>,
     engines: Vec<EngineSpec>,
     removed: Vec<Removed>,
-    woken: BTreeSet<String>,
+    woken: BTreeSet<PoolRef>,
 }
 
 /// The error of an object that changed between the plan and its write.
@@ -466,25 +518,46 @@ async fn record_ownership(
     plan: &Plan,
     found: &Found,
     run: &Run,
-    set: &str,
+    set: &SetRef,
 ) -> Result<(), ApplyError> {
     for step in &plan.steps {
         let key = step.key();
-        let names = (step.kind.as_str(), step.name.as_str());
         match (&step.ownership, step.action) {
             (_, Action::Conflict) | (Ownership::Keep, _) => {}
-            (Ownership::Release, _) => db::apply_sets::release(tx, names, set).await?,
+            (Ownership::Release, _) => db::apply_sets::release(tx, run.owned(&key), set).await?,
             (Ownership::Record { seen }, _) => {
                 let stamp = run.done.stamps.get(&key).or_else(|| found.world.existing.get(&key).map(|e| &e.stamp));
                 let stamp = stamp.map(Stamp::as_str).unwrap_or_default();
-                if !db::apply_sets::record(tx, names, set, stamp, seen.as_deref(), run.now).await? {
+                if !db::apply_sets::record(tx, run.owned(&key), set, stamp, seen.as_ref(), run.now).await? {
                     return Err(moved(&key));
                 }
             }
         }
     }
     for key in &plan.forget {
-        db::apply_sets::release(tx, (key.kind.as_str(), key.name.as_str()), set).await?;
+        db::apply_sets::release(tx, run.owned(key), set).await?;
+    }
+    Ok(())
+}
+
+/// Every step of a plan that writes passes the authorizer, in the set's
+/// namespace (an engine: in none); one refusal refuses the whole apply,
+/// before anything is written. Writing the set at all is an operator's.
+fn authorize(access: &Access, set: &SetRef, plan: &Plan) -> Result<(), ApplyError> {
+    let refused = |e: authz::Denied, object: &dyn std::fmt::Display| {
+        tracing::info!(apply_set = %set, %object, refused = %e, "apply refused");
+        ApplyError::Denied(e)
+    };
+    access
+        .may(authz::Action::OPERATE, &Target::in_namespace(&set.namespace, "apply set", set.name.clone()))
+        .map_err(|e| refused(e, set))?;
+    for step in plan.steps.iter().filter(|s| s.action != Action::Conflict) {
+        let target = match step.kind {
+            Kind::Engine => Target::global("engine", step.name.clone()),
+            Kind::Pool => Target::in_namespace(&set.namespace, "pool", step.name.clone()),
+            Kind::Cluster => Target::in_namespace(&set.namespace, "cluster", step.name.clone()),
+        };
+        access.may(authz::Action::needs(step.needs_role), &target).map_err(|e| refused(e, &step.key()))?;
     }
     Ok(())
 }
@@ -534,23 +607,27 @@ fn fingerprint(parts: &[&str]) -> String {
 }
 
 /// Whether secret fields are compared (by their fingerprints), or only
-/// their presence, which every viewer sees anyway.
+/// their presence, which every viewer sees anyway: a guess compared with
+/// a stored secret tells whether it is right, so only who may replace the
+/// secret has it compared (a namespace's admin its clusters', a global
+/// admin engines').
 #[derive(Debug, Clone, Copy)]
 struct Secrets {
-    compared: bool,
+    clusters: bool,
+    engines: bool,
 }
 
-fn engine_view(endpoint: &str, labels: &BTreeMap<String, String>, tls: Option<&Tls>, secrets: Secrets) -> Value {
+fn engine_view(endpoint: &str, labels: &BTreeMap<String, String>, tls: Option<&Tls>, compared: bool) -> Value {
     let tls = match tls {
-        Some(t) if secrets.compared => json!(fingerprint(&[&t.cert, &t.key, &t.ca])),
+        Some(t) if compared => json!(fingerprint(&[&t.cert, &t.key, &t.ca])),
         Some(_) => json!("set"),
         None => Value::Null,
     };
     json!({"endpoint": endpoint, "labels": labels, "tls": tls})
 }
 
-fn cluster_view(server: &str, auth: &str, credentials: &str, secrets: Secrets) -> Value {
-    let credentials = if secrets.compared { credentials } else { "set" };
+fn cluster_view(server: &str, auth: &str, credentials: &str, compared: bool) -> Value {
+    let credentials = if compared { credentials } else { "set" };
     json!({"server": server, "auth": auth, "credentials": credentials})
 }
 
@@ -562,6 +639,7 @@ macro_rules! from_service_error {
             fn from(e: $error) -> Self {
                 match e {
                     $error::Invalid(errs) => ApplyError::Invalid(errs),
+                    $error::Denied(denied) => ApplyError::Denied(denied),
                     $error::Store(e) => ApplyError::Store(e),
                     other => ApplyError::Internal(other.into()),
                 }

@@ -62,7 +62,7 @@ impl AuditLog {
     /// what it was about).
     pub async fn write(&self, record: NewAudit) {
         let (done, written) = oneshot::channel();
-        let entry = Entry { record, time: Utc::now(), done };
+        let entry = Entry { record, time: crate::clock::wall(), done };
         match self.tx.send(entry).await {
             Ok(()) => {
                 // Answered by the task, which writes every record it took
@@ -126,6 +126,8 @@ mod tests {
             method: "POST".into(),
             path: path.into(),
             resource: None,
+            namespace: None,
+            action: None,
             status: 201,
             outcome: "allowed",
         }
@@ -151,7 +153,7 @@ mod tests {
         for w in writes.collect::<Vec<_>>() {
             w.await.expect("task");
         }
-        let rows = db::audit::page(db.read(), None, 1000).await.expect("page");
+        let rows = db::audit::page(db.read(), None, None, 1000).await.expect("page");
         assert_eq!(rows.len(), 300);
         let mut paths: Vec<_> = rows.iter().map(|r| r.path.clone()).collect();
         paths.sort();
@@ -173,7 +175,7 @@ mod tests {
         drop(busy);
         tasks.close();
         tokio::time::timeout(std::time::Duration::from_secs(10), tasks.wait()).await.expect("the task ends");
-        let rows = db::audit::page(db.read(), None, 1000).await.expect("page");
+        let rows = db::audit::page(db.read(), None, None, 1000).await.expect("page");
         assert_eq!(rows.len(), 20, "every record queued before the close is written");
         // After the close a record is refused at once (and logged), never awaited.
         tokio::time::timeout(std::time::Duration::from_secs(1), log.write(record("/v1/late")))

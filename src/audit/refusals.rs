@@ -91,14 +91,17 @@ impl RefusalAudit {
         let open = pending.iter_mut().rev().find(|p| p.burst.is_some_and(|b| now.duration_since(b) < self.window));
         match open {
             Some(burst) => burst.more += 1,
-            None => self.push(&mut pending, Pending { record, time: Utc::now(), burst: Some(now), row: None, more: 0 }),
+            None => self.push(
+                &mut pending,
+                Pending { record, time: crate::clock::wall(), burst: Some(now), row: None, more: 0 },
+            ),
         }
     }
 
     /// Audits a refusal of a known caller: one record. Never waits.
     pub fn record(&self, record: NewAudit) {
         let mut pending = self.lock();
-        self.push(&mut pending, Pending { record, time: Utc::now(), burst: None, row: None, more: 0 });
+        self.push(&mut pending, Pending { record, time: crate::clock::wall(), burst: None, row: None, more: 0 });
     }
 
     fn push(&self, pending: &mut VecDeque<Pending>, p: Pending) {
@@ -217,6 +220,8 @@ mod tests {
             method: "PATCH".into(),
             path: path.into(),
             resource: None,
+            namespace: None,
+            action: None,
             status: 401,
             outcome: "unauthenticated",
         }
@@ -263,7 +268,7 @@ mod tests {
         audit.flush(&db, Instant::now()).await.expect("written");
         audit.flush(&db, Instant::now() + Duration::from_secs(1)).await.expect("retired once its window passed");
         assert_eq!(audit.waiting(), 0);
-        let rows = db::audit::page(db.read(), None, 10).await.expect("page");
+        let rows = db::audit::page(db.read(), None, None, 10).await.expect("page");
         assert_eq!(rows.len(), 1, "one burst, one row");
         assert_eq!((rows[0].path.as_str(), rows[0].repeats), ("/v1/a", 3));
     }

@@ -129,6 +129,8 @@ pub struct Client {
     /// Base URL without a trailing slash.
     server: String,
     credentials: Credentials,
+    /// `--namespace`: sent with every request to a namespaced path.
+    namespace: Option<String>,
 }
 
 /// Where the bearer token comes from.
@@ -158,7 +160,7 @@ impl Client {
             Some(token) => Credentials::Token(token),
             None => Credentials::None,
         };
-        Ok(Self { http, server, credentials })
+        Ok(Self { http, server, credentials, namespace: None })
     }
 
     /// Takes the bearer token from what `command` (run by `sh -c`) prints,
@@ -169,13 +171,35 @@ impl Client {
         self
     }
 
+    /// Works in `namespace`: every request to a namespaced path (the
+    /// server's [`NAMESPACED`](crate::http::openapi::NAMESPACED) list)
+    /// names it.
+    pub fn in_namespace(mut self, namespace: &str) -> Self {
+        self.namespace = Some(namespace.to_owned());
+        self
+    }
+
     pub fn server(&self) -> &str {
         &self.server
     }
 
+    /// `path` with the client's namespace, where the path takes one.
+    fn with_namespace(&self, path: &str) -> String {
+        let Some(ns) = &self.namespace else { return path.to_owned() };
+        let bare = path.split('?').next().unwrap_or(path);
+        let namespaced = crate::http::openapi::NAMESPACED
+            .iter()
+            .any(|p| bare == *p || bare.strip_prefix(p).is_some_and(|r| r.starts_with('/')));
+        if !namespaced || path.contains("namespace=") {
+            return path.to_owned();
+        }
+        let joint = if path.contains('?') { '&' } else { '?' };
+        format!("{path}{joint}namespace={ns}")
+    }
+
     /// A request without credentials: [`dispatch`](Self::dispatch) adds them.
     fn request(&self, method: Method, path: &str) -> RequestBuilder {
-        self.http.request(method, format!("{}{path}", self.server))
+        self.http.request(method, format!("{}{}", self.server, self.with_namespace(path)))
     }
 
     /// `req` with the bearer token; `renew` runs the token command again.
@@ -371,6 +395,21 @@ fn problem_of(status: StatusCode, body: &[u8]) -> Problem {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_namespace_goes_to_namespaced_paths_only() {
+        let tls = TlsOptions { ca_cert: None, client_cert: None, client_key: None };
+        let plain = Client::new("http://127.0.0.1:1", None, &tls).expect("a client");
+        assert_eq!(plain.with_namespace("/v1/pools"), "/v1/pools");
+        let c = plain.in_namespace("team-a");
+        assert_eq!(c.with_namespace("/v1/pools"), "/v1/pools?namespace=team-a");
+        assert_eq!(c.with_namespace("/v1/pools?limit=5"), "/v1/pools?limit=5&namespace=team-a");
+        assert_eq!(c.with_namespace("/v1/upgrades/3/events"), "/v1/upgrades/3/events?namespace=team-a");
+        assert_eq!(c.with_namespace("/v1/apply?dry_run=true"), "/v1/apply?dry_run=true&namespace=team-a");
+        assert_eq!(c.with_namespace("/v1/engines"), "/v1/engines");
+        assert_eq!(c.with_namespace("/v1/namespaces/team-a"), "/v1/namespaces/team-a");
+        assert_eq!(c.with_namespace("/v1/poolsx"), "/v1/poolsx");
+    }
 
     #[test]
     fn problems_show_title_detail_and_each_field() {

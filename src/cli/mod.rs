@@ -64,6 +64,12 @@ pub struct ClientArgs {
     #[arg(long, global = true, env = "DROVER_TOKEN", hide_env_values = true, help_heading = "Client options")]
     pub token: Option<String>,
 
+    /// Namespace the command works in (`default` when not given); a list
+    /// also takes `*`, every namespace you may see. Engines and namespaces
+    /// themselves belong to none.
+    #[arg(short = 'n', long, global = true, env = "DROVER_NAMESPACE", help_heading = "Client options")]
+    pub namespace: Option<String>,
+
     /// Command (run by `sh -c`) that prints the bearer token, instead of
     /// `--token`: run before the first request and again whenever the
     /// server refuses the token, so a short-lived CI token is renewed
@@ -141,6 +147,9 @@ async fn dispatch(args: &ClientArgs, command: ClientCommand) -> Result<u8, CliEr
             return Err(CliError::Usage(why.into()));
         }
         client = client.with_token_command(command);
+    }
+    if let Some(namespace) = args.namespace.as_deref().filter(|n| !n.trim().is_empty()) {
+        client = client.in_namespace(namespace.trim());
     }
     let out = args.output;
     let done = match command {

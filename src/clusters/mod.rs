@@ -14,4 +14,4 @@ mod service;
 
 pub use connect::{ConnectError, check, connect};
 pub use input::{ClusterSpecInput, NewCluster};
-pub use service::{ClusterError, Clusters, Prepared};
+pub use service::{ClusterError, Clusters, Prepared, target};

@@ -1,4 +1,6 @@
-//! The clusters service: what the API asks of registered clusters.
+//! The clusters service: what the API asks of registered clusters. A
+//! cluster belongs to a namespace: it is looked up in the request's, and
+//! passed to the authorizer before it is shown, probed or changed.
 
 use chrono::Utc;
 
@@ -9,13 +11,20 @@ use crate::db::clusters::{ClusterRecord, Deleted};
 use crate::db::page::{Page, PageRequest};
 use crate::db::{self, Db};
 use crate::domain::ValidationErrors;
+use crate::domain::object::{ClusterRef, Namespace};
 use crate::domain::server_url::check_server_url;
+use crate::identity::{Access, Action, Target};
 use crate::k8s::{ClusterApi, Credentials, RetryPolicy};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
     #[error("no cluster named {0:?}")]
     NotFound(String),
+    #[error("no namespace named {0:?}")]
+    NamespaceNotFound(String),
+    /// The authorizer's refusal.
+    #[error(transparent)]
+    Denied(#[from] crate::identity::Denied),
     #[error("cluster {0:?} already exists")]
     Exists(String),
     #[error("{0}")]
@@ -43,7 +52,7 @@ impl From<ConnectError> for ClusterError {
 
 /// A registration that passed every rule, ready to store.
 pub struct Prepared {
-    pub name: String,
+    pub id: ClusterRef,
     /// The API server the credentials reach (shown to viewers).
     pub server: String,
     pub credentials: Credentials,
@@ -51,7 +60,7 @@ pub struct Prepared {
 
 impl std::fmt::Debug for Prepared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Prepared").field("name", &self.name).field("server", &self.server).finish_non_exhaustive()
+        f.debug_struct("Prepared").field("id", &self.id).field("server", &self.server).finish_non_exhaustive()
     }
 }
 
@@ -83,16 +92,36 @@ impl Clusters {
     }
 
     /// A client of the cluster, trying each call `tries` times.
-    pub async fn connect(&self, name: &str, tries: u32) -> Result<ClusterApi, ClusterError> {
-        Ok(connect(self.db.read(), name, RetryPolicy { tries, ..self.calls }).await?)
+    pub async fn connect(&self, cluster: &ClusterRef, tries: u32) -> Result<ClusterApi, ClusterError> {
+        Ok(connect(self.db.read(), cluster, RetryPolicy { tries, ..self.calls }).await?)
     }
 
-    /// Registers a cluster once its credentials check out (they parse, every
-    /// value can be sent, a client can be built; no network is used).
-    pub async fn register(&self, input: NewCluster) -> Result<ClusterRecord, ClusterError> {
-        let prepared = self.prepare(input).await?;
+    /// The request's namespace exists and the caller sees it.
+    async fn namespace_exists(&self, access: &Access) -> Result<(), ClusterError> {
+        let found = db::namespaces::get(self.db.read(), &access.namespace).await?;
+        access.may(Action::READ, &Target::namespace(&access.namespace))?;
+        found.map(drop).ok_or_else(|| ClusterError::NamespaceNotFound(access.namespace.as_str().to_owned()))
+    }
+
+    /// The cluster `name` of the request's namespace, if the caller may do
+    /// `action` to it (looked up first, so that one the caller may not see
+    /// answers as a missing one, at the same cost).
+    pub async fn get(&self, access: &Access, action: Action, name: &str) -> Result<ClusterRecord, ClusterError> {
+        let id = ClusterRef::new(access.namespace.clone(), name);
+        let found = db::clusters::get(self.db.read(), &id).await?;
+        access.may(action, &target(&id))?;
+        found.ok_or_else(|| ClusterError::NotFound(name.to_owned()))
+    }
+
+    /// Registers a cluster in the request's namespace once its credentials
+    /// check out (they parse, every value can be sent, a client can be
+    /// built; no network is used).
+    pub async fn register(&self, access: &Access, input: NewCluster) -> Result<ClusterRecord, ClusterError> {
+        self.namespace_exists(access).await?;
+        access.may(Action::CHANGE, &Target::in_namespace(&access.namespace, "cluster", input.name.as_str()))?;
+        let prepared = self.prepare(&access.namespace, input).await?;
         let mut tx = self.db.begin_write().await?;
-        let record = self.insert_in(&mut tx, &prepared, Utc::now()).await?;
+        let record = self.insert_in(&mut tx, &prepared, crate::clock::wall()).await?;
         tx.commit().await?;
         Ok(record)
     }
@@ -100,7 +129,7 @@ impl Clusters {
     /// A registration whose every rule passed: its name, its credentials
     /// (they parse, every value can be sent, a client can be built) and
     /// the server they reach, which may carry no credential.
-    pub async fn prepare(&self, input: NewCluster) -> Result<Prepared, ClusterError> {
+    pub async fn prepare(&self, namespace: &Namespace, input: NewCluster) -> Result<Prepared, ClusterError> {
         let (name, credentials) = input.parse().map_err(ClusterError::Invalid)?;
         let server = credentials
             .validate(self.calls.call_timeout)
@@ -110,7 +139,7 @@ impl Clusters {
         let field = if credentials.kind() == "token" { "server" } else { "kubeconfig" };
         check_server_url(&server)
             .map_err(|e| ClusterError::Invalid(ValidationErrors::single(field, "server_url_credentials", e)))?;
-        Ok(Prepared { name, server, credentials })
+        Ok(Prepared { id: ClusterRef::new(namespace.clone(), name), server, credentials })
     }
 
     /// Stores a prepared registration in the caller's transaction.
@@ -120,14 +149,17 @@ impl Clusters {
         p: &Prepared,
         now: chrono::DateTime<Utc>,
     ) -> Result<ClusterRecord, ClusterError> {
-        let record = match db::clusters::insert(tx, &p.name, &p.server, &p.credentials, now).await {
+        let record = match db::clusters::insert(tx, &p.id, &p.server, &p.credentials, now).await {
             Ok(r) => r,
             Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
-                return Err(ClusterError::Exists(p.name.clone()));
+                return Err(ClusterError::Exists(p.id.name.clone()));
+            }
+            Err(e) if db::namespaces::is_in_use(&e) => {
+                return Err(ClusterError::NamespaceNotFound(p.id.namespace.as_str().to_owned()));
             }
             Err(e) => return Err(e.into()),
         };
-        tracing::info!(cluster = %p.name, server = %p.server, auth = p.credentials.kind(), "cluster registered");
+        tracing::info!(cluster = %p.id, server = %p.server, auth = p.credentials.kind(), "cluster registered");
         Ok(record)
     }
 
@@ -140,29 +172,24 @@ impl Clusters {
         p: &Prepared,
         now: chrono::DateTime<Utc>,
     ) -> Result<ClusterRecord, ClusterError> {
-        let record = db::clusters::update(tx, &p.name, &p.server, &p.credentials, now)
+        let record = db::clusters::update(tx, &p.id, &p.server, &p.credentials, now)
             .await?
-            .ok_or_else(|| ClusterError::NotFound(p.name.clone()))?;
-        tracing::info!(cluster = %p.name, server = %p.server, auth = p.credentials.kind(), "cluster credentials replaced");
+            .ok_or_else(|| ClusterError::NotFound(p.id.name.clone()))?;
+        tracing::info!(cluster = %p.id, server = %p.server, auth = p.credentials.kind(), "cluster credentials replaced");
         Ok(record)
     }
 
     /// Deletes a cluster in the caller's transaction, by the rules of
     /// [`Self::delete`].
-    pub async fn delete_in(&self, tx: &mut db::WriteTx, name: &str) -> Result<(), ClusterError> {
-        match db::clusters::delete_if_idle_in(tx, name).await? {
-            Deleted::Yes => Ok(()),
-            Deleted::Missing => Err(ClusterError::NotFound(name.to_owned())),
-            Deleted::Busy(job) => Err(ClusterError::Busy { cluster: name.to_owned(), job }),
-            Deleted::InUse(pools) => Err(ClusterError::InUse { cluster: name.to_owned(), pools }),
-        }
+    pub async fn delete_in(&self, tx: &mut db::WriteTx, cluster: &ClusterRef) -> Result<(), ClusterError> {
+        deleted(cluster, db::clusters::delete_if_idle_in(tx, cluster).await?)
     }
 
     /// A fingerprint of a cluster's stored credentials (SHA-256 of their
     /// document): tells whether a registration would change them, without
     /// showing them. `None` when the cluster is not registered.
-    pub async fn credentials_fingerprint(&self, name: &str) -> Result<Option<String>, ClusterError> {
-        match db::clusters::credentials(self.db.read(), name).await? {
+    pub async fn credentials_fingerprint(&self, cluster: &ClusterRef) -> Result<Option<String>, ClusterError> {
+        match db::clusters::credentials(self.db.read(), cluster).await? {
             None => Ok(None),
             Some(Ok(credentials)) => Ok(Some(fingerprint(&credentials))),
             // Unreadable credentials differ from any that can be given.
@@ -171,34 +198,60 @@ impl Clusters {
     }
 
     /// The id of the upgrade job active on the cluster, if one is.
-    pub async fn active_job(&self, name: &str) -> Result<Option<i64>, ClusterError> {
-        Ok(db::upgrades::active_for_cluster(self.db.read(), name).await?)
+    pub async fn active_job(&self, cluster: &ClusterRef) -> Result<Option<i64>, ClusterError> {
+        Ok(db::upgrades::active_for_cluster(self.db.read(), cluster).await?)
     }
 
-    /// A page of clusters in name order.
-    pub async fn list(&self, req: &PageRequest) -> Result<Page<ClusterRecord>, ClusterError> {
-        let rows = db::clusters::list(self.db.read(), req.after.as_deref(), req.fetch()).await?;
+    /// A page of the clusters of the request's namespace, in name order.
+    pub async fn list(&self, access: &Access, req: &PageRequest) -> Result<Page<ClusterRecord>, ClusterError> {
+        self.namespace_exists(access).await?;
+        let rows = db::clusters::list(self.db.read(), &access.namespace, req.after.as_deref(), req.fetch()).await?;
         Ok(Page::from_rows(rows, req.limit, |c| c.name.clone()))
     }
 
-    pub async fn get(&self, name: &str) -> Result<ClusterRecord, ClusterError> {
-        db::clusters::get(self.db.read(), name).await?.ok_or_else(|| ClusterError::NotFound(name.to_owned()))
+    /// Every cluster of `namespace`, in name order (an apply's world).
+    pub async fn all(&self, namespace: &Namespace) -> Result<Vec<ClusterRecord>, ClusterError> {
+        const PAGE: u32 = 500;
+        let mut out: Vec<ClusterRecord> = Vec::new();
+        loop {
+            let after = out.last().map(|c| c.name.clone());
+            let page = db::clusters::list(self.db.read(), namespace, after.as_deref(), PAGE).await?;
+            let done = page.len() < PAGE as usize;
+            out.extend(page);
+            if done {
+                return Ok(out);
+            }
+        }
     }
 
     /// Forgets a cluster and its job history; refused while a job runs on
     /// it or a pool names it.
-    pub async fn delete(&self, name: &str) -> Result<(), ClusterError> {
-        match db::clusters::delete_if_idle(&self.db, name).await? {
-            Deleted::Yes => Ok(()),
-            Deleted::Missing => Err(ClusterError::NotFound(name.to_owned())),
-            Deleted::Busy(job) => Err(ClusterError::Busy { cluster: name.to_owned(), job }),
-            Deleted::InUse(pools) => Err(ClusterError::InUse { cluster: name.to_owned(), pools }),
-        }
+    pub async fn delete(&self, access: &Access, name: &str) -> Result<(), ClusterError> {
+        let found = self.get(access, Action::CHANGE, name).await?;
+        let id = ClusterRef::new(found.namespace, found.name);
+        deleted(&id, db::clusters::delete_if_idle(&self.db, &id).await?)
     }
 
     /// Probes the cluster's control plane (each call tried once).
-    pub async fn status(&self, name: &str) -> Result<ClusterStatus, ClusterError> {
-        let api = self.connect(name, 1).await?;
-        Ok(probe(&api, name.to_owned()).await)
+    pub async fn status(&self, access: &Access, name: &str) -> Result<ClusterStatus, ClusterError> {
+        let found = self.get(access, Action::READ, name).await?;
+        let api = self.connect(&ClusterRef::new(found.namespace, found.name.clone()), 1).await?;
+        Ok(probe(&api, found.name).await)
+    }
+}
+
+/// The authorizer's view of a cluster.
+pub fn target(cluster: &ClusterRef) -> Target {
+    Target::in_namespace(&cluster.namespace, "cluster", &cluster.name)
+}
+
+/// What a delete of `cluster` came to.
+fn deleted(cluster: &ClusterRef, outcome: Deleted) -> Result<(), ClusterError> {
+    let name = || cluster.name.clone();
+    match outcome {
+        Deleted::Yes => Ok(()),
+        Deleted::Missing => Err(ClusterError::NotFound(name())),
+        Deleted::Busy(job) => Err(ClusterError::Busy { cluster: name(), job }),
+        Deleted::InUse(pools) => Err(ClusterError::InUse { cluster: name(), pools }),
     }
 }

@@ -54,6 +54,11 @@ pub struct ServeConfig {
     #[arg(long, env = "DROVER_ACCESS_CONFIG")]
     pub access_config: Option<PathBuf>,
 
+    /// How often `--access-config` is looked at for a change; a change
+    /// that validates takes over, one that does not keeps the rules in use.
+    #[arg(long, env = "DROVER_ACCESS_RELOAD_INTERVAL", value_parser = parse_reload, default_value = "1s")]
+    pub access_reload_interval: Duration,
+
     /// Directory for drover's own files (the embedded SQLite database, the
     /// first admin token); created when missing.
     #[arg(long, env = "DROVER_DATA_DIR", default_value = "./drover-data")]

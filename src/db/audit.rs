@@ -2,6 +2,7 @@
 
 use super::exec::{Affected, Exec, on_store};
 use super::gate::WriteTx;
+use crate::domain::object::Namespace;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -18,6 +19,11 @@ pub struct AuditRecord {
     pub path: String,
     /// What the request was about, e.g. `pools/workers`.
     pub resource: Option<String>,
+    /// The namespace of the object, when it has one.
+    pub namespace: Option<String>,
+    /// What the caller asked to do to it (`read`, `operate`, `change`,
+    /// `manage`): for refusals, what was refused.
+    pub action: Option<String>,
     /// The HTTP status of the answer.
     pub status: i64,
     /// `allowed`, `unauthenticated` or `forbidden`.
@@ -48,6 +54,8 @@ pub struct NewAudit {
     pub method: String,
     pub path: String,
     pub resource: Option<String>,
+    pub namespace: Option<String>,
+    pub action: Option<&'static str>,
     pub status: u16,
     pub outcome: &'static str,
 }
@@ -55,8 +63,8 @@ pub struct NewAudit {
 /// Appends a record; returns its id.
 pub async fn record(db: &mut WriteTx, a: &NewAudit, now: DateTime<Utc>) -> sqlx::Result<i64> {
     on_store!(db.exec(), |e| sqlx::query_scalar(
-        "insert into audit (time, token_name, role, method, path, resource, status, outcome)
-         values ($1, $2, $3, $4, $5, $6, $7, $8) returning id",
+        "insert into audit (time, token_name, role, method, path, resource, status, outcome, namespace, action)
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) returning id",
     )
     .bind(now)
     .bind(&a.token_name)
@@ -66,6 +74,8 @@ pub async fn record(db: &mut WriteTx, a: &NewAudit, now: DateTime<Utc>) -> sqlx:
     .bind(&a.resource)
     .bind(i64::from(a.status))
     .bind(a.outcome)
+    .bind(&a.namespace)
+    .bind(a.action)
     .fetch_one(e)
     .await)
 }
@@ -82,13 +92,20 @@ pub async fn add_repeats(db: &mut WriteTx, id: i64, more: i64) -> sqlx::Result<(
 }
 
 /// Newest first, ids below `before`.
-pub async fn page(db: Exec<'_>, before: Option<i64>, limit: u32) -> sqlx::Result<Vec<AuditRecord>> {
+pub async fn page(
+    db: Exec<'_>,
+    namespace: Option<&Namespace>,
+    before: Option<i64>,
+    limit: u32,
+) -> sqlx::Result<Vec<AuditRecord>> {
     on_store!(db, |e| sqlx::query_as(
-        "select id, time, token_name, role, method, path, resource, status, outcome, repeats from audit
-         where id < $1 order by id desc limit $2",
+        "select id, time, token_name, role, method, path, resource, namespace, action, status, outcome, repeats
+         from audit
+         where id < $1 and ($3 is null or namespace = $3) order by id desc limit $2",
     )
     .bind(before.unwrap_or(i64::MAX))
     .bind(i64::from(limit))
+    .bind(namespace.map(Namespace::as_str))
     .fetch_all(e)
     .await)
 }

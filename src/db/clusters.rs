@@ -7,11 +7,14 @@ use super::gate::WriteTx;
 use chrono::{DateTime, Utc};
 use sqlx::AssertSqlSafe;
 
+use crate::domain::object::{ClusterRef, Namespace};
 use crate::k8s::{CredentialError, Credentials};
 
 /// A registered cluster, without its credentials.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct ClusterRecord {
+    #[sqlx(try_from = "String")]
+    pub namespace: Namespace,
     pub name: String,
     pub server: String,
     pub auth_kind: String,
@@ -19,27 +22,28 @@ pub struct ClusterRecord {
     pub updated_at: DateTime<Utc>,
 }
 
-const COLUMNS: &str = "name, server, auth_kind, created_at, updated_at";
+const COLUMNS: &str = "namespace, name, server, auth_kind, created_at, updated_at";
 
 /// Inserts a cluster; a duplicate name fails with a unique violation.
 pub async fn insert(
     db: &mut WriteTx,
-    name: &str,
+    cluster: &ClusterRef,
     server: &str,
     credentials: &Credentials,
     now: DateTime<Utc>,
 ) -> sqlx::Result<ClusterRecord> {
     let secret = serde_json::to_string(credentials).map_err(|e| sqlx::Error::Encode(e.into()))?;
     on_store!(db.exec(), |e| sqlx::query_as(AssertSqlSafe(format!(
-        "insert into clusters (name, server, auth_kind, credentials, created_at, updated_at)
-         values ($1, $2, $3, $4, $5, $6) returning {COLUMNS}"
+        "insert into clusters (name, server, auth_kind, credentials, created_at, updated_at, namespace)
+         values ($1, $2, $3, $4, $5, $6, $7) returning {COLUMNS}"
     )))
-    .bind(name)
+    .bind(&cluster.name)
     .bind(server)
     .bind(credentials.kind())
     .bind(secret)
     .bind(now)
     .bind(now)
+    .bind(cluster.namespace.as_str())
     .fetch_one(e)
     .await)
 }
@@ -48,7 +52,7 @@ pub async fn insert(
 /// it is not registered.
 pub async fn update(
     db: &mut WriteTx,
-    name: &str,
+    cluster: &ClusterRef,
     server: &str,
     credentials: &Credentials,
     now: DateTime<Utc>,
@@ -56,31 +60,42 @@ pub async fn update(
     let secret = serde_json::to_string(credentials).map_err(|e| sqlx::Error::Encode(e.into()))?;
     on_store!(db.exec(), |e| sqlx::query_as(AssertSqlSafe(format!(
         "update clusters set server = $1, auth_kind = $2, credentials = $3, updated_at = $4
-         where name = $5 returning {COLUMNS}"
+         where namespace = $6 and name = $5 returning {COLUMNS}"
     )))
     .bind(server)
     .bind(credentials.kind())
     .bind(secret)
     .bind(now)
-    .bind(name)
+    .bind(&cluster.name)
+    .bind(cluster.namespace.as_str())
     .fetch_optional(e)
     .await)
 }
 
-pub async fn get(db: Exec<'_>, name: &str) -> sqlx::Result<Option<ClusterRecord>> {
-    on_store!(db, |e| sqlx::query_as(AssertSqlSafe(format!("select {COLUMNS} from clusters where name = $1")))
-        .bind(name)
-        .fetch_optional(e)
-        .await)
+pub async fn get(db: Exec<'_>, cluster: &ClusterRef) -> sqlx::Result<Option<ClusterRecord>> {
+    on_store!(db, |e| sqlx::query_as(AssertSqlSafe(format!(
+        "select {COLUMNS} from clusters where namespace = $2 and name = $1"
+    )))
+    .bind(&cluster.name)
+    .bind(cluster.namespace.as_str())
+    .fetch_optional(e)
+    .await)
 }
 
-/// Up to `limit` clusters with names after `after`, in name order.
-pub async fn list(db: Exec<'_>, after: Option<&str>, limit: u32) -> sqlx::Result<Vec<ClusterRecord>> {
+/// Up to `limit` clusters of `namespace` with names after `after`, in name
+/// order.
+pub async fn list(
+    db: Exec<'_>,
+    namespace: &Namespace,
+    after: Option<&str>,
+    limit: u32,
+) -> sqlx::Result<Vec<ClusterRecord>> {
     on_store!(db, |e| sqlx::query_as(AssertSqlSafe(format!(
-        "select {COLUMNS} from clusters where name > $1 order by name limit $2"
+        "select {COLUMNS} from clusters where namespace = $3 and name > $1 order by name limit $2"
     )))
     .bind(after.unwrap_or(""))
     .bind(i64::from(limit))
+    .bind(namespace.as_str())
     .fetch_all(e)
     .await)
 }
@@ -90,20 +105,30 @@ pub async fn list(db: Exec<'_>, after: Option<&str>, limit: u32) -> sqlx::Result
 /// for share until the transaction ends, so that a concurrent delete
 /// ([`delete_if_idle`]) waits for this write and then sees it. (SQLite's
 /// one writer runs the two one after the other anyway.)
-pub async fn hold(tx: &mut WriteTx, name: &str) -> sqlx::Result<bool> {
+pub async fn hold(tx: &mut WriteTx, cluster: &ClusterRef) -> sqlx::Result<bool> {
     let exec = tx.exec();
-    let sql = exec
-        .dialect()
-        .pick("select 1 from clusters where name = $1", "select 1 from clusters where name = $1 for share");
-    let row: Option<i32> = on_store!(exec, |e| sqlx::query_scalar(sql).bind(name).fetch_optional(e).await)?;
+    let sql = exec.dialect().pick(
+        "select 1 from clusters where namespace = $2 and name = $1",
+        "select 1 from clusters where namespace = $2 and name = $1 for share",
+    );
+    let row: Option<i32> = on_store!(exec, |e| sqlx::query_scalar(sql)
+        .bind(&cluster.name)
+        .bind(cluster.namespace.as_str())
+        .fetch_optional(e)
+        .await)?;
     Ok(row.is_some())
 }
 
 /// The pools whose spec names the cluster, deleting ones included (they
 /// still drain their nodes), in name order.
-pub async fn pools_using(db: Exec<'_>, name: &str) -> sqlx::Result<Vec<String>> {
-    let sql = format!("select name from pools where {} = $1 order by name", spec_cluster(db.dialect()));
-    on_store!(db, |e| sqlx::query_scalar(AssertSqlSafe(sql)).bind(name).fetch_all(e).await)
+pub async fn pools_using(db: Exec<'_>, cluster: &ClusterRef) -> sqlx::Result<Vec<String>> {
+    let sql =
+        format!("select name from pools where namespace = $2 and {} = $1 order by name", spec_cluster(db.dialect()));
+    on_store!(db, |e| sqlx::query_scalar(AssertSqlSafe(sql))
+        .bind(&cluster.name)
+        .bind(cluster.namespace.as_str())
+        .fetch_all(e)
+        .await)
 }
 
 /// The cluster a stored pool spec names, as SQL.
@@ -115,16 +140,20 @@ fn spec_cluster(dialect: Dialect) -> &'static str {
 /// stored document that does not read as credentials is the inner error:
 /// the caller fails its request or job with it, like any other unusable
 /// credentials. The error names the cluster, never the content.
-pub async fn credentials(db: Exec<'_>, name: &str) -> sqlx::Result<Option<Result<Credentials, CredentialError>>> {
+pub async fn credentials(
+    db: Exec<'_>,
+    cluster: &ClusterRef,
+) -> sqlx::Result<Option<Result<Credentials, CredentialError>>> {
     let raw: Option<String> =
-        on_store!(db, |e| sqlx::query_scalar("select credentials from clusters where name = $1")
-            .bind(name)
+        on_store!(db, |e| sqlx::query_scalar("select credentials from clusters where namespace = $2 and name = $1")
+            .bind(&cluster.name)
+            .bind(cluster.namespace.as_str())
             .fetch_optional(e)
             .await)?;
     Ok(raw.map(|r| {
         serde_json::from_str(&r).map_err(|_| CredentialError {
             field: "credentials",
-            message: format!("the stored credentials of cluster {name:?} are not a valid document"),
+            message: format!("the stored credentials of cluster {cluster} are not a valid document"),
         })
     }))
 }
@@ -146,32 +175,38 @@ pub enum Deleted {
 /// ([`hold`]), so the delete waits for it to commit, and the checks that
 /// follow, each a statement of its own, see it. Nothing accepted meanwhile
 /// can be orphaned.
-pub async fn delete_if_idle(db: &super::store::Db, name: &str) -> sqlx::Result<Deleted> {
+pub async fn delete_if_idle(db: &super::store::Db, cluster: &ClusterRef) -> sqlx::Result<Deleted> {
     let mut tx = db.begin_write().await?;
-    let outcome = delete_if_idle_in(&mut tx, name).await?;
+    let outcome = delete_if_idle_in(&mut tx, cluster).await?;
     tx.commit().await?;
     Ok(outcome)
 }
 
 /// [`delete_if_idle`] in the caller's transaction (an apply's).
-pub async fn delete_if_idle_in(tx: &mut WriteTx, name: &str) -> sqlx::Result<Deleted> {
+pub async fn delete_if_idle_in(tx: &mut WriteTx, cluster: &ClusterRef) -> sqlx::Result<Deleted> {
     let exec = tx.exec();
-    let lock = exec
-        .dialect()
-        .pick("select 1 from clusters where name = $1", "select 1 from clusters where name = $1 for update");
-    let found: Option<i32> = on_store!(exec, |e| sqlx::query_scalar(lock).bind(name).fetch_optional(e).await)?;
+    let lock = exec.dialect().pick(
+        "select 1 from clusters where namespace = $2 and name = $1",
+        "select 1 from clusters where namespace = $2 and name = $1 for update",
+    );
+    let found: Option<i32> = on_store!(exec, |e| sqlx::query_scalar(lock)
+        .bind(&cluster.name)
+        .bind(cluster.namespace.as_str())
+        .fetch_optional(e)
+        .await)?;
     if found.is_none() {
         return Ok(Deleted::Missing);
     }
-    if let Some(id) = crate::db::upgrades::active_for_cluster(tx.exec(), name).await? {
+    if let Some(id) = crate::db::upgrades::active_for_cluster(tx.exec(), cluster).await? {
         return Ok(Deleted::Busy(id));
     }
-    let pools = pools_using(tx.exec(), name).await?;
+    let pools = pools_using(tx.exec(), cluster).await?;
     if !pools.is_empty() {
         return Ok(Deleted::InUse(pools));
     }
-    on_store!(tx.exec(), |e| sqlx::query("delete from clusters where name = $1")
-        .bind(name)
+    on_store!(tx.exec(), |e| sqlx::query("delete from clusters where namespace = $2 and name = $1")
+        .bind(&cluster.name)
+        .bind(cluster.namespace.as_str())
         .execute(e)
         .await
         .affected())?;

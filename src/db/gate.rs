@@ -95,7 +95,7 @@ impl Drop for Permit {
 pub struct WriteTx {
     inner: Inner,
     /// Pools this transaction wrote, invalidated in the cache once it commits.
-    touched: Vec<String>,
+    touched: Vec<crate::domain::object::PoolRef>,
     cache: Option<Arc<super::pool_cache::PoolCache>>,
 }
 
@@ -154,15 +154,15 @@ impl WriteTx {
     /// process that writes it). For times that other replicas compare.
     pub async fn now(&mut self) -> sqlx::Result<chrono::DateTime<chrono::Utc>> {
         match &mut self.inner {
-            Inner::Sqlite { .. } => Ok(chrono::Utc::now()),
+            Inner::Sqlite { .. } => Ok(crate::clock::wall()),
             Inner::Postgres { tx, .. } => sqlx::query_scalar("select now()").fetch_one(&mut **tx).await,
         }
     }
 
     /// Notes that this transaction writes `pool`'s row.
-    pub fn touched_pool(&mut self, pool: &str) {
-        if self.cache.is_some() && !self.touched.iter().any(|p| p == pool) {
-            self.touched.push(pool.to_owned());
+    pub fn touched_pool(&mut self, pool: &crate::domain::object::PoolRef) {
+        if self.cache.is_some() && !self.touched.contains(pool) {
+            self.touched.push(pool.clone());
         }
     }
 }

@@ -16,10 +16,10 @@ impl Db {
 
 /// The store's counts at one scrape.
 pub struct Counts {
-    /// (pool, `ready` or the phase of a machine not ready, machines)
-    pub machines: Vec<(String, String, i64)>,
-    /// (pool, desired replicas, updated machines, outdated machines)
-    pub pools: Vec<(String, i64, i64, i64)>,
+    /// (namespace, pool, `ready` or the phase of a machine not ready, machines)
+    pub machines: Vec<(String, String, String, i64)>,
+    /// (namespace, pool, desired replicas, updated machines, outdated machines)
+    pub pools: Vec<(String, String, i64, i64, i64)>,
     /// (state, jobs)
     pub jobs: Vec<(String, i64)>,
     /// (step name, seconds of finished steps, finished steps)
@@ -30,10 +30,11 @@ async fn counts(db: &Db) -> sqlx::Result<Counts> {
     let dialect = db.dialect();
     let machines = on_store!(db.read(), |e| {
         sqlx::query_as(
-        "select pool, case when ready then 'ready' else phase end, count(*) from machines group by 1, 2 order by 1, 2",
-    )
-    .fetch_all(e)
-    .await
+            "select namespace, pool, case when ready then 'ready' else phase end, count(*) from machines
+         group by 1, 2, 3 order by 1, 2, 3",
+        )
+        .fetch_all(e)
+        .await
     })?;
     let number = |document: &str, field: &str| match dialect {
         Dialect::Sqlite => format!("coalesce(json_extract({document}, '$.{field}'), 0)"),
@@ -41,7 +42,9 @@ async fn counts(db: &Db) -> sqlx::Result<Counts> {
     };
     let (replicas, updated, current) =
         (number("spec", "replicas"), number("status", "updated_replicas"), number("status", "replicas"));
-    let sql = format!("select name, {replicas}, {updated}, {current} - {updated} from pools order by name");
+    let sql = format!(
+        "select namespace, name, {replicas}, {updated}, {current} - {updated} from pools order by namespace, name"
+    );
     let pools = on_store!(db.read(), |e| sqlx::query_as(AssertSqlSafe(sql)).fetch_all(e).await)?;
     let jobs = on_store!(db.read(), |e| sqlx::query_as(
         "select state, count(*) from upgrade_jobs group by state order by state"
@@ -65,25 +68,26 @@ async fn counts(db: &Db) -> sqlx::Result<Counts> {
 async fn scrape(db: &Db) -> sqlx::Result<ScrapeGauges> {
     let counts = counts(db).await?;
     let mut g = ScrapeGauges::default();
-    let samples: Vec<_> = counts.machines.into_iter().map(|(p, s, n)| (vec![p, s], n as f64)).collect();
+    let samples: Vec<_> = counts.machines.into_iter().map(|(ns, p, s, n)| (vec![ns, p, s], n as f64)).collect();
     g.family(
         "drover_machines",
-        "Machines, by pool and phase (`ready`, or the phase of those not ready)",
-        &["pool", "phase"],
+        "Machines, by namespace, pool and phase (`ready`, or the phase of those not ready)",
+        &["namespace", "pool", "phase"],
         &samples,
     );
     let rows = counts.pools;
-    let per_pool = |f: fn(&(String, i64, i64, i64)) -> i64| -> Vec<_> {
-        rows.iter().map(|r| (vec![r.0.clone()], f(r) as f64)).collect()
+    let per_pool = |f: fn(&(String, String, i64, i64, i64)) -> i64| -> Vec<_> {
+        rows.iter().map(|r| (vec![r.0.clone(), r.1.clone()], f(r) as f64)).collect()
     };
-    g.family("drover_pool_replicas_desired", "The replicas each pool asks for", &["pool"], &per_pool(|r| r.1));
+    let labels = &["namespace", "pool"];
+    g.family("drover_pool_replicas_desired", "The replicas each pool asks for", labels, &per_pool(|r| r.2));
     g.family(
         "drover_rollout_updated_machines",
         "Machines running the pool's desired image",
-        &["pool"],
-        &per_pool(|r| r.2),
+        labels,
+        &per_pool(|r| r.3),
     );
-    g.family("drover_rollout_outdated_machines", "Machines still running another image", &["pool"], &per_pool(|r| r.3));
+    g.family("drover_rollout_outdated_machines", "Machines still running another image", labels, &per_pool(|r| r.4));
     let samples: Vec<_> = counts.jobs.into_iter().map(|(s, n)| (vec![s], n as f64)).collect();
     g.family("drover_upgrade_jobs", "Upgrade jobs, by state", &["state"], &samples);
     let sums: Vec<_> = counts.steps.iter().map(|(s, secs, _)| (vec![s.clone()], *secs)).collect();

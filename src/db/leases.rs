@@ -11,6 +11,7 @@ use sqlx::PgPool;
 
 use super::exec::Exec;
 use super::gate::WriteTx;
+use crate::domain::object::{Namespace, PoolRef};
 
 /// What a lease is of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -36,45 +37,77 @@ impl Kind {
     }
 }
 
-/// One lease: a pool by name, or an upgrade job by id.
+/// One lease: of a pool, or of an upgrade job.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Key {
-    pub kind: Kind,
-    pub name: String,
+pub enum Key {
+    Pool(PoolRef),
+    Job(i64),
 }
 
 impl Key {
-    pub fn pool(name: &str) -> Self {
-        Key { kind: Kind::Pool, name: name.to_owned() }
+    pub fn pool(pool: &PoolRef) -> Self {
+        Key::Pool(pool.clone())
     }
 
     pub fn job(id: i64) -> Self {
-        Key { kind: Kind::Job, name: id.to_string() }
+        Key::Job(id)
+    }
+
+    pub fn kind(&self) -> Kind {
+        match self {
+            Key::Pool(_) => Kind::Pool,
+            Key::Job(_) => Kind::Job,
+        }
+    }
+
+    /// How the store keeps it: kind, namespace (`''` for a job, whose id
+    /// is unique across namespaces) and name.
+    fn columns(&self) -> (&'static str, &str, String) {
+        match self {
+            Key::Pool(p) => ("pool", p.namespace.as_str(), p.name.clone()),
+            Key::Job(id) => ("job", "", id.to_string()),
+        }
     }
 }
 
 impl std::fmt::Display for Key {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.kind {
-            Kind::Pool => write!(f, "pool {:?}", self.name),
-            Kind::Job => write!(f, "upgrade job {}", self.name),
+        match self {
+            Key::Pool(p) => write!(f, "pool {p}"),
+            Key::Job(id) => write!(f, "upgrade job {id}"),
         }
     }
 }
 
 /// A lease as its holder knows it.
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Held {
-    pub name: String,
+    pub key: Key,
     pub token: i64,
 }
 
-/// A lease renewed: of a pool or of an upgrade job.
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
-pub struct Renewed {
-    pub kind: String,
-    pub name: String,
-    pub token: i64,
+#[derive(sqlx::FromRow)]
+struct Row {
+    kind: String,
+    namespace: String,
+    name: String,
+    token: i64,
+}
+
+impl Row {
+    fn held(self) -> Option<Held> {
+        let key = match self.kind.as_str() {
+            "pool" => Key::Pool(PoolRef::new(Namespace::stored(self.namespace), self.name)),
+            "job" => Key::Job(self.name.parse().ok()?),
+            _ => return None,
+        };
+        Some(Held { key, token: self.token })
+    }
+}
+
+/// Pools as two arrays (namespaces, names) for `unnest`.
+fn arrays(pools: &[PoolRef]) -> (Vec<&str>, Vec<&str>) {
+    pools.iter().map(|p| (p.namespace.as_str(), p.name.as_str())).unzip()
 }
 
 fn seconds(d: Duration) -> f64 {
@@ -112,9 +145,10 @@ pub async fn renew(
     db: &PgPool,
     me: &str,
     lease: Duration,
-    jobs: &[String],
+    jobs: &[i64],
     list_pools: bool,
 ) -> sqlx::Result<(Renewal, Vec<Alive>)> {
+    let jobs: Vec<String> = jobs.iter().map(i64::to_string).collect();
     let mut tx = db.begin().await?;
     sqlx::query(
         "insert into replicas (id, started_at, heartbeat_at) values ($1, now(), now())
@@ -123,32 +157,31 @@ pub async fn renew(
     .bind(me)
     .execute(&mut *tx)
     .await?;
-    let renewed: Vec<Renewed> = sqlx::query_as(
+    let renewed: Vec<Row> = sqlx::query_as(
         "with renewed as (
             update leases set expires_at = now() + make_interval(secs => $2)
             where holder = $1 and expires_at > now() and (kind = 'pool' or name = any($3))
-            returning kind, name, token
+            returning kind, namespace, name, token
          )
-         select kind, name, token from renewed where kind = 'job' or $4
+         select kind, namespace, name, token from renewed where kind = 'job' or $4
          union all
-         select 'pools', '', count(*) from renewed where kind = 'pool'
+         select 'pools', '', '', count(*) from renewed where kind = 'pool'
          union all
-         select 'tokens', '', coalesce(sum(token), 0)::bigint from renewed where kind = 'pool'",
+         select 'tokens', '', '', coalesce(sum(token), 0)::bigint from renewed where kind = 'pool'",
     )
     .bind(me)
     .bind(seconds(lease))
-    .bind(jobs)
+    .bind(&jobs)
     .bind(list_pools)
     .fetch_all(&mut *tx)
     .await?;
     let mut held = Renewal { pools: list_pools.then(Vec::new), ..Renewal::default() };
     for r in renewed {
-        let lease = Held { name: r.name, token: r.token };
         match r.kind.as_str() {
-            "pools" => held.pool_count = lease.token,
-            "tokens" => held.pool_tokens = lease.token,
-            "job" => held.jobs.push(lease),
-            _ => held.pools.get_or_insert_with(Vec::new).push(lease),
+            "pools" => held.pool_count = r.token,
+            "tokens" => held.pool_tokens = r.token,
+            "job" => held.jobs.extend(r.held()),
+            _ => held.pools.get_or_insert_with(Vec::new).extend(r.held()),
         }
     }
     let alive: Vec<Alive> = sqlx::query_as(
@@ -169,61 +202,71 @@ pub async fn renew(
 pub async fn acquire(
     db: &PgPool,
     me: &str,
-    names: &[String],
+    pools: &[PoolRef],
     lease: Duration,
 ) -> sqlx::Result<(Vec<Held>, Option<Duration>)> {
-    if names.is_empty() {
+    if pools.is_empty() {
         return Ok((Vec::new(), None));
     }
+    let (namespaces, names) = arrays(pools);
     let mut tx = db.begin().await?;
     // New rows for leases never taken; released or expired ones change
     // hands. A row locked by another transaction is skipped, never waited
     // for: its holder may be frozen inside a write that proved the lease
     // (until the server ends that session), and one such pool must not
     // hold up this round, whose next step is renewing every other lease.
-    let taken: Vec<Held> = sqlx::query_as(
-        "with fresh as (
-            insert into leases (kind, name, holder, token, expires_at)
-            select 'pool', n, $2, 1, now() + make_interval(secs => $3) from unnest($1::text[]) as n
-            on conflict (kind, name) do nothing
-            returning name, token
+    let taken: Vec<Row> = sqlx::query_as(
+        "with wanted as (select * from unnest($4::text[], $1::text[]) as w(namespace, name)),
+         fresh as (
+            insert into leases (kind, namespace, name, holder, token, expires_at)
+            select 'pool', namespace, name, $2, 1, now() + make_interval(secs => $3) from wanted
+            on conflict (kind, namespace, name) do nothing
+            returning kind, namespace, name, token
          ), freed as (
             update leases set holder = $2, token = token + 1, expires_at = now() + make_interval(secs => $3)
-            where (kind, name) in (
-                select kind, name from leases
-                where kind = 'pool' and name = any($1) and expires_at <= now()
-                for update skip locked)
-            returning name, token
+            where (kind, namespace, name) in (
+                select l.kind, l.namespace, l.name from leases l join wanted w
+                    on l.namespace = w.namespace and l.name = w.name
+                where l.kind = 'pool' and l.expires_at <= now()
+                for update of l skip locked)
+            returning kind, namespace, name, token
          )
-         select name, token from fresh union all select name, token from freed",
+         select * from fresh union all select * from freed",
     )
-    .bind(names)
+    .bind(&names)
     .bind(me)
     .bind(seconds(lease))
+    .bind(&namespaces)
     .fetch_all(&mut *tx)
     .await?;
     let next: Option<f64> = sqlx::query_scalar(
-        "select extract(epoch from min(expires_at) - now())::double precision from leases
-         where kind = 'pool' and name = any($1) and holder != $2 and expires_at > now()",
+        "select extract(epoch from min(expires_at) - now())::double precision
+         from leases l join unnest($3::text[], $1::text[]) as w(namespace, name)
+            on l.namespace = w.namespace and l.name = w.name
+         where l.kind = 'pool' and l.holder != $2 and l.expires_at > now()",
     )
-    .bind(names)
+    .bind(&names)
     .bind(me)
+    .bind(&namespaces)
     .fetch_one(&mut *tx)
     .await?;
     tx.commit().await?;
-    Ok((taken, next.map(|s| Duration::from_secs_f64(s.max(0.0)))))
+    Ok((taken.into_iter().filter_map(Row::held).collect(), next.map(|s| Duration::from_secs_f64(s.max(0.0)))))
 }
 
-/// Gives up `me`'s leases of `names` (of `kind`) at once: they expire now
-/// and keep their token, so the next holder's is higher.
-pub async fn release(db: &PgPool, me: &str, kind: Kind, names: &[String]) -> sqlx::Result<u64> {
+/// Gives up `me`'s leases of `pools` at once: they expire now and keep
+/// their token, so the next holder's is higher.
+pub async fn release(db: &PgPool, me: &str, pools: &[PoolRef]) -> sqlx::Result<u64> {
+    let (namespaces, names) = arrays(pools);
     let done = sqlx::query(
-        "update leases set expires_at = now()
-         where kind = $3 and name = any($1) and holder = $2 and expires_at > now()",
+        "update leases l set expires_at = now()
+         from unnest($3::text[], $1::text[]) as w(namespace, name)
+         where l.kind = 'pool' and l.namespace = w.namespace and l.name = w.name
+           and l.holder = $2 and l.expires_at > now()",
     )
-    .bind(names)
+    .bind(&names)
     .bind(me)
-    .bind(kind.as_str())
+    .bind(&namespaces)
     .execute(db)
     .await?;
     Ok(done.rows_affected())
@@ -236,18 +279,20 @@ pub async fn release(db: &PgPool, me: &str, kind: Kind, names: &[String]) -> sql
 /// be free once it ends.
 pub async fn take(tx: &mut WriteTx, key: &Key, me: &str, lease: Duration) -> sqlx::Result<Option<i64>> {
     let Exec::Pg(tx) = tx.exec() else { return Ok(Some(1)) };
+    let (kind, namespace, name) = key.columns();
     sqlx::query_scalar(
-        "insert into leases (kind, name, holder, token, expires_at)
-         values ($1, $2, $3, 1, now() + make_interval(secs => $4))
-         on conflict (kind, name) do update
+        "insert into leases (kind, namespace, name, holder, token, expires_at)
+         values ($1, $5, $2, $3, 1, now() + make_interval(secs => $4))
+         on conflict (kind, namespace, name) do update
             set holder = $3, token = leases.token + 1, expires_at = now() + make_interval(secs => $4)
             where leases.expires_at <= now() or leases.holder = $3
          returning token",
     )
-    .bind(key.kind.as_str())
-    .bind(&key.name)
+    .bind(kind)
+    .bind(&name)
     .bind(me)
     .bind(seconds(lease))
+    .bind(namespace)
     .fetch_optional(tx)
     .await
 }
@@ -256,14 +301,16 @@ pub async fn take(tx: &mut WriteTx, key: &Key, me: &str, lease: Duration) -> sql
 /// now (its row and token stay, so the next holder's token is higher).
 pub async fn give_up(tx: &mut WriteTx, key: &Key, me: &str, token: i64) -> sqlx::Result<()> {
     let Exec::Pg(tx) = tx.exec() else { return Ok(()) };
+    let (kind, namespace, name) = key.columns();
     sqlx::query(
         "update leases set expires_at = now()
-         where kind = $1 and name = $2 and holder = $3 and token = $4 and expires_at > now()",
+         where kind = $1 and namespace = $5 and name = $2 and holder = $3 and token = $4 and expires_at > now()",
     )
-    .bind(key.kind.as_str())
-    .bind(&key.name)
+    .bind(kind)
+    .bind(&name)
     .bind(me)
     .bind(token)
+    .bind(namespace)
     .execute(tx)
     .await
     .map(drop)
@@ -285,12 +332,16 @@ pub async fn leave(db: &PgPool, me: &str) -> sqlx::Result<()> {
 /// A summary of the pools that exist (how many, and a checksum of their
 /// names): the pools are read again, and spread again, only when it moves.
 pub async fn pools_checksum(db: &PgPool) -> sqlx::Result<(i64, i64)> {
-    sqlx::query_as("select count(*), coalesce(sum(hashtext(name)), 0)::bigint from pools").fetch_one(db).await
+    sqlx::query_as("select count(*), coalesce(sum(hashtext(namespace || '/' || name)), 0)::bigint from pools")
+        .fetch_one(db)
+        .await
 }
 
-/// Every pool's name, for spreading them over the replicas.
-pub async fn pool_names(db: &PgPool) -> sqlx::Result<Vec<String>> {
-    sqlx::query_scalar("select name from pools order by name").fetch_all(db).await
+/// Every pool, for spreading them over the replicas.
+pub async fn pools(db: &PgPool) -> sqlx::Result<Vec<PoolRef>> {
+    let rows: Vec<(String, String)> =
+        sqlx::query_as("select namespace, name from pools order by namespace, name").fetch_all(db).await?;
+    Ok(rows.into_iter().map(|(ns, name)| PoolRef::new(Namespace::stored(ns), name)).collect())
 }
 
 /// Inside a write transaction: whether `holder` still holds the lease of
@@ -300,14 +351,16 @@ pub async fn pool_names(db: &PgPool) -> sqlx::Result<Vec<String>> {
 /// process holds the store.)
 pub async fn prove(tx: &mut WriteTx, key: &Key, holder: &str, token: i64) -> sqlx::Result<bool> {
     let Exec::Pg(tx) = tx.exec() else { return Ok(true) };
+    let (kind, namespace, name) = key.columns();
     let row: Option<i32> = sqlx::query_scalar(
-        "select 1 from leases where kind = $4 and name = $1 and holder = $2 and token = $3
+        "select 1 from leases where kind = $4 and namespace = $5 and name = $1 and holder = $2 and token = $3
             and expires_at > now() for share",
     )
-    .bind(&key.name)
+    .bind(&name)
     .bind(holder)
     .bind(token)
-    .bind(key.kind.as_str())
+    .bind(kind)
+    .bind(namespace)
     .fetch_optional(tx)
     .await?;
     Ok(row.is_some())
@@ -333,7 +386,8 @@ pub async fn counts(db: &PgPool, lease: Duration) -> sqlx::Result<Vec<(String, i
 pub async fn forget_deleted(db: &PgPool) -> sqlx::Result<u64> {
     let done = sqlx::query(
         "delete from leases where expires_at < now() - interval '1 hour' and (
-            (kind = 'pool' and not exists (select 1 from pools where pools.name = leases.name))
+            (kind = 'pool' and not exists (select 1 from pools
+                where pools.namespace = leases.namespace and pools.name = leases.name))
             or (kind = 'job' and not exists (select 1 from upgrade_jobs j
                 where cast(j.id as text) = leases.name and j.state in ('pending', 'running'))))",
     )

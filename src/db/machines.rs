@@ -8,12 +8,13 @@ use chrono::{DateTime, Utc};
 use sqlx::AssertSqlSafe;
 
 use crate::domain::machine::MachinePhase;
+use crate::domain::object::{Namespace, PoolRef};
 use crate::runtime::{ContainerState, HealthState};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Machine {
     pub name: String,
-    pub pool: String,
+    pub pool: PoolRef,
     pub engine: String,
     pub container_id: String,
     pub image: String,
@@ -49,6 +50,7 @@ impl Machine {
 #[derive(sqlx::FromRow)]
 struct MachineRow {
     name: String,
+    namespace: String,
     pool: String,
     engine: String,
     container_id: String,
@@ -99,7 +101,7 @@ impl TryFrom<MachineRow> for Machine {
             restarts: count("restarts", r.restarts)?,
             failed_restarts: count("failed_restarts", r.failed_restarts)?,
             name: r.name,
-            pool: r.pool,
+            pool: PoolRef::new(Namespace::stored(r.namespace), r.pool),
             engine: r.engine,
             container_id: r.container_id,
             image: r.image,
@@ -120,39 +122,42 @@ impl TryFrom<MachineRow> for Machine {
     }
 }
 
-const COLUMNS: &str = "name, pool, engine, container_id, image, failure_domain, phase, state, health, exit_code, \
+const COLUMNS: &str = "name, namespace, pool, engine, container_id, image, failure_domain, phase, state, health, exit_code, \
     oom_killed, ready, delete_requested, ready_since, started_at, finished_at, restarts, failed_restarts, \
     last_restart_at, terminating_since, terminating_reason, created_at, updated_at";
 
-pub async fn list_for_pool(db: Exec<'_>, pool: &str) -> sqlx::Result<Vec<Machine>> {
+pub async fn list_for_pool(db: Exec<'_>, pool: &PoolRef) -> sqlx::Result<Vec<Machine>> {
     let rows: Vec<MachineRow> = on_store!(db, |e| sqlx::query_as(AssertSqlSafe(format!(
-        "select {COLUMNS} from machines where pool = $1 order by name"
+        "select {COLUMNS} from machines where namespace = $2 and pool = $1 order by name"
     )))
-    .bind(pool)
+    .bind(&pool.name)
+    .bind(pool.namespace.as_str())
     .fetch_all(e)
     .await)?;
     rows.into_iter().map(Machine::try_from).collect()
 }
 
 /// A page of a pool's machines in name order.
-pub async fn page(db: Exec<'_>, pool: &str, after: Option<&str>, limit: u32) -> sqlx::Result<Vec<Machine>> {
+pub async fn page(db: Exec<'_>, pool: &PoolRef, after: Option<&str>, limit: u32) -> sqlx::Result<Vec<Machine>> {
     let rows: Vec<MachineRow> = on_store!(db, |e| sqlx::query_as(AssertSqlSafe(format!(
-        "select {COLUMNS} from machines where pool = $1 and name > $2 order by name limit $3"
+        "select {COLUMNS} from machines where namespace = $4 and pool = $1 and name > $2 order by name limit $3"
     )))
-    .bind(pool)
+    .bind(&pool.name)
     .bind(after.unwrap_or(""))
     .bind(i64::from(limit))
+    .bind(pool.namespace.as_str())
     .fetch_all(e)
     .await)?;
     rows.into_iter().map(Machine::try_from).collect()
 }
 
-pub async fn get(db: Exec<'_>, pool: &str, name: &str) -> sqlx::Result<Option<Machine>> {
+pub async fn get(db: Exec<'_>, pool: &PoolRef, name: &str) -> sqlx::Result<Option<Machine>> {
     let row: Option<MachineRow> = on_store!(db, |e| sqlx::query_as(AssertSqlSafe(format!(
-        "select {COLUMNS} from machines where pool = $1 and name = $2"
+        "select {COLUMNS} from machines where namespace = $3 and pool = $1 and name = $2"
     )))
-    .bind(pool)
+    .bind(&pool.name)
     .bind(name)
+    .bind(pool.namespace.as_str())
     .fetch_optional(e)
     .await)?;
     row.map(Machine::try_from).transpose()
@@ -168,19 +173,20 @@ pub async fn write_observed(db: &mut WriteTx, m: &Machine) -> sqlx::Result<()> {
         "insert into machines (name, pool, engine, container_id, image, failure_domain, phase, state, health,
                                exit_code, oom_killed, ready, delete_requested, ready_since, started_at, finished_at,
                                restarts, failed_restarts, last_restart_at, terminating_since, terminating_reason,
-                               created_at, updated_at)
-         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, false, $13, $14, $15, 0, $16, null, null, null, $17, $18)
+                               created_at, updated_at, namespace)
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, false, $13, $14, $15, 0, $16, null, null, null, $17, $18,
+                 $19)
          on conflict (name) do update set
-            pool = excluded.pool, engine = excluded.engine, container_id = excluded.container_id,
+            engine = excluded.engine, container_id = excluded.container_id,
             image = excluded.image, failure_domain = excluded.failure_domain, phase = excluded.phase,
             state = excluded.state, health = excluded.health, exit_code = excluded.exit_code,
             oom_killed = excluded.oom_killed, ready = excluded.ready, ready_since = excluded.ready_since,
             started_at = excluded.started_at, finished_at = excluded.finished_at,
             failed_restarts = excluded.failed_restarts, updated_at = excluded.updated_at
-         where machines.pool = excluded.pool",
+         where machines.namespace = excluded.namespace and machines.pool = excluded.pool",
     )
     .bind(&m.name)
-    .bind(&m.pool)
+    .bind(&m.pool.name)
     .bind(&m.engine)
     .bind(&m.container_id)
     .bind(&m.image)
@@ -197,6 +203,7 @@ pub async fn write_observed(db: &mut WriteTx, m: &Machine) -> sqlx::Result<()> {
     .bind(i64::from(m.failed_restarts))
     .bind(m.created_at)
     .bind(m.updated_at)
+    .bind(m.pool.namespace.as_str())
     .execute(e).await.affected()
     })?;
     Ok(())
@@ -214,7 +221,7 @@ pub async fn name_taken(db: Exec<'_>, name: &str) -> sqlx::Result<bool> {
 /// to stop it; keeps the first time and reason when it was recorded already.
 pub async fn begin_termination(
     db: &mut WriteTx,
-    pool: &str,
+    pool: &PoolRef,
     name: &str,
     reason: &str,
     now: DateTime<Utc>,
@@ -223,12 +230,13 @@ pub async fn begin_termination(
         "update machines set terminating_since = coalesce(terminating_since, $1),
                              terminating_reason = coalesce(terminating_reason, $2),
                              phase = 'terminating', ready = false, updated_at = $1
-         where pool = $3 and name = $4",
+         where namespace = $5 and pool = $3 and name = $4",
     )
     .bind(now)
     .bind(reason)
-    .bind(pool)
+    .bind(&pool.name)
     .bind(name)
+    .bind(pool.namespace.as_str())
     .execute(e)
     .await
     .affected())?;
@@ -239,7 +247,7 @@ pub async fn begin_termination(
 /// machine also counts as failed until the machine is ready again.
 pub async fn record_restart(
     db: &mut WriteTx,
-    pool: &str,
+    pool: &PoolRef,
     name: &str,
     counts_as_failed: bool,
     now: DateTime<Utc>,
@@ -247,42 +255,46 @@ pub async fn record_restart(
     on_store!(db.exec(), |e| sqlx::query(
         "update machines set restarts = restarts + 1, failed_restarts = failed_restarts + $1,
                              last_restart_at = $2, updated_at = $2
-         where pool = $3 and name = $4",
+         where namespace = $5 and pool = $3 and name = $4",
     )
     .bind(i64::from(counts_as_failed))
     .bind(now)
-    .bind(pool)
+    .bind(&pool.name)
     .bind(name)
+    .bind(pool.namespace.as_str())
     .execute(e)
     .await
     .affected())?;
     Ok(())
 }
 
-pub async fn delete(db: &mut WriteTx, pool: &str, name: &str) -> sqlx::Result<bool> {
-    let done = on_store!(db.exec(), |e| sqlx::query("delete from machines where pool = $1 and name = $2")
-        .bind(pool)
-        .bind(name)
-        .execute(e)
-        .await
-        .affected())?;
+pub async fn delete(db: &mut WriteTx, pool: &PoolRef, name: &str) -> sqlx::Result<bool> {
+    let done =
+        on_store!(db.exec(), |e| sqlx::query("delete from machines where namespace = $3 and pool = $1 and name = $2")
+            .bind(&pool.name)
+            .bind(name)
+            .bind(pool.namespace.as_str())
+            .execute(e)
+            .await
+            .affected())?;
     Ok(done == 1)
 }
 
 /// Sets the delete request; `None` when the machine does not exist.
 pub async fn request_delete(
     db: &mut WriteTx,
-    pool: &str,
+    pool: &PoolRef,
     name: &str,
     now: DateTime<Utc>,
 ) -> sqlx::Result<Option<Machine>> {
     let row: Option<MachineRow> = on_store!(db.exec(), |e| {
         sqlx::query_as(AssertSqlSafe(format!(
-        "update machines set delete_requested = true, updated_at = $1 where pool = $2 and name = $3 returning {COLUMNS}"
+        "update machines set delete_requested = true, updated_at = $1 where namespace = $4 and pool = $2 and name = $3 returning {COLUMNS}"
     )))
     .bind(now)
-    .bind(pool)
+    .bind(&pool.name)
     .bind(name)
+ .bind(pool.namespace.as_str())
  .fetch_optional(e).await
     })?;
     row.map(Machine::try_from).transpose()
@@ -292,17 +304,18 @@ pub async fn request_delete(
 /// is missing or was marked already. Lets a repeated DELETE be harmless.
 pub async fn mark_if_unmarked(
     db: &mut WriteTx,
-    pool: &str,
+    pool: &PoolRef,
     name: &str,
     now: DateTime<Utc>,
 ) -> sqlx::Result<Option<Machine>> {
     let row: Option<MachineRow> = on_store!(db.exec(), |e| sqlx::query_as(AssertSqlSafe(format!(
         "update machines set delete_requested = true, updated_at = $1
-         where pool = $2 and name = $3 and delete_requested = false returning {COLUMNS}"
+         where namespace = $4 and pool = $2 and name = $3 and delete_requested = false returning {COLUMNS}"
     )))
     .bind(now)
-    .bind(pool)
+    .bind(&pool.name)
     .bind(name)
+    .bind(pool.namespace.as_str())
     .fetch_optional(e)
     .await)?;
     row.map(Machine::try_from).transpose()

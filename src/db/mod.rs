@@ -15,6 +15,7 @@ pub mod health;
 pub mod idempotency;
 pub mod leases;
 pub mod machines;
+pub mod namespaces;
 pub mod page;
 pub mod pools;
 pub mod retention;

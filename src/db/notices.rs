@@ -15,43 +15,48 @@
 
 use sqlx::postgres::PgConnection;
 
+use crate::domain::object::{Namespace, PoolRef};
+
 /// The channel every replica listens on.
 pub const CHANNEL: &str = "drover_changes";
 
 /// One notice on [`CHANNEL`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Notice {
-    /// Pool `name`'s row was written, now at `version`; `None`: deleted.
-    Row { name: String, version: Option<i64> },
-    /// Something about pool `name` changed (a hint).
-    Pool(String),
+    /// The pool's row was written, now at `version`; `None`: deleted.
+    Row { pool: PoolRef, version: Option<i64> },
+    /// Something about the pool changed (a hint).
+    Pool(PoolRef),
     /// Something about upgrade job `id` changed (a hint).
     Job(i64),
 }
 
-/// `origin` TAB kind TAB subject [TAB version].
+/// The wire form of notices between replicas: `origin` TAB kind TAB
+/// subject [TAB version], a pool's subject being namespace TAB name.
+/// (The row notice is also written by [`rows`]' statement, in the store.)
 pub fn format(origin: &str, notice: &Notice) -> String {
     match notice {
-        Notice::Row { name, version: Some(v) } => format!("{origin}\trow\t{name}\t{v}"),
-        Notice::Row { name, version: None } => format!("{origin}\trow\t{name}\t-"),
-        Notice::Pool(name) => format!("{origin}\tpool\t{name}"),
+        Notice::Row { pool, version: Some(v) } => format!("{origin}\trow\t{}\t{}\t{v}", pool.namespace, pool.name),
+        Notice::Row { pool, version: None } => format!("{origin}\trow\t{}\t{}\t-", pool.namespace, pool.name),
+        Notice::Pool(pool) => format!("{origin}\tpool\t{}\t{}", pool.namespace, pool.name),
         Notice::Job(id) => format!("{origin}\tjob\t{id}"),
     }
 }
 
-/// The origin and the notice; `None` for a payload of another format (a
-/// newer drover, a person with `psql`), which is ignored.
+/// The origin and the notice, decoded from the wire form [`format`]
+/// writes; `None` for a payload of another format (a newer drover, a
+/// person with `psql`), which is ignored.
 pub fn parse(payload: &str) -> Option<(&str, Notice)> {
-    let mut parts = payload.splitn(4, '\t');
-    let (origin, kind, subject) = (parts.next()?, parts.next()?, parts.next()?);
-    let notice = match (kind, parts.next()) {
-        ("row", Some("-")) => Notice::Row { name: subject.to_owned(), version: None },
-        ("row", Some(v)) => Notice::Row { name: subject.to_owned(), version: Some(v.parse().ok()?) },
-        ("pool", None) => Notice::Pool(subject.to_owned()),
-        ("job", None) => Notice::Job(subject.parse().ok()?),
+    let fields: Vec<&str> = payload.split('\t').collect();
+    let pool = |namespace: &str, name: &str| PoolRef::new(Namespace::stored(namespace.to_owned()), name);
+    let notice = match fields.as_slice() {
+        [_, "row", namespace, name, "-"] => Notice::Row { pool: pool(namespace, name), version: None },
+        [_, "row", namespace, name, v] => Notice::Row { pool: pool(namespace, name), version: Some(v.parse().ok()?) },
+        [_, "pool", namespace, name] => Notice::Pool(pool(namespace, name)),
+        [_, "job", id] => Notice::Job(id.parse().ok()?),
         _ => return None,
     };
-    Some((origin, notice))
+    Some((fields[0], notice))
 }
 
 /// The channel of `replica`'s barriers: its own, so that no replica
@@ -67,14 +72,19 @@ pub fn barrier_channel(replica: &str) -> String {
 }
 
 /// Inside a write transaction, last before its commit: a row notice for
-/// each pool in `names`, with the version the transaction leaves it at.
-pub(super) async fn rows(tx: &mut PgConnection, origin: &str, names: &[String]) -> sqlx::Result<()> {
+/// each pool in `pools`, with the version the transaction leaves it at.
+pub(super) async fn rows(tx: &mut PgConnection, origin: &str, pools: &[PoolRef]) -> sqlx::Result<()> {
+    let namespaces: Vec<&str> = pools.iter().map(|p| p.namespace.as_str()).collect();
+    let names: Vec<&str> = pools.iter().map(|p| p.name.as_str()).collect();
     sqlx::query(
-        "select pg_notify($1, $2 || E'\\trow\\t' || n.name || E'\\t' || coalesce(p.version::text, '-'))
-         from unnest($3::text[]) as n(name) left join pools p on p.name = n.name",
+        "select pg_notify($1, $2 || E'\\trow\\t' || n.namespace || E'\\t' || n.name || E'\\t'
+                              || coalesce(p.version::text, '-'))
+         from unnest($3::text[], $4::text[]) as n(namespace, name)
+         left join pools p on p.namespace = n.namespace and p.name = n.name",
     )
     .bind(CHANNEL)
     .bind(origin)
+    .bind(namespaces)
     .bind(names)
     .execute(tx)
     .await
@@ -102,18 +112,20 @@ mod tests {
 
     #[test]
     fn notices_name_their_origin_and_subject_and_read_back() {
+        let web = PoolRef::new(Namespace::parse("team-a").unwrap(), "web");
         let all = [
-            Notice::Row { name: "web".into(), version: Some(7) },
-            Notice::Row { name: "web".into(), version: None },
-            Notice::Pool("web".into()),
+            Notice::Row { pool: web.clone(), version: Some(7) },
+            Notice::Row { pool: web.clone(), version: None },
+            Notice::Pool(web),
             Notice::Job(42),
         ];
         for n in all {
             assert_eq!(parse(&format("r1", &n)), Some(("r1", n.clone())), "{n:?}");
         }
         assert_eq!(parse("r1\tjob\tx"), None);
-        assert_eq!(parse("r1\trow\tweb\tseven"), None);
-        assert_eq!(parse("r1\tpool\tweb\t3"), None, "a hint has no version");
+        assert_eq!(parse("r1\trow\tdefault\tweb\tseven"), None);
+        assert_eq!(parse("r1\tpool\tdefault\tweb\t3"), None, "a hint has no version");
+        assert_eq!(parse("r1\trow\tweb\t7"), None, "a notice of a pool names its namespace");
         assert_eq!(parse("garbage"), None);
     }
 

@@ -26,6 +26,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use super::pool_row::Pool;
+use crate::domain::object::PoolRef;
 
 #[derive(Default)]
 pub struct PoolCache {
@@ -34,7 +35,7 @@ pub struct PoolCache {
 
 #[derive(Default)]
 struct Inner {
-    entries: HashMap<String, Entry>,
+    entries: HashMap<PoolRef, Entry>,
     /// Bumped by [`PoolCache::invalidate_all`]: a read that began before
     /// keeps nothing.
     epoch: u64,
@@ -66,7 +67,7 @@ impl Cached {
 /// or not) ends the read.
 pub struct Miss<'a> {
     cache: &'a PoolCache,
-    name: String,
+    pool: PoolRef,
     invalidations: u64,
     epoch: u64,
 }
@@ -76,15 +77,15 @@ impl PoolCache {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn get(&self, name: &str) -> Result<Arc<Cached>, Miss<'_>> {
+    pub fn get(&self, pool: &PoolRef) -> Result<Arc<Cached>, Miss<'_>> {
         let mut inner = self.lock();
-        if let Some(pool) = inner.entries.get(name).and_then(|e| e.pool.as_ref()) {
-            return Ok(Arc::clone(pool));
+        if let Some(cached) = inner.entries.get(pool).and_then(|e| e.pool.as_ref()) {
+            return Ok(Arc::clone(cached));
         }
         let epoch = inner.epoch;
-        let entry = inner.entries.entry(name.to_owned()).or_default();
+        let entry = inner.entries.entry(pool.clone()).or_default();
         entry.reading += 1;
-        Err(Miss { cache: self, name: name.to_owned(), invalidations: entry.invalidations, epoch })
+        Err(Miss { cache: self, pool: pool.clone(), invalidations: entry.invalidations, epoch })
     }
 
     /// Keeps what the store answered after a miss, unless it is stale.
@@ -94,7 +95,7 @@ impl PoolCache {
         let current = inner.epoch == miss.epoch;
         if let Some(cached) = &cached
             && current
-            && let Some(entry) = inner.entries.get_mut(&miss.name)
+            && let Some(entry) = inner.entries.get_mut(&miss.pool)
             && entry.invalidations == miss.invalidations
         {
             entry.pool = Some(Arc::clone(cached));
@@ -102,21 +103,21 @@ impl PoolCache {
         cached
     }
 
-    pub fn invalidate(&self, names: &[String]) {
+    pub fn invalidate(&self, pools: &[PoolRef]) {
         let mut inner = self.lock();
-        for name in names {
-            invalidate(&mut inner.entries, name);
+        for pool in pools {
+            invalidate(&mut inner.entries, pool);
         }
     }
 
-    /// A notice that `name` was written at row version `version`: the
+    /// A notice that `pool` was written at row version `version`: the
     /// entry goes unless it already holds that version or a later one (a
     /// read made after the write, or this replica's own write).
-    pub fn invalidate_older(&self, name: &str, version: i64) {
+    pub fn invalidate_older(&self, pool: &PoolRef, version: i64) {
         let mut inner = self.lock();
-        let current = inner.entries.get(name).and_then(|e| e.pool.as_ref()).is_some_and(|c| c.pool.version >= version);
+        let current = inner.entries.get(pool).and_then(|e| e.pool.as_ref()).is_some_and(|c| c.pool.version >= version);
         if !current {
-            invalidate(&mut inner.entries, name);
+            invalidate(&mut inner.entries, pool);
         }
     }
 
@@ -138,11 +139,11 @@ impl PoolCache {
     }
 }
 
-fn invalidate(entries: &mut HashMap<String, Entry>, name: &str) {
+fn invalidate(entries: &mut HashMap<PoolRef, Entry>, pool: &PoolRef) {
     // No entry: nothing cached and no read to warn.
-    let Some(entry) = entries.get_mut(name) else { return };
+    let Some(entry) = entries.get_mut(pool) else { return };
     if entry.reading == 0 {
-        entries.remove(name);
+        entries.remove(pool);
     } else {
         entry.invalidations += 1;
         entry.pool = None;
@@ -152,10 +153,10 @@ fn invalidate(entries: &mut HashMap<String, Entry>, name: &str) {
 impl Drop for Miss<'_> {
     fn drop(&mut self) {
         let mut inner = self.cache.lock();
-        let Some(entry) = inner.entries.get_mut(&self.name) else { return };
+        let Some(entry) = inner.entries.get_mut(&self.pool) else { return };
         entry.reading = entry.reading.saturating_sub(1);
         if entry.reading == 0 && entry.pool.is_none() {
-            inner.entries.remove(&self.name);
+            inner.entries.remove(&self.pool);
         }
     }
 }
@@ -171,7 +172,7 @@ mod tests {
         )
         .unwrap();
         Pool {
-            name: name.into(),
+            id: PoolRef::in_default(name),
             generation,
             version: generation,
             spec,
@@ -187,27 +188,27 @@ mod tests {
     #[test]
     fn a_fill_after_an_invalidation_is_dropped() {
         let cache = PoolCache::default();
-        let Err(miss) = cache.get("a") else { panic!("empty cache hit") };
+        let Err(miss) = cache.get(&"a".into()) else { panic!("empty cache hit") };
         // A commit lands while the reader reads the old row.
         cache.invalidate(&["a".into()]);
         cache.fill(miss, Some(&pool("a", 1)));
-        assert!(cache.get("a").is_err(), "the stale row was not kept");
-        let Err(miss) = cache.get("a") else { panic!() };
+        assert!(cache.get(&"a".into()).is_err(), "the stale row was not kept");
+        let Err(miss) = cache.get(&"a".into()) else { panic!() };
         cache.fill(miss, Some(&pool("a", 2)));
-        assert_eq!(cache.get("a").map(|c| c.pool.generation).ok(), Some(2));
+        assert_eq!(cache.get(&"a".into()).map(|c| c.pool.generation).ok(), Some(2));
     }
 
     #[test]
     fn names_without_a_pool_leave_no_entry_behind() {
         let cache = PoolCache::default();
         // A name nobody has.
-        let Err(miss) = cache.get("ghost") else { panic!("empty cache hit") };
+        let Err(miss) = cache.get(&"ghost".into()) else { panic!("empty cache hit") };
         cache.fill(miss, None);
         // A read cut short (its request dropped before the store answered).
-        let Err(miss) = cache.get("cut") else { panic!() };
+        let Err(miss) = cache.get(&"cut".into()) else { panic!() };
         drop(miss);
         // A pool cached, then deleted (its last write invalidates it).
-        let Err(miss) = cache.get("gone") else { panic!() };
+        let Err(miss) = cache.get(&"gone".into()) else { panic!() };
         cache.fill(miss, Some(&pool("gone", 1)));
         assert_eq!(cache.len(), 1);
         cache.invalidate(&["gone".into(), "never-read".into()]);
@@ -217,36 +218,36 @@ mod tests {
     #[test]
     fn an_invalidation_during_one_of_two_reads_drops_both_fills() {
         let cache = PoolCache::default();
-        let Err(first) = cache.get("a") else { panic!() };
-        let Err(second) = cache.get("a") else { panic!() };
+        let Err(first) = cache.get(&"a".into()) else { panic!() };
+        let Err(second) = cache.get(&"a".into()) else { panic!() };
         cache.invalidate(&["a".into()]);
         cache.fill(first, Some(&pool("a", 1)));
         cache.fill(second, Some(&pool("a", 1)));
-        assert!(cache.get("a").is_err(), "both reads began before the commit");
+        assert!(cache.get(&"a".into()).is_err(), "both reads began before the commit");
         assert_eq!(cache.len(), 0);
     }
 
     #[test]
     fn a_notice_drops_an_older_row_and_keeps_a_newer_one() {
         let cache = PoolCache::default();
-        let Err(miss) = cache.get("a") else { panic!() };
+        let Err(miss) = cache.get(&"a".into()) else { panic!() };
         cache.fill(miss, Some(&pool("a", 3)));
-        cache.invalidate_older("a", 3);
-        assert!(cache.get("a").is_ok(), "the cache holds the notice's version already");
-        cache.invalidate_older("a", 4);
-        assert!(cache.get("a").is_err(), "a later write drops it");
+        cache.invalidate_older(&"a".into(), 3);
+        assert!(cache.get(&"a".into()).is_ok(), "the cache holds the notice's version already");
+        cache.invalidate_older(&"a".into(), 4);
+        assert!(cache.get(&"a".into()).is_err(), "a later write drops it");
     }
 
     #[test]
     fn clearing_everything_drops_fills_of_reads_begun_before() {
         let cache = PoolCache::default();
-        let Err(miss) = cache.get("a") else { panic!() };
+        let Err(miss) = cache.get(&"a".into()) else { panic!() };
         cache.fill(miss, Some(&pool("a", 1)));
-        let Err(reading) = cache.get("b") else { panic!() };
+        let Err(reading) = cache.get(&"b".into()) else { panic!() };
         cache.invalidate_all();
-        assert!(cache.get("a").is_err(), "a cached pool is gone");
+        assert!(cache.get(&"a".into()).is_err(), "a cached pool is gone");
         cache.fill(reading, Some(&pool("b", 1)));
-        assert!(cache.get("b").is_err(), "a read begun before the clearing keeps nothing");
+        assert!(cache.get(&"b".into()).is_err(), "a read begun before the clearing keeps nothing");
         assert_eq!(cache.len(), 0, "and leaves no entry");
     }
 }

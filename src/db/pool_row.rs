@@ -8,11 +8,13 @@
 
 use chrono::{DateTime, Utc};
 
+use crate::domain::object::{Namespace, PoolRef};
 pub use crate::domain::pool::Pool;
 use crate::domain::pool::PoolSpec;
 
 #[derive(sqlx::FromRow)]
 pub(super) struct PoolRow {
+    namespace: String,
     name: String,
     generation: i64,
     version: i64,
@@ -29,17 +31,18 @@ impl TryFrom<PoolRow> for Pool {
     type Error = sqlx::Error;
 
     fn try_from(r: PoolRow) -> Result<Self, Self::Error> {
+        let id = PoolRef::new(Namespace::stored(r.namespace), r.name);
         let decode = |what: &str, e: serde_json::Error| {
-            sqlx::Error::Decode(format!("pool {:?}: stored {what} is not valid: {e}", r.name).into())
+            sqlx::Error::Decode(format!("pool {id}: stored {what} is not valid: {e}").into())
         };
         // The document the API shows, read back through the spec's rules.
         let document = serde_json::from_str(&r.spec).map_err(|e| decode("spec", e))?;
         let spec = crate::domain::json::document(document)
             .and_then(PoolSpec::from_stored)
-            .map_err(|e| sqlx::Error::Decode(format!("pool {:?}: stored spec is not valid: {e}", r.name).into()))?;
+            .map_err(|e| sqlx::Error::Decode(format!("pool {id}: stored spec is not valid: {e}").into()))?;
         let status = serde_json::from_str(&r.status).map_err(|e| decode("status", e))?;
         Ok(Pool {
-            name: r.name,
+            id,
             generation: r.generation,
             version: r.version,
             spec,

@@ -8,6 +8,7 @@
 
 use super::exec::{Affected, Exec, on_store};
 use super::gate::WriteTx;
+use crate::domain::object::{ClusterRef, Namespace};
 use chrono::{DateTime, Utc};
 use sqlx::AssertSqlSafe;
 
@@ -22,7 +23,8 @@ pub use super::upgrade_steps::{StepRecord, steps};
 #[derive(Debug, Clone)]
 pub struct Job {
     pub id: i64,
-    pub cluster: String,
+    /// The cluster, and so the job's namespace.
+    pub cluster: ClusterRef,
     pub version: KubeVersion,
     pub components: Vec<Component>,
     pub image_repository: String,
@@ -47,6 +49,7 @@ pub struct Job {
 #[derive(sqlx::FromRow)]
 struct JobRow {
     id: i64,
+    namespace: String,
     cluster: String,
     version: String,
     components: String,
@@ -79,7 +82,7 @@ impl TryFrom<JobRow> for Job {
             component_index: usize::try_from(r.component_index).map_err(|_| bad("component_index"))?,
             step: Step::from_number(r.step).ok_or_else(|| bad("step"))?,
             id: r.id,
-            cluster: r.cluster,
+            cluster: ClusterRef::new(Namespace::stored(r.namespace), r.cluster),
             version: r.version.parse().map_err(|_| bad("version"))?,
             image_repository: r.image_repository,
             force: r.force,
@@ -96,13 +99,13 @@ impl TryFrom<JobRow> for Job {
     }
 }
 
-const COLUMNS: &str = "id, cluster, version, components, image_repository, force, from_version, state,
+const COLUMNS: &str = "id, namespace, cluster, version, components, image_repository, force, from_version, state,
     component_index, step, cancel_requested, wind_down, wind_down_state, error, owner,
     created_at, started_at, finished_at, updated_at";
 
 /// What a new job starts with.
 pub struct NewJob<'a> {
-    pub cluster: &'a str,
+    pub cluster: &'a ClusterRef,
     pub version: &'a str,
     pub components: &'a [Component],
     /// The image each component moves to, in `components` order.
@@ -118,10 +121,10 @@ pub async fn insert(tx: &mut WriteTx, job: &NewJob<'_>, now: DateTime<Utc>) -> s
     let components = serde_json::to_string(job.components).map_err(|e| sqlx::Error::Encode(e.into()))?;
     let row: JobRow = on_store!(tx.exec(), |e| sqlx::query_as(AssertSqlSafe(format!(
         "insert into upgrade_jobs (cluster, version, components, image_repository, force, from_version, state,
-                                   created_at, updated_at)
-         values ($1, $2, $3, $4, $5, $6, 'pending', $7, $8) returning {COLUMNS}"
+                                   created_at, updated_at, namespace)
+         values ($1, $2, $3, $4, $5, $6, 'pending', $7, $8, $9) returning {COLUMNS}"
     )))
-    .bind(job.cluster)
+    .bind(&job.cluster.name)
     .bind(job.version)
     .bind(components)
     .bind(job.image_repository)
@@ -129,6 +132,7 @@ pub async fn insert(tx: &mut WriteTx, job: &NewJob<'_>, now: DateTime<Utc>) -> s
     .bind(&job.from_version)
     .bind(now)
     .bind(now)
+    .bind(job.cluster.namespace.as_str())
     .fetch_one(e)
     .await)?;
     upgrade_components::insert_all(tx, row.id, job.components, job.new_images).await?;
@@ -144,10 +148,11 @@ pub async fn get(db: Exec<'_>, id: i64) -> sqlx::Result<Option<Job>> {
     row.map(Job::try_from).transpose()
 }
 
-/// Up to `limit` jobs with ids below `before`, newest first, optionally of
-/// one cluster and in one state.
+/// Up to `limit` jobs of `namespace` with ids below `before`, newest first,
+/// optionally of one cluster and in one state.
 pub async fn list(
     db: Exec<'_>,
+    namespace: &Namespace,
     cluster: Option<&str>,
     state: Option<JobState>,
     before: Option<i64>,
@@ -155,13 +160,14 @@ pub async fn list(
 ) -> sqlx::Result<Vec<Job>> {
     let rows: Vec<JobRow> = on_store!(db, |e| sqlx::query_as(AssertSqlSafe(format!(
         "select {COLUMNS} from upgrade_jobs
-         where id < $1 and ($2 is null or cluster = $2) and ($3 is null or state = $3)
+         where namespace = $5 and id < $1 and ($2 is null or cluster = $2) and ($3 is null or state = $3)
          order by id desc limit $4"
     )))
     .bind(before.unwrap_or(i64::MAX))
     .bind(cluster)
     .bind(state)
     .bind(i64::from(limit))
+    .bind(namespace.as_str())
     .fetch_all(e)
     .await)?;
     rows.into_iter().map(Job::try_from).collect()
@@ -176,11 +182,12 @@ pub async fn active_ids(db: Exec<'_>) -> sqlx::Result<Vec<i64>> {
     .await)
 }
 
-pub async fn active_for_cluster(db: Exec<'_>, cluster: &str) -> sqlx::Result<Option<i64>> {
+pub async fn active_for_cluster(db: Exec<'_>, cluster: &ClusterRef) -> sqlx::Result<Option<i64>> {
     on_store!(db, |e| sqlx::query_scalar(
-        "select id from upgrade_jobs where cluster = $1 and state in ('pending', 'running')"
+        "select id from upgrade_jobs where namespace = $2 and cluster = $1 and state in ('pending', 'running')"
     )
-    .bind(cluster)
+    .bind(&cluster.name)
+    .bind(cluster.namespace.as_str())
     .fetch_optional(e)
     .await)
 }
@@ -324,7 +331,7 @@ pub async fn request_cancel(
     event: impl FnOnce(CancelOutcome) -> Option<crate::domain::event::NewEvent>,
 ) -> sqlx::Result<Option<(Job, CancelOutcome)>> {
     let mut tx = db.begin_write().await?;
-    let now = Utc::now();
+    let now = crate::clock::wall();
     // Locked (PostgreSQL) so that the outcome is decided on the state the
     // update will change: a runner ending the job on another replica waits,
     // or has already ended it.

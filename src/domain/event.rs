@@ -4,6 +4,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::object::{ObjectRef, PoolRef};
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub enum EventType {
     Normal,
@@ -15,24 +17,6 @@ impl EventType {
         match self {
             Self::Normal => "Normal",
             Self::Warning => "Warning",
-        }
-    }
-}
-
-/// What an event is about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SubjectKind {
-    Pool,
-    Job,
-    Engine,
-}
-
-impl SubjectKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Pool => "pool",
-            Self::Job => "job",
-            Self::Engine => "engine",
         }
     }
 }
@@ -54,24 +38,24 @@ pub struct Event {
 /// An event about to be recorded.
 #[derive(Debug, Clone)]
 pub struct NewEvent {
-    pub kind: SubjectKind,
-    pub subject: String,
+    /// What it is about.
+    pub subject: ObjectRef,
     pub type_: EventType,
     pub reason: &'static str,
     pub message: String,
 }
 
 impl NewEvent {
-    pub fn pool(pool: &str, type_: EventType, reason: &'static str, message: impl Into<String>) -> Self {
-        Self { kind: SubjectKind::Pool, subject: pool.to_owned(), type_, reason, message: message.into() }
+    pub fn pool(pool: &PoolRef, type_: EventType, reason: &'static str, message: impl Into<String>) -> Self {
+        Self { subject: ObjectRef::Pool(pool.clone()), type_, reason, message: message.into() }
     }
 
     /// An event about upgrade job `id`.
     pub fn job(id: i64, type_: EventType, reason: &'static str, message: impl Into<String>) -> Self {
-        Self { kind: SubjectKind::Job, subject: id.to_string(), type_, reason, message: message.into() }
+        Self { subject: ObjectRef::Job(id), type_, reason, message: message.into() }
     }
 
     pub fn engine(engine: &str, type_: EventType, reason: &'static str, message: impl Into<String>) -> Self {
-        Self { kind: SubjectKind::Engine, subject: engine.to_owned(), type_, reason, message: message.into() }
+        Self { subject: ObjectRef::Engine(engine.to_owned()), type_, reason, message: message.into() }
     }
 }

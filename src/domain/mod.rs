@@ -3,11 +3,13 @@
 
 pub mod backoff;
 pub mod event;
+pub mod grant;
 pub mod image;
 pub mod json;
 pub mod labels;
 pub mod machine;
 pub mod names;
+pub mod object;
 pub mod pool;
 pub mod role;
 pub mod rollout;

@@ -64,6 +64,11 @@ impl DnsLabel {
         Ok(Self(s.to_owned()))
     }
 
+    /// A name as the store keeps it: checked when it was written.
+    pub fn from_store(s: String) -> Self {
+        Self(s)
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }

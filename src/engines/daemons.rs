@@ -20,7 +20,6 @@ use super::engine::identity::DaemonNews;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use chrono::Utc;
 use tokio_util::sync::CancellationToken;
 
 use super::engine::identity::{Identity, Mismatch};
@@ -28,6 +27,7 @@ use super::service::{EngineError, EngineInfo, Engines};
 use super::{Engine, spec};
 use crate::db;
 use crate::domain::event::{EventType, NewEvent};
+use crate::identity::{Access, Action, Target};
 use crate::runtime::Backend;
 
 /// How long a registration waits to learn the daemon at its endpoint; an
@@ -190,7 +190,8 @@ impl Engines {
             let news = identity.news();
             if identity.told != news && identity.mismatch().is_some() {
                 let mut tx = self.db.begin_write().await?;
-                db::events::record(&mut tx, &news_event(&engine.name, &identity, &reported), Utc::now()).await?;
+                db::events::record(&mut tx, &news_event(&engine.name, &identity, &reported), crate::clock::wall())
+                    .await?;
                 tx.commit().await?;
             }
             engine.set_identity(|i| {
@@ -220,7 +221,7 @@ impl Engines {
             });
         }
         let Some(news) = identity.news().filter(|news| identity.told.as_ref() != Some(news)) else { return Ok(()) };
-        let now = Utc::now();
+        let now = crate::clock::wall();
         let mut tx = self.db.begin_write().await?;
         if db::engines::tell_daemon(&mut tx, &engine.name, &news.stored()).await? {
             db::events::record(&mut tx, &news_event(&engine.name, &identity, &reported), now).await?;
@@ -234,7 +235,8 @@ impl Engines {
     /// admin's answer to `daemon_changed`), unless that daemon is another
     /// engine's. With several replicas, the daemon is the one that the
     /// replica taking the request reaches.
-    pub async fn confirm_identity(&self, name: &str) -> Result<EngineInfo, EngineError> {
+    pub async fn confirm_identity(&self, access: &Access, name: &str) -> Result<EngineInfo, EngineError> {
+        access.may(Action::CHANGE, &Target::global("engine", name))?;
         let engine = self.set.get(name).ok_or_else(|| EngineError::NotFound(name.to_owned()))?;
         let identity = engine.identity();
         let Some(reported) = identity.reported.clone() else {
@@ -246,7 +248,7 @@ impl Engines {
         if let Some(other) = self.holder(&reported, name) {
             return Err(EngineError::SameDaemon { other: Some(other), daemon: reported });
         }
-        let now = Utc::now();
+        let now = crate::clock::wall();
         let mut tx = self.db.begin_write().await?;
         let registered = match name {
             spec::LOCAL => identity.registered.clone(),
@@ -276,7 +278,7 @@ impl Engines {
             i.duplicate_of = None;
             i.told = Some(DaemonNews::Identified { daemon: reported.clone() });
         });
-        self.get(name).await
+        self.get(access, name).await
     }
 }
 

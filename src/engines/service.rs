@@ -20,8 +20,10 @@ use super::{Engine, EngineSet};
 use crate::db::page::{Page, PageRequest};
 use crate::db::{self, Db, engines::StoredEngine};
 use crate::domain::ValidationErrors;
-use crate::domain::event::{Event, EventType, NewEvent, SubjectKind};
+use crate::domain::event::{Event, EventType, NewEvent};
+use crate::domain::object::ObjectRef;
 use crate::engines::spec::{self, Endpoint as Address, RawEngine, Tls};
+use crate::identity::{Access, Action, Target};
 use crate::runtime::Backend;
 use crate::runtime::docker::{DockerBackend, Endpoint};
 use crate::runtime::simulated::SimulatedBackend;
@@ -41,6 +43,8 @@ pub enum EngineError {
         other.as_deref().map(|o| format!("engine {o:?}")).unwrap_or_else(|| "another engine".into())
     )]
     SameDaemon { other: Option<String>, daemon: String },
+    #[error(transparent)]
+    Denied(#[from] crate::identity::Denied),
     #[error("store: {0}")]
     Store(#[from] sqlx::Error),
     #[error("writing the TLS identity of engine {name:?}: {source}")]
@@ -243,8 +247,10 @@ impl Engines {
     }
 
     /// The engine, with whether it has a TLS identity.
-    pub async fn get(&self, name: &str) -> Result<EngineInfo, EngineError> {
-        let engine = self.set.get(name).ok_or_else(|| EngineError::NotFound(name.to_owned()))?;
+    pub async fn get(&self, access: &Access, name: &str) -> Result<EngineInfo, EngineError> {
+        let engine = self.set.get(name);
+        allow(access, Action::READ, name)?;
+        let engine = engine.ok_or_else(|| EngineError::NotFound(name.to_owned()))?;
         Ok(EngineInfo { tls: self.with_tls().await?.contains(&engine.name), engine })
     }
 
@@ -254,7 +260,8 @@ impl Engines {
     }
 
     /// A page of engines in name order, `local` among them.
-    pub async fn list(&self, req: &PageRequest) -> Result<Page<EngineInfo>, EngineError> {
+    pub async fn list(&self, access: &Access, req: &PageRequest) -> Result<Page<EngineInfo>, EngineError> {
+        allow(access, Action::READ, "*")?;
         let with_tls = self.with_tls().await?;
         let after = req.after.clone().unwrap_or_default();
         let rows: Vec<EngineInfo> = self
@@ -269,14 +276,22 @@ impl Engines {
     }
 
     /// A page of the engine's events, newest first.
-    pub async fn events(&self, name: &str, req: &PageRequest<i64>) -> Result<Page<Event>, EngineError> {
-        self.set.get(name).ok_or_else(|| EngineError::NotFound(name.to_owned()))?;
-        Ok(db::events::page(self.db.read(), SubjectKind::Engine, name, req).await?)
+    pub async fn events(
+        &self,
+        access: &Access,
+        name: &str,
+        req: &PageRequest<i64>,
+    ) -> Result<Page<Event>, EngineError> {
+        let engine = self.set.get(name);
+        allow(access, Action::READ, name)?;
+        engine.ok_or_else(|| EngineError::NotFound(name.to_owned()))?;
+        Ok(db::events::page(self.db.read(), &ObjectRef::Engine(name.to_owned()), req).await?)
     }
 
     /// Registers an engine and starts its informer. The daemon at its
     /// endpoint, when it answers, must not be registered already.
-    pub async fn register(&self, raw: RawEngine) -> Result<EngineInfo, EngineError> {
+    pub async fn register(&self, access: &Access, raw: RawEngine) -> Result<EngineInfo, EngineError> {
+        allow(access, Action::CHANGE, raw.name.as_str())?;
         let spec = spec::validate(raw, self.simulated).map_err(EngineError::Invalid)?;
         if self.set.get(&spec.name).is_some() {
             return Err(EngineError::Exists(spec.name));
@@ -309,7 +324,7 @@ impl Engines {
             return Err(EngineError::SameDaemon { other: Some(other), daemon: id.to_owned() });
         }
         let mut tx = self.db.begin_write().await?;
-        match self.insert_in(&mut tx, spec, daemon, None, Utc::now()).await {
+        match self.insert_in(&mut tx, spec, daemon, None, crate::clock::wall()).await {
             Err(EngineError::SameDaemon { other: None, daemon }) => {
                 drop(tx);
                 Err(self.taken(&daemon).await)
@@ -375,7 +390,7 @@ impl Engines {
     /// machines and is not lost (drain it first).
     pub async fn held(&self, name: &str) -> Result<Option<String>, EngineError> {
         let Some(engine) = self.set.get(name) else { return Ok(None) };
-        if engine.lost(Utc::now()) {
+        if engine.lost(crate::clock::wall()) {
             return Ok(None);
         }
         let mut held = db::engines::machines_on(self.db.read(), name, 10).await?;
@@ -389,14 +404,15 @@ impl Engines {
     }
 
     /// Starts (or stops) moving every machine off the engine.
-    pub async fn drain(&self, name: &str, on: bool) -> Result<EngineInfo, EngineError> {
+    pub async fn drain(&self, access: &Access, name: &str, on: bool) -> Result<EngineInfo, EngineError> {
+        allow(access, Action::CHANGE, name)?;
         let reg = self;
         let engine = reg.set.get(name).ok_or_else(|| EngineError::NotFound(name.to_owned()))?;
         if name == spec::LOCAL {
             // The local engine is not stored; its draining lasts until restart.
             engine.set_draining(on);
         } else {
-            let now = Utc::now();
+            let now = crate::clock::wall();
             let mut tx = reg.db.begin_write().await?;
             if !db::engines::set_draining(&mut tx, name, on, now).await? {
                 return Err(EngineError::NotFound(name.to_owned()));
@@ -418,7 +434,8 @@ impl Engines {
     /// host is gone for good, so its machines can neither be drained nor
     /// stopped): then its machines are forgotten with it, each pool records them
     /// as vanished on its next pass, and a pool being deleted can finish.
-    pub async fn remove(&self, name: &str) -> Result<(), EngineError> {
+    pub async fn remove(&self, access: &Access, name: &str) -> Result<(), EngineError> {
+        allow(access, Action::CHANGE, name)?;
         let mut tx = self.db.begin_write().await?;
         let removed = self.remove_in(&mut tx, name).await?;
         tx.commit().await?;
@@ -437,7 +454,7 @@ impl Engines {
             ));
         }
         let engine = reg.set.get(name).ok_or_else(|| EngineError::NotFound(name.to_owned()))?;
-        let lost = engine.lost(Utc::now());
+        let lost = engine.lost(crate::clock::wall());
         let mut held = db::engines::machines_on(tx.exec(), name, 10).await?;
         if held.is_empty() {
             held = engine.machine_names(10);
@@ -453,7 +470,7 @@ impl Engines {
         if !db::engines::delete(tx, name).await? {
             return Err(EngineError::NotFound(name.to_owned()));
         }
-        db::events::purge(tx, crate::domain::event::SubjectKind::Engine, name).await?;
+        db::events::purge(tx, &ObjectRef::Engine(name.to_owned())).await?;
         Ok(Removed { engine, lost, machines: total })
     }
 
@@ -479,4 +496,10 @@ pub struct Removed {
     engine: Arc<Engine>,
     lost: bool,
     machines: usize,
+}
+
+/// Engines belong to no namespace: anyone with a grant somewhere sees
+/// them, and only a `*` admin changes them.
+fn allow(access: &Access, action: Action, name: &str) -> Result<(), EngineError> {
+    Ok(access.may(action, &Target::global("engine", name))?)
 }

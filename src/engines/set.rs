@@ -2,6 +2,7 @@
 //! that listing, events and container operations of one slow or lost engine
 //! never stall the others.
 
+use crate::domain::object::PoolRef;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -111,14 +112,14 @@ impl EngineSet {
 
     /// Reads `pool`'s containers again from every engine that answers (an
     /// engine that does not is not looked at by a pass anyway).
-    pub async fn relist_pool(&self, pool: &str) -> Result<(), RuntimeError> {
+    pub async fn relist_pool(&self, pool: &PoolRef) -> Result<(), RuntimeError> {
         let engines: Vec<Arc<Engine>> = self.all().into_iter().filter(|e| e.reachable()).collect();
         let lists = futures_util::future::join_all(engines.iter().map(|e| e.relist_pool(pool))).await;
         lists.into_iter().collect()
     }
 
     /// Every container of `pool`, on every engine, with its engine.
-    pub fn containers_of(&self, pool: &str) -> Vec<(Arc<Engine>, Container)> {
+    pub fn containers_of(&self, pool: &PoolRef) -> Vec<(Arc<Engine>, Container)> {
         self.all().into_iter().flat_map(|e| e.containers(pool).into_iter().map(move |c| (e.clone(), c))).collect()
     }
 }

@@ -4,7 +4,8 @@
 //! that the subject exists.
 
 use crate::db::{self, Db};
-use crate::domain::event::{Event, SubjectKind};
+use crate::domain::event::Event;
+use crate::domain::object::ObjectRef;
 
 #[derive(Clone)]
 pub struct Events {
@@ -17,12 +18,12 @@ impl Events {
     }
 
     /// Up to `limit` events of a subject with ids above `after`, oldest first.
-    pub async fn after(&self, kind: SubjectKind, subject: &str, after: i64, limit: u32) -> sqlx::Result<Vec<Event>> {
-        db::events::after(self.db.read(), kind, subject, after, limit).await
+    pub async fn after(&self, of: &ObjectRef, after: i64, limit: u32) -> sqlx::Result<Vec<Event>> {
+        db::events::after(self.db.read(), of, after, limit).await
     }
 
     /// The id of a subject's newest event, 0 when it has none.
-    pub async fn last_id(&self, kind: SubjectKind, subject: &str) -> sqlx::Result<i64> {
-        db::events::last_id(self.db.read(), kind, subject).await
+    pub async fn last_id(&self, of: &ObjectRef) -> sqlx::Result<i64> {
+        db::events::last_id(self.db.read(), of).await
     }
 }

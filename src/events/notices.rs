@@ -16,11 +16,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{mpsc, watch};
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Subject {
-    Pool(String),
-    Job(i64),
-}
+use crate::domain::object::{ObjectRef, PoolRef};
+
+/// What a notice is about: a pool or an upgrade job (engines have no
+/// streams of their own).
+pub type Subject = ObjectRef;
 
 /// Cheap to clone; every clone publishes to the same watchers.
 #[derive(Clone, Default)]
@@ -35,10 +35,10 @@ impl Changes {
         self.watched.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Call after committing a change to pool `name` (its spec, status,
+    /// Call after committing a change to a pool (its spec, status,
     /// machines or events).
-    pub fn pool(&self, name: &str) {
-        self.publish(&Subject::Pool(name.to_owned()));
+    pub fn pool(&self, pool: &PoolRef) {
+        self.publish(&Subject::Pool(pool.clone()));
     }
 
     /// Call after committing a change to upgrade job `id`.
@@ -75,8 +75,8 @@ impl Changes {
         }
     }
 
-    pub fn watch_pool(&self, name: &str) -> Watcher {
-        self.watch(Subject::Pool(name.to_owned()))
+    pub fn watch_pool(&self, pool: &PoolRef) -> Watcher {
+        self.watch(Subject::Pool(pool.clone()))
     }
 
     pub fn watch_job(&self, id: i64) -> Watcher {
@@ -127,17 +127,17 @@ mod tests {
     #[tokio::test]
     async fn a_watcher_wakes_on_its_subject_only_and_leaves_no_trace() {
         let changes = Changes::default();
-        let mut web = changes.watch_pool("web");
-        changes.pool("db");
+        let mut web = changes.watch_pool(&"web".into());
+        changes.pool(&"db".into());
         changes.job(1);
         let early = tokio::time::timeout(Duration::from_millis(20), web.changed()).await;
         assert!(early.is_err(), "woken by another subject");
-        changes.pool("web");
-        changes.pool("web");
+        changes.pool(&"web".into());
+        changes.pool(&"web".into());
         tokio::time::timeout(Duration::from_secs(1), web.changed()).await.expect("woken by its own subject");
         let again = tokio::time::timeout(Duration::from_millis(20), web.changed()).await;
         assert!(again.is_err(), "two notices before a read wake once");
-        let second = changes.watch_pool("web");
+        let second = changes.watch_pool(&"web".into());
         drop(web);
         assert_eq!(changes.lock().len(), 1, "kept while a watcher remains");
         drop(second);

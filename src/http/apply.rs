@@ -14,10 +14,9 @@ use crate::apply::document::Kind;
 use crate::apply::plan::{Action, Step};
 use crate::apply::{Applied, ApplyError, Request};
 use crate::error::{ApiError, ApiResult, Problem};
-use crate::http::extract::{ApiJson, IfMatch};
+use crate::http::extract::{ApiJson, IfMatch, NamespaceParam, Scope};
 use crate::http::wire::PlanView;
 use crate::http::wire::apply::{AppliedObject, ApplyRequest, ApplyResult, ApplySummary};
-use crate::identity::Caller;
 use crate::state::AppState;
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -30,7 +29,7 @@ impl From<ApplyError> for ApiError {
             ApplyError::Invalid(errs) => ApiError::Validation(errs),
             ApplyError::Conflict(why) => ApiError::Conflict(why),
             ApplyError::Precondition(why) => ApiError::PreconditionFailed(why),
-            ApplyError::Forbidden(role) => ApiError::Forbidden { need: role.as_str() },
+            ApplyError::Denied(denied) => denied.into(),
             ApplyError::Store(e) => ApiError::Database(e),
             ApplyError::Internal(e) => ApiError::Internal(e),
         }
@@ -67,7 +66,8 @@ impl From<Applied> for ApplyResult {
         let mut rollouts = std::mem::take(&mut applied.rollouts);
         let objects = steps.into_iter().map(|s| object(s, &mut rollouts, &applied)).collect();
         ApplyResult {
-            apply_set: applied.apply_set.clone(),
+            apply_set: applied.apply_set.name.clone(),
+            namespace: applied.apply_set.namespace.clone(),
             dry_run: applied.dry_run,
             revision: applied.revision,
             changed,
@@ -91,7 +91,7 @@ impl From<Applied> for ApplyResult {
 /// a viewer may ask for it. Each change needs the role its single-object
 /// route needs (`needs_role`). `If-Match` pins the apply set's revision.
 #[utoipa::path(post, path = "/v1/apply", tag = "apply",
-    params(("If-Match" = Option<String>, Header, description = "ETag (revision) of the apply set the apply is based on; `\"0\"` for a set never applied")),
+    params(NamespaceParam, ("If-Match" = Option<String>, Header, description = "ETag (revision) of the apply set the apply is based on; `\"0\"` for a set never applied")),
     request_body(content = ApplyRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "What was done (or, in a dry run, would be) to each object", body = ApplyResult,
@@ -107,7 +107,7 @@ impl From<Applied> for ApplyResult {
 #[tracing::instrument(skip_all, fields(apply_set = %body.apply_set, dry_run = body.dry_run))]
 async fn apply(
     State(state): State<AppState>,
-    caller: Option<axum::Extension<Caller>>,
+    scope: Scope,
     IfMatch(pinned): IfMatch,
     ApiJson(body): ApiJson<ApplyRequest>,
 ) -> ApiResult<Response> {
@@ -120,8 +120,7 @@ async fn apply(
         force: body.force,
         adopt: body.adopt,
         if_revision: pinned,
-        caller: caller.as_deref().map(|c| c.name.clone()),
-        role: crate::identity::role_or_admin(caller.as_deref()),
+        access: scope.single()?,
     };
     let result = ApplyResult::from(state.apply.apply(req).await?);
     let etag = crate::http::wire::pools::etag(result.revision.unwrap_or(0));

@@ -15,12 +15,14 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 pub use crate::clusters::probe::{ClusterStatus, ComponentStatus, PodStatus};
 use crate::clusters::{ClusterError, ClusterSpecInput};
 use crate::db::clusters::ClusterRecord;
+use crate::domain::object::Namespace;
 use crate::domain::server_url::redact_server_url;
 use crate::error::{ApiError, ApiResult, Problem};
-use crate::http::extract::{ApiJson, ApiQuery};
+use crate::http::extract::{ApiJson, ApiQuery, Scope};
 use crate::http::pagination::PageParams;
-use crate::http::wire::location;
 use crate::http::wire::named::CreateCluster;
+use crate::http::wire::{in_namespace, location};
+use crate::identity::Action;
 use crate::state::AppState;
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -34,6 +36,8 @@ pub fn router() -> OpenApiRouter<AppState> {
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ClusterView {
     pub name: String,
+    /// The namespace the cluster belongs to.
+    pub namespace: Namespace,
     /// The API server URL.
     pub server: String,
     /// How drover authenticates: `kubeconfig` or `token`.
@@ -51,7 +55,14 @@ impl From<ClusterRecord> for ClusterView {
     fn from(r: ClusterRecord) -> Self {
         // Redacted in case the row predates the check at registration.
         let server = redact_server_url(&r.server);
-        Self { name: r.name, server, auth: r.auth_kind, created_at: r.created_at, updated_at: r.updated_at }
+        Self {
+            name: r.name,
+            namespace: r.namespace,
+            server,
+            auth: r.auth_kind,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        }
     }
 }
 
@@ -66,6 +77,8 @@ impl From<ClusterError> for ApiError {
     fn from(e: ClusterError) -> Self {
         match e {
             ClusterError::NotFound(name) => ApiError::not_found("cluster", name),
+            ClusterError::NamespaceNotFound(name) => ApiError::not_found("namespace", name),
+            ClusterError::Denied(denied) => denied.into(),
             ClusterError::Exists(_) | ClusterError::Busy { .. } | ClusterError::InUse { .. } => {
                 ApiError::Conflict(e.to_string())
             }
@@ -87,11 +100,16 @@ impl From<ClusterError> for ApiError {
         (status = 422, description = "A field is missing or invalid; `errors` names it", body = Problem, content_type = "application/problem+json"),
     ))]
 #[tracing::instrument(skip_all, fields(cluster))]
-async fn create_cluster(State(state): State<AppState>, ApiJson(body): ApiJson<Value>) -> ApiResult<Response> {
+async fn create_cluster(
+    State(state): State<AppState>,
+    scope: Scope,
+    ApiJson(body): ApiJson<Value>,
+) -> ApiResult<Response> {
     let (name, spec) = crate::domain::json::named::<ClusterSpecInput>(body)?.both()?;
     tracing::Span::current().record("cluster", name.as_str());
-    let record = state.clusters.register(spec.into_new(name)).await?;
-    let headers = [(header::LOCATION, location(&format!("/v1/clusters/{}", record.name)))];
+    let record = state.clusters.register(&scope.single()?, spec.into_new(name)).await?;
+    let headers =
+        [(header::LOCATION, location(&in_namespace(&format!("/v1/clusters/{}", record.name), &record.namespace)))];
     Ok((StatusCode::CREATED, headers, Json(ClusterView::from(record))).into_response())
 }
 
@@ -104,9 +122,10 @@ async fn create_cluster(State(state): State<AppState>, ApiJson(body): ApiJson<Va
 #[tracing::instrument(skip_all)]
 async fn list_clusters(
     State(state): State<AppState>,
+    scope: Scope,
     ApiQuery(page): ApiQuery<PageParams>,
 ) -> ApiResult<Json<ClusterList>> {
-    let page = state.clusters.list(&page.request()?).await?;
+    let page = state.clusters.list(&scope.single()?, &page.request()?).await?;
     let items = page.items.into_iter().map(ClusterView::from).collect();
     Ok(Json(ClusterList { items, next_cursor: page.next_cursor }))
 }
@@ -118,8 +137,12 @@ async fn list_clusters(
         (status = 404, description = "No such cluster", body = Problem, content_type = "application/problem+json"),
     ))]
 #[tracing::instrument(skip_all, fields(cluster = %name))]
-async fn get_cluster(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Json<ClusterView>> {
-    Ok(Json(state.clusters.get(&name).await?.into()))
+async fn get_cluster(
+    State(state): State<AppState>,
+    scope: Scope,
+    Path(name): Path<String>,
+) -> ApiResult<Json<ClusterView>> {
+    Ok(Json(state.clusters.get(&scope.single()?, Action::READ, &name).await?.into()))
 }
 
 /// Forget a cluster and its job history. Refused while a job runs on it or
@@ -131,8 +154,12 @@ async fn get_cluster(State(state): State<AppState>, Path(name): Path<String>) ->
         (status = 409, description = "An upgrade job is pending or running on the cluster, or pools name it (`detail` lists them)", body = Problem, content_type = "application/problem+json"),
     ))]
 #[tracing::instrument(skip_all, fields(cluster = %name))]
-async fn delete_cluster(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<StatusCode> {
-    state.clusters.delete(&name).await?;
+async fn delete_cluster(
+    State(state): State<AppState>,
+    scope: Scope,
+    Path(name): Path<String>,
+) -> ApiResult<StatusCode> {
+    state.clusters.delete(&scope.single()?, &name).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -145,6 +172,10 @@ async fn delete_cluster(State(state): State<AppState>, Path(name): Path<String>)
         (status = 503, description = "The stored credentials cannot be used", body = Problem, content_type = "application/problem+json"),
     ))]
 #[tracing::instrument(skip_all, fields(cluster = %name))]
-async fn cluster_status(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Json<ClusterStatus>> {
-    Ok(Json(state.clusters.status(&name).await?))
+async fn cluster_status(
+    State(state): State<AppState>,
+    scope: Scope,
+    Path(name): Path<String>,
+) -> ApiResult<Json<ClusterStatus>> {
+    Ok(Json(state.clusters.status(&scope.single()?, &name).await?))
 }

@@ -20,7 +20,7 @@ use crate::engines::spec as rules;
 use crate::engines::{Engine, Reachability};
 use crate::engines::{EngineError, EngineInfo, EngineSpecInput};
 use crate::error::{ApiError, ApiResult, Problem};
-use crate::http::extract::{ApiJson, ApiQuery};
+use crate::http::extract::{ApiJson, ApiQuery, Scope};
 use crate::http::pagination::PageParams;
 use crate::http::wire::named::RegisterEngine;
 use crate::http::wire::{EventList, location};
@@ -176,7 +176,7 @@ fn view(e: &Engine, tls: bool) -> EngineView {
                 duplicate_of: identity.duplicate_of,
             },
             machines: u32::try_from(e.container_count()).unwrap_or(u32::MAX),
-            placement: placement(e, Utc::now()),
+            placement: placement(e, crate::clock::wall()),
         },
     }
 }
@@ -189,6 +189,7 @@ impl From<EngineError> for ApiError {
             EngineError::NotFound(name) => ApiError::not_found("engine", &name),
             EngineError::Conflict(why) => ApiError::Conflict(why),
             same @ EngineError::SameDaemon { .. } => ApiError::Conflict(same.to_string()),
+            EngineError::Denied(denied) => denied.into(),
             EngineError::Store(e) => e.into(),
             other @ EngineError::Files { .. } => ApiError::Internal(anyhow::Error::new(other)),
         }
@@ -209,10 +210,14 @@ fn engine_response(status: StatusCode, info: EngineInfo) -> Response {
         (status = 422, description = "A field breaks a rule (endpoint scheme, TLS for remote tcp://, PEM)", body = Problem, content_type = "application/problem+json"),
     ))]
 #[tracing::instrument(skip_all, fields(engine))]
-async fn register_engine(State(state): State<AppState>, ApiJson(body): ApiJson<Value>) -> ApiResult<Response> {
+async fn register_engine(
+    State(state): State<AppState>,
+    scope: Scope,
+    ApiJson(body): ApiJson<Value>,
+) -> ApiResult<Response> {
     let (name, spec) = crate::domain::json::named::<EngineSpecInput>(body)?.both()?;
     tracing::Span::current().record("engine", name.as_str());
-    Ok(engine_response(StatusCode::CREATED, state.engines.register(spec.into_raw(name)).await?))
+    Ok(engine_response(StatusCode::CREATED, state.engines.register(&scope.access, spec.into_raw(name)).await?))
 }
 
 /// List engines in name order, `local` among them.
@@ -223,9 +228,10 @@ async fn register_engine(State(state): State<AppState>, ApiJson(body): ApiJson<V
     ))]
 async fn list_engines(
     State(state): State<AppState>,
+    scope: Scope,
     ApiQuery(page): ApiQuery<PageParams>,
 ) -> ApiResult<Json<EngineList>> {
-    let page = state.engines.list(&page.request()?).await?;
+    let page = state.engines.list(&scope.access, &page.request()?).await?;
     Ok(Json(EngineList {
         items: page.items.into_iter().map(EngineView::from).collect(),
         next_cursor: page.next_cursor,
@@ -238,8 +244,12 @@ async fn list_engines(
         (status = 200, description = "The engine", body = EngineView),
         (status = 404, description = "No such engine", body = Problem, content_type = "application/problem+json"),
     ))]
-async fn get_engine(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Json<EngineView>> {
-    Ok(Json(state.engines.get(&name).await?.into()))
+async fn get_engine(
+    State(state): State<AppState>,
+    scope: Scope,
+    Path(name): Path<String>,
+) -> ApiResult<Json<EngineView>> {
+    Ok(Json(state.engines.get(&scope.access, &name).await?.into()))
 }
 
 /// Forget an engine (admin). Refused while machines live there: drain it
@@ -252,9 +262,9 @@ async fn get_engine(State(state): State<AppState>, Path(name): Path<String>) -> 
         (status = 404, description = "No such engine", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Machines live there (they are named) and it is not lost, or it is `local`", body = Problem, content_type = "application/problem+json"),
     ))]
-#[tracing::instrument(skip(state))]
-async fn delete_engine(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<StatusCode> {
-    state.engines.remove(&name).await?;
+#[tracing::instrument(skip(state, scope))]
+async fn delete_engine(State(state): State<AppState>, scope: Scope, Path(name): Path<String>) -> ApiResult<StatusCode> {
+    state.engines.remove(&scope.access, &name).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -266,9 +276,9 @@ async fn delete_engine(State(state): State<AppState>, Path(name): Path<String>) 
         (status = 202, description = "Draining; poll `Location`", body = EngineView, headers(("Location" = String, description = "URL of the engine"))),
         (status = 404, description = "No such engine", body = Problem, content_type = "application/problem+json"),
     ))]
-#[tracing::instrument(skip(state))]
-async fn drain_engine(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
-    Ok(engine_response(StatusCode::ACCEPTED, state.engines.drain(&name, true).await?))
+#[tracing::instrument(skip(state, scope))]
+async fn drain_engine(State(state): State<AppState>, scope: Scope, Path(name): Path<String>) -> ApiResult<Response> {
+    Ok(engine_response(StatusCode::ACCEPTED, state.engines.drain(&scope.access, &name, true).await?))
 }
 
 /// Stop draining an engine (admin): pools may place machines there again.
@@ -277,9 +287,13 @@ async fn drain_engine(State(state): State<AppState>, Path(name): Path<String>) -
         (status = 200, description = "No longer draining", body = EngineView),
         (status = 404, description = "No such engine", body = Problem, content_type = "application/problem+json"),
     ))]
-#[tracing::instrument(skip(state))]
-async fn undrain_engine(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Json<EngineView>> {
-    Ok(Json(state.engines.drain(&name, false).await?.into()))
+#[tracing::instrument(skip(state, scope))]
+async fn undrain_engine(
+    State(state): State<AppState>,
+    scope: Scope,
+    Path(name): Path<String>,
+) -> ApiResult<Json<EngineView>> {
+    Ok(Json(state.engines.drain(&scope.access, &name, false).await?.into()))
 }
 
 /// Confirm the daemon an engine now reaches (admin). An engine whose
@@ -293,9 +307,13 @@ async fn undrain_engine(State(state): State<AppState>, Path(name): Path<String>)
         (status = 404, description = "No such engine", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "It has not answered yet, or its daemon is another engine's (named)", body = Problem, content_type = "application/problem+json"),
     ))]
-#[tracing::instrument(skip(state))]
-async fn confirm_identity(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Json<EngineView>> {
-    Ok(Json(state.engines.confirm_identity(&name).await?.into()))
+#[tracing::instrument(skip(state, scope))]
+async fn confirm_identity(
+    State(state): State<AppState>,
+    scope: Scope,
+    Path(name): Path<String>,
+) -> ApiResult<Json<EngineView>> {
+    Ok(Json(state.engines.confirm_identity(&scope.access, &name).await?.into()))
 }
 
 /// The engine's events, newest first: registered, unreachable, lost, back,
@@ -309,8 +327,9 @@ async fn confirm_identity(State(state): State<AppState>, Path(name): Path<String
     ))]
 async fn list_engine_events(
     State(state): State<AppState>,
+    scope: Scope,
     Path(name): Path<String>,
     ApiQuery(page): ApiQuery<PageParams>,
 ) -> ApiResult<Json<EventList>> {
-    Ok(Json(state.engines.events(&name, &page.request_by_id()?).await?.into()))
+    Ok(Json(state.engines.events(&scope.access, &name, &page.request_by_id()?).await?.into()))
 }

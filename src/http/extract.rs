@@ -4,6 +4,9 @@
 //! say `application/merge-patch+json`), no duplicate keys, no arrays where
 //! an object belongs (see [`crate::domain::json`]).
 
+use crate::domain::object::Namespace;
+use crate::identity::authz::Refusals;
+use crate::identity::{Access, Caller, WorkedIn};
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Query, Request};
 use axum::http::{StatusCode, header, request::Parts};
@@ -209,6 +212,59 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
             .await
             .map(|Query(v)| ApiQuery(v))
             .map_err(|rejection| ApiError::invalid("query", "query_string", rejection.body_text()))
+    }
+}
+
+/// The `namespace` query parameter every namespaced operation takes.
+#[derive(Debug, Default, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct NamespaceParam {
+    /// The namespace the request works in (default `default`). A list
+    /// also takes `*`: every namespace the caller may see.
+    #[param(pattern = r"^(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?)$", max_length = 63, example = "team-a")]
+    pub namespace: Option<String>,
+}
+
+/// The namespace a request works in, and what its caller may do there:
+/// every namespaced handler takes this, and hands `access` to its service,
+/// which asks the authorizer of every object.
+#[derive(Debug)]
+pub struct Scope {
+    pub access: Access,
+    /// `namespace=*`: a list of every namespace the caller may see.
+    pub across: bool,
+}
+
+impl Scope {
+    /// The request's one namespace; `*` is a list's only.
+    pub fn single(self) -> Result<Access, ApiError> {
+        if self.across {
+            return Err(ApiError::invalid(
+                "namespace",
+                "one_namespace",
+                "`*` names every namespace, which only lists take; name one namespace",
+            ));
+        }
+        Ok(self.access)
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Scope {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let ApiQuery(param) = ApiQuery::<NamespaceParam>::from_request_parts(parts, state).await?;
+        let caller = parts.extensions.get::<Caller>().cloned();
+        let refusals = parts.extensions.get::<Refusals>().cloned().unwrap_or_default();
+        let (namespace, across) = match param.namespace.as_deref() {
+            None | Some("") => (Namespace::default(), false),
+            Some("*") => (Namespace::default(), true),
+            Some(ns) => (Namespace::parse(ns).map_err(|e| ApiError::invalid("namespace", "dns_label", e))?, false),
+        };
+        if let Some(worked_in) = parts.extensions.get::<WorkedIn>() {
+            worked_in.set((!across).then(|| namespace.clone()));
+        }
+        Ok(Scope { access: Access::new(caller, namespace, refusals), across })
     }
 }
 

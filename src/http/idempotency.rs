@@ -92,7 +92,8 @@ async fn run(
         .await
         .map_err(|_| ApiError::PayloadTooLarge { limit: MAX_BODY_BYTES }.into_response())?;
     let body_hash: String = Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect();
-    let path = parts.uri.path().to_owned();
+    // With the query: the same key on another namespace is another request.
+    let path = parts.uri.path_and_query().map_or_else(|| parts.uri.path().to_owned(), |p| p.as_str().to_owned());
     let method = parts.method.as_str().to_owned();
 
     let request = KeyedRequest { token: &caller.name, key: &key, method: &method, path: &path, body_hash: &body_hash };

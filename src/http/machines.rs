@@ -13,9 +13,9 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use crate::db::machines::Machine;
 use crate::domain::machine::MachinePhase;
 use crate::error::{ApiResult, Problem};
-use crate::http::extract::ApiQuery;
+use crate::http::extract::{ApiQuery, Scope};
 use crate::http::pagination::PageParams;
-use crate::http::wire::location;
+use crate::http::wire::{in_namespace, location};
 use crate::pools::PoolMachine;
 use crate::runtime::{ContainerState, HealthState};
 use crate::state::AppState;
@@ -80,7 +80,7 @@ fn view(m: Machine, desired_image: &str) -> MachineView {
     MachineView {
         up_to_date: m.image == desired_image,
         name: m.name,
-        pool: m.pool,
+        pool: m.pool.name,
         engine: m.engine,
         container_id: m.container_id,
         image: m.image,
@@ -122,10 +122,11 @@ pub struct MachineList {
     ))]
 async fn list_machines(
     State(state): State<AppState>,
+    scope: Scope,
     Path(name): Path<String>,
     ApiQuery(page): ApiQuery<PageParams>,
 ) -> ApiResult<Json<MachineList>> {
-    let listed = state.machines.list(&name, &page.request()?).await?;
+    let listed = state.machines.list(&scope.single()?, &name, &page.request()?).await?;
     let image = listed.desired_image;
     let items = listed.page.items.into_iter().map(|m| view(m, &image)).collect();
     Ok(Json(MachineList { items, next_cursor: listed.page.next_cursor }))
@@ -140,9 +141,10 @@ async fn list_machines(
     ))]
 async fn get_machine(
     State(state): State<AppState>,
+    scope: Scope,
     Path((name, machine)): Path<(String, String)>,
 ) -> ApiResult<Json<MachineView>> {
-    Ok(Json(state.machines.get(&name, &machine).await?.into()))
+    Ok(Json(state.machines.get(&scope.single()?, &name, &machine).await?.into()))
 }
 
 /// Mark a machine to go first on the next scale-down (Cluster API's
@@ -156,9 +158,10 @@ async fn get_machine(
 #[tracing::instrument(skip(state))]
 async fn request_machine_deletion(
     State(state): State<AppState>,
+    scope: Scope,
     Path((name, machine)): Path<(String, String)>,
 ) -> ApiResult<Json<MachineView>> {
-    Ok(Json(state.machines.request_deletion(&name, &machine).await?.into()))
+    Ok(Json(state.machines.request_deletion(&scope.single()?, &name, &machine).await?.into()))
 }
 
 /// Remove a chosen machine: marks it and lowers `replicas` by one, in one
@@ -175,9 +178,12 @@ async fn request_machine_deletion(
 #[tracing::instrument(skip(state))]
 async fn delete_machine(
     State(state): State<AppState>,
+    scope: Scope,
     Path((name, machine)): Path<(String, String)>,
 ) -> ApiResult<Response> {
-    let removed = state.machines.remove(&name, &machine).await?;
-    let headers = [(header::LOCATION, location(&format!("/v1/pools/{name}/machines/{machine}")))];
+    let access = scope.single()?;
+    let removed = state.machines.remove(&access, &name, &machine).await?;
+    let path = in_namespace(&format!("/v1/pools/{name}/machines/{machine}"), &access.namespace);
+    let headers = [(header::LOCATION, location(&path))];
     Ok((StatusCode::ACCEPTED, headers, Json(MachineView::from(removed))).into_response())
 }

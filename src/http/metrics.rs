@@ -10,6 +10,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
 use crate::error::{ApiError, ApiResult};
+use crate::http::extract::Scope;
 use crate::metrics::ScrapeGauges;
 use crate::state::AppState;
 
@@ -17,11 +18,16 @@ pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(metrics))
 }
 
-/// Metrics for Prometheus (needs a viewer token; Prometheus sends it with
+/// Metrics for Prometheus (needs a viewer grant on `*`, every namespace; Prometheus sends it with
 /// `authorization: {credentials: ...}` in its scrape config).
 #[utoipa::path(get, path = "/metrics", tag = "health",
     responses((status = 200, description = "Prometheus text exposition format", body = String, content_type = "text/plain")))]
-async fn metrics(State(state): State<AppState>) -> ApiResult<Response> {
+async fn metrics(State(state): State<AppState>, scope: Scope) -> ApiResult<Response> {
+    // Every namespace's pools are in the answer: a grant on one namespace
+    // does not show the others'.
+    if scope.access.caller().is_some() && scope.access.global_role().is_none() {
+        return Err(ApiError::Forbidden { need: "viewer (on every namespace, `*`)" });
+    }
     let mut out = String::new();
     let rendered = |r: std::fmt::Result| r.map_err(|e| ApiError::Internal(anyhow::anyhow!("rendering metrics: {e}")));
     rendered(state.metrics.render(&mut out))?;

@@ -8,7 +8,8 @@ pub mod health;
 pub mod idempotency;
 pub mod machines;
 pub mod metrics;
-mod openapi;
+pub mod namespaces;
+pub mod openapi;
 pub mod pagination;
 pub mod pools;
 pub mod rollouts;
@@ -81,6 +82,7 @@ fn api() -> OpenApiRouter<AppState> {
         .merge(upgrades::router())
         .merge(streams::router())
         .merge(apply::router())
+        .merge(namespaces::router())
 }
 
 /// The OpenAPI document, as served at `/openapi.json` and committed at

@@ -14,7 +14,9 @@
 //!   server serializes every field of those types (`null` when empty), so a
 //!   generated client should not see them as maybe-absent;
 //! - OpenAPI `links` from a created pool to the operations on it;
-//! - one named schema, `JsonValue`, for fields that hold any JSON value.
+//! - one named schema, `JsonValue`, for fields that hold any JSON value;
+//! - the `namespace` query parameter on every operation of a namespaced
+//!   path, and its 404 (a namespace that does not exist).
 
 use serde_json::{Map, Value, json};
 
@@ -52,6 +54,7 @@ pub fn finish(doc: utoipa::openapi::OpenApi) -> anyhow::Result<utoipa::openapi::
     links(&mut value);
     stream_payloads(&mut value);
     label_and_name_rules(&mut value);
+    namespace_params(&mut value)?;
     // After the label rules: the patch's schemas are the input's, rules included.
     if let Some(schemas) = value.pointer_mut("/components/schemas").and_then(Value::as_object_mut) {
         crate::domain::pool::patch::patch_schemas(schemas);
@@ -60,6 +63,49 @@ pub fn finish(doc: utoipa::openapi::OpenApi) -> anyhow::Result<utoipa::openapi::
     crate::apply::schema::add_fleet_schemas(&mut value);
     json_values(&mut value);
     serde_json::from_value(value).context("a pass made the OpenAPI document unreadable to utoipa")
+}
+
+/// The paths whose objects belong to a namespace: every operation on them
+/// or under them names it with the `namespace` query parameter, which the
+/// [`Scope`](crate::http::extract::Scope) extractor of their handlers reads.
+/// (Tokens are not among them: a token's grants say where it works, and a
+/// caller manages the tokens of the namespaces it is an admin of.)
+pub const NAMESPACED: &[&str] = &["/v1/pools", "/v1/clusters", "/v1/upgrades", "/v1/apply", "/v1/audit"];
+
+/// Adds [`NamespaceParam`](crate::http::extract::NamespaceParam), as utoipa
+/// writes it, to every operation of a [`NAMESPACED`] path that does not
+/// declare it already, with the 404 a missing namespace answers.
+fn namespace_params(doc: &mut Value) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    use utoipa::IntoParams as _;
+    let params = crate::http::extract::NamespaceParam::into_params(|| Some(utoipa::openapi::path::ParameterIn::Query));
+    let param = params.first().context("NamespaceParam declares no parameter")?;
+    let param = serde_json::to_value(param).context("the namespace parameter does not serialize")?;
+    let not_found = json!({
+        "description": "No such namespace, or no such object in it",
+        "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}},
+    });
+    let Some(paths) = doc.pointer_mut("/paths").and_then(Value::as_object_mut) else { return Ok(()) };
+    for (path, item) in paths.iter_mut() {
+        let namespaced =
+            NAMESPACED.iter().any(|p| path == p || path.strip_prefix(p).is_some_and(|r| r.starts_with('/')));
+        if !namespaced {
+            continue;
+        }
+        for method in METHODS {
+            let Some(op) = item.get_mut(method).and_then(Value::as_object_mut) else { continue };
+            let list = op.entry("parameters").or_insert_with(|| json!([]));
+            if let Some(list) = list.as_array_mut()
+                && !list.iter().any(|p| p["name"] == "namespace" && p["in"] == "query")
+            {
+                list.push(param.clone());
+            }
+            if let Some(responses) = op.get_mut("responses").and_then(Value::as_object_mut) {
+                responses.entry("404").or_insert_with(|| not_found.clone());
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The schema of a field that holds any JSON value (a diff's `before` and

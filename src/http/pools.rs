@@ -10,11 +10,10 @@ use serde_json::Value;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::error::{ApiError, ApiResult, Problem};
-use crate::http::extract::{ApiJson, ApiQuery, IfMatch, MergePatch};
+use crate::http::extract::{ApiJson, ApiQuery, IfMatch, MergePatch, Scope};
 use crate::http::pagination::PageParams;
 use crate::http::wire::EventList;
 use crate::http::wire::pools::{CreatePool, PoolList, PoolPatch, PoolView, Scale, etag, pool_response};
-use crate::identity::Caller;
 use crate::pools::PoolError;
 use crate::state::AppState;
 
@@ -30,12 +29,13 @@ impl From<PoolError> for ApiError {
     fn from(e: PoolError) -> Self {
         match e {
             PoolError::NotFound(name) => ApiError::not_found("pool", name),
+            PoolError::NamespaceNotFound(name) => ApiError::not_found("namespace", name),
+            PoolError::Denied(denied) => denied.into(),
             PoolError::MachineNotFound { machine, .. } => ApiError::not_found("machine", machine),
             PoolError::Exists(name) => ApiError::Conflict(format!("a pool named {name:?} already exists")),
             PoolError::Invalid(errs) => ApiError::Validation(errs),
             PoolError::Precondition(why) => ApiError::PreconditionFailed(why),
             PoolError::Conflict(why) => ApiError::Conflict(why),
-            PoolError::AdminOnly(_) => ApiError::Forbidden { need: "admin" },
             PoolError::Unavailable(why) => ApiError::Unavailable(why),
             PoolError::Store(e) => ApiError::Database(e),
             PoolError::Internal(e) => ApiError::Internal(e),
@@ -58,19 +58,30 @@ impl From<PoolError> for ApiError {
         (status = 422, description = "A field breaks a rule (`cluster` must name a registered cluster: rule `cluster_exists`); `errors` lists each", body = Problem, content_type = "application/problem+json"),
     ))]
 #[tracing::instrument(skip_all)]
-async fn create_pool(State(state): State<AppState>, ApiJson(body): ApiJson<Value>) -> ApiResult<Response> {
-    let pool = state.pools.create(body).await?;
+async fn create_pool(
+    State(state): State<AppState>,
+    scope: Scope,
+    ApiJson(body): ApiJson<Value>,
+) -> ApiResult<Response> {
+    let pool = state.pools.create(&scope.single()?, body).await?;
     Ok(pool_response(StatusCode::CREATED, pool, true))
 }
 
-/// List pools in name order, a page at a time.
+/// List a namespace's pools in name order, a page at a time; with
+/// `namespace=*`, the pools of every namespace the caller may see, by
+/// namespace and name.
 #[utoipa::path(get, path = "/v1/pools", tag = "pools", params(PageParams),
     responses(
         (status = 200, description = "A page of pools", body = PoolList),
+        (status = 404, description = "No such namespace", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Bad `limit` or `cursor`", body = Problem, content_type = "application/problem+json"),
     ))]
-async fn list_pools(State(state): State<AppState>, ApiQuery(page): ApiQuery<PageParams>) -> ApiResult<Json<PoolList>> {
-    let page = state.pools.list(&page.request()?).await?;
+async fn list_pools(
+    State(state): State<AppState>,
+    scope: Scope,
+    ApiQuery(page): ApiQuery<PageParams>,
+) -> ApiResult<Json<PoolList>> {
+    let page = state.pools.list(&scope.access, scope.across, &page.request()?).await?;
     Ok(Json(PoolList { items: page.items.into_iter().map(PoolView::from).collect(), next_cursor: page.next_cursor }))
 }
 
@@ -80,9 +91,9 @@ async fn list_pools(State(state): State<AppState>, ApiQuery(page): ApiQuery<Page
         (status = 200, description = "The pool", body = PoolView, headers(("ETag" = String, description = "Generation"))),
         (status = 404, description = "No such pool", body = Problem, content_type = "application/problem+json"),
     ))]
-async fn get_pool(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
+async fn get_pool(State(state): State<AppState>, scope: Scope, Path(name): Path<String>) -> ApiResult<Response> {
     // The most read answer of all: rendered once per change of the pool.
-    let cached = state.pools.shared(&name).await?;
+    let cached = state.pools.shared(&scope.single()?, &name).await?;
     let body = match cached.rendered.get() {
         Some(body) => body.clone(),
         None => {
@@ -120,13 +131,12 @@ async fn get_pool(State(state): State<AppState>, Path(name): Path<String>) -> Ap
 #[tracing::instrument(skip_all, fields(pool = %name))]
 async fn patch_pool(
     State(state): State<AppState>,
+    scope: Scope,
     Path(name): Path<String>,
-    caller: Option<axum::Extension<Caller>>,
     IfMatch(pinned): IfMatch,
     MergePatch(patch): MergePatch<Value>,
 ) -> ApiResult<Response> {
-    let role = crate::identity::role_or_admin(caller.as_deref());
-    let pool = state.pools.patch(&name, &patch, pinned.as_deref(), role).await?;
+    let pool = state.pools.patch(&scope.single()?, &name, &patch, pinned.as_deref()).await?;
     Ok(pool_response(StatusCode::OK, pool, false))
 }
 
@@ -147,11 +157,12 @@ async fn patch_pool(
 #[tracing::instrument(skip_all, fields(pool = %name))]
 async fn scale_pool(
     State(state): State<AppState>,
+    scope: Scope,
     Path(name): Path<String>,
     IfMatch(pinned): IfMatch,
     ApiJson(scale): ApiJson<Scale>,
 ) -> ApiResult<Response> {
-    let pool = state.pools.scale(&name, scale.replicas, pinned.as_deref()).await?;
+    let pool = state.pools.scale(&scope.single()?, &name, scale.replicas, pinned.as_deref()).await?;
     Ok(pool_response(StatusCode::OK, pool, false))
 }
 
@@ -164,8 +175,8 @@ async fn scale_pool(
         (status = 404, description = "No such pool", body = Problem, content_type = "application/problem+json"),
     ))]
 #[tracing::instrument(skip_all, fields(pool = %name))]
-async fn delete_pool(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
-    let pool = state.pools.delete(&name).await?;
+async fn delete_pool(State(state): State<AppState>, scope: Scope, Path(name): Path<String>) -> ApiResult<Response> {
+    let pool = state.pools.delete(&scope.single()?, &name).await?;
     Ok(pool_response(StatusCode::ACCEPTED, pool, true))
 }
 
@@ -179,8 +190,9 @@ async fn delete_pool(State(state): State<AppState>, Path(name): Path<String>) ->
     ))]
 async fn list_pool_events(
     State(state): State<AppState>,
+    scope: Scope,
     Path(name): Path<String>,
     ApiQuery(page): ApiQuery<PageParams>,
 ) -> ApiResult<Json<EventList>> {
-    Ok(Json(state.pools.events(&name, &page.request_by_id()?).await?.into()))
+    Ok(Json(state.pools.events(&scope.single()?, &name, &page.request_by_id()?).await?.into()))
 }

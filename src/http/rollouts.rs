@@ -1,10 +1,10 @@
 //! Rollouts of a pool: progress, revisions, rollback, batch approval and
 //! the dry-run plan.
 
+use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::Response;
-use axum::{Extension, Json};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -13,10 +13,9 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use crate::db::{pools::Pool, revisions::Revision};
 use crate::domain::rollout::{self, Counts, RolloutState};
 use crate::error::{ApiResult, Problem};
-use crate::http::extract::{OptionalJson, OptionalMergePatch};
+use crate::http::extract::{OptionalJson, OptionalMergePatch, Scope};
 use crate::http::wire::PlanView;
 use crate::http::wire::pools::{PoolPatch, PoolView, pool_response};
-use crate::identity::Caller;
 use crate::pools::Rollout;
 use crate::state::AppState;
 
@@ -99,7 +98,7 @@ fn rollout_view(pool: &Pool, counts: Counts) -> RolloutView {
     let reason = match state {
         RolloutState::Paused if spec.paused() => Some("the pool is paused (spec.paused)".to_owned()),
         RolloutState::Paused => {
-            Some("batch done; waiting for POST /v1/pools/{name}/rollout/continue".replace("{name}", &pool.name))
+            Some("batch done; waiting for POST /v1/pools/{name}/rollout/continue".replace("{name}", &pool.id.name))
         }
         RolloutState::Stalled => {
             let why = s
@@ -113,12 +112,12 @@ fn rollout_view(pool: &Pool, counts: Counts) -> RolloutView {
     };
     let remaining = counts.outdated.max(spec.replicas().saturating_sub(counts.updated_available));
     let estimated_seconds_remaining = progress.as_ref().and_then(|p| {
-        let elapsed = (Utc::now() - p.started_at).num_milliseconds() as f64 / 1000.0;
+        let elapsed = (crate::clock::wall() - p.started_at).num_milliseconds() as f64 / 1000.0;
         let done = f64::from(p.updated_available);
         (done > 0.0 && remaining > 0).then(|| elapsed / done * f64::from(remaining))
     });
     RolloutView {
-        pool: pool.name.clone(),
+        pool: pool.id.name.clone(),
         desired_image: spec.desired_image(),
         revision: pool.revision,
         state,
@@ -150,8 +149,12 @@ fn rollout_view(pool: &Pool, counts: Counts) -> RolloutView {
         (status = 200, description = "Rollout progress", body = RolloutView),
         (status = 404, description = "No such pool", body = Problem, content_type = "application/problem+json"),
     ))]
-async fn get_rollout(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Json<RolloutView>> {
-    Ok(Json(state.pools.rollout(&name).await?.into()))
+async fn get_rollout(
+    State(state): State<AppState>,
+    scope: Scope,
+    Path(name): Path<String>,
+) -> ApiResult<Json<RolloutView>> {
+    Ok(Json(state.pools.rollout(&scope.single()?, &name).await?.into()))
 }
 
 /// Approve the next batch of a rollout with `strategy.batch_approval`.
@@ -163,8 +166,12 @@ async fn get_rollout(State(state): State<AppState>, Path(name): Path<String>) ->
         (status = 409, description = "The pool has no batch approval or no rollout waiting", body = Problem, content_type = "application/problem+json"),
     ))]
 #[tracing::instrument(skip(state))]
-async fn continue_rollout(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Json<RolloutView>> {
-    Ok(Json(state.pools.approve_batch(&name).await?.into()))
+async fn continue_rollout(
+    State(state): State<AppState>,
+    scope: Scope,
+    Path(name): Path<String>,
+) -> ApiResult<Json<RolloutView>> {
+    Ok(Json(state.pools.approve_batch(&scope.single()?, &name).await?.into()))
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -182,8 +189,12 @@ pub struct RevisionList {
         (status = 200, description = "Revisions, newest first", body = RevisionList),
         (status = 404, description = "No such pool", body = Problem, content_type = "application/problem+json"),
     ))]
-async fn list_revisions(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Json<RevisionList>> {
-    let (current, items) = state.pools.revisions(&name).await?;
+async fn list_revisions(
+    State(state): State<AppState>,
+    scope: Scope,
+    Path(name): Path<String>,
+) -> ApiResult<Json<RevisionList>> {
+    let (current, items) = state.pools.revisions(&scope.single()?, &name).await?;
     Ok(Json(RevisionList { current, items }))
 }
 
@@ -205,15 +216,15 @@ pub struct RollbackRequest {
         (status = 409, description = "Nothing to roll back to, or the pool changed meanwhile", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "No such revision", body = Problem, content_type = "application/problem+json"),
     ))]
-#[tracing::instrument(skip(state, body, caller))]
+#[tracing::instrument(skip(state, body))]
 async fn rollback_pool(
     State(state): State<AppState>,
+    scope: Scope,
     Path(name): Path<String>,
-    caller: Option<Extension<Caller>>,
     OptionalJson(body): OptionalJson<RollbackRequest>,
 ) -> ApiResult<Response> {
     let req = body.unwrap_or_default();
-    let pool = state.pools.rollback(&name, req.revision, crate::identity::role_or_admin(caller.as_deref())).await?;
+    let pool = state.pools.rollback(&scope.single()?, &name, req.revision).await?;
     Ok(pool_response(StatusCode::ACCEPTED, pool, true))
 }
 
@@ -232,10 +243,11 @@ async fn rollback_pool(
     ))]
 async fn plan_pool(
     State(state): State<AppState>,
+    scope: Scope,
     Path(name): Path<String>,
     OptionalMergePatch(patch): OptionalMergePatch<serde_json::Value>,
 ) -> ApiResult<Json<PlanView>> {
-    let planned = state.pools.plan(&name, patch.as_ref()).await?;
+    let planned = state.pools.plan(&scope.single()?, &name, patch.as_ref()).await?;
     let desired_image = planned.pool.spec.desired_image();
     Ok(Json(PlanView { pool: name, desired_image, plan: planned.plan, observed: planned.observed }))
 }

@@ -19,7 +19,6 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::Extension;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
@@ -29,11 +28,13 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use crate::domain::event::{Event, SubjectKind};
+use crate::domain::event::Event;
+use crate::domain::object::{Namespace, ObjectRef, PoolRef};
 use crate::error::{ApiError, ApiResult, Problem, error_chain};
 use crate::events::notices::Watcher;
+use crate::http::extract::{NamespaceParam, Scope};
 use crate::http::wire::PoolView;
-use crate::identity::{Caller, Role};
+use crate::identity::Access;
 use crate::metrics::{CloseReason, OpenGuard};
 use crate::state::AppState;
 
@@ -55,8 +56,24 @@ pub fn router() -> OpenApiRouter<AppState> {
 
 /// What one stream follows.
 enum Subject {
-    Pool(String),
-    Job(i64),
+    Pool(PoolRef),
+    Job { id: i64, namespace: Namespace },
+}
+
+impl Subject {
+    fn namespace(&self) -> &Namespace {
+        match self {
+            Self::Pool(pool) => &pool.namespace,
+            Self::Job { namespace, .. } => namespace,
+        }
+    }
+
+    fn object(&self) -> ObjectRef {
+        match self {
+            Self::Pool(pool) => ObjectRef::Pool(pool.clone()),
+            Self::Job { id, .. } => ObjectRef::Job(*id),
+        }
+    }
 }
 
 /// What holds a stream's place among the open ones; released with it.
@@ -69,7 +86,8 @@ struct Slot {
 struct Watch {
     state: AppState,
     subject: Subject,
-    caller: Caller,
+    /// Who follows: checked again every `--stream-recheck`.
+    access: Access,
     changes: Watcher,
     /// Id of the last event sent (or the newest one when the stream began
     /// without `Last-Event-ID`).
@@ -102,7 +120,7 @@ impl Watch {
                 }
                 if Instant::now() >= self.next_check {
                     self.next_check = Instant::now() + self.state.config.stream_recheck;
-                    if !self.state.tokens.still_allows(&self.caller, Role::Viewer, chrono::Utc::now()) {
+                    if !self.still_allowed() {
                         return self.close(CloseReason::Revoked);
                     }
                 }
@@ -128,31 +146,39 @@ impl Watch {
 
     fn close(&self, reason: CloseReason) -> Option<Vec<SseEvent>> {
         self.state.metrics.stream_closed(reason);
-        tracing::debug!(caller = %self.caller.name, reason = ?reason, "ending an event stream");
+        tracing::debug!(caller = ?self.access.caller_name(), reason = ?reason, "ending an event stream");
         None
+    }
+
+    /// Whether the caller still may read the subject's namespace: a token
+    /// revoked, a grant taken away or an expired JWT ends the stream.
+    fn still_allowed(&self) -> bool {
+        let Some(caller) = self.access.caller() else { return true };
+        let namespace = self.subject.namespace();
+        self.state.tokens.still_allows(caller, |g| g.role_in(namespace).is_some(), crate::clock::wall())
     }
 
     /// One look at the store. The subject is read before its events, so
     /// that every event written before a final state is sent before it.
     async fn poll(&mut self) -> ApiResult<Vec<SseEvent>> {
-        let (kind, subject, status, finished) = match &self.subject {
-            Subject::Pool(name) => {
-                let view = match self.state.pools.find(name).await? {
+        let (subject, status, finished) = match &self.subject {
+            Subject::Pool(pool) => {
+                let view = match self.state.pools.find(pool).await? {
                     Some(pool) => Some(to_value(PoolView::from(pool))?),
                     None => None,
                 };
-                (SubjectKind::Pool, name.clone(), view, false)
+                (pool.name.clone(), view, false)
             }
-            Subject::Job(id) => match self.state.upgrades.find(*id).await? {
+            Subject::Job { id, .. } => match self.state.upgrades.find(*id).await? {
                 Some(job) => {
                     let finished = !job.job.state.is_active();
                     let view = to_value(crate::http::wire::upgrades::UpgradeView::from(job))?;
-                    (SubjectKind::Job, id.to_string(), Some(view), finished)
+                    (id.to_string(), Some(view), finished)
                 }
-                None => (SubjectKind::Job, id.to_string(), None, false),
+                None => (id.to_string(), None, false),
             },
         };
-        let mut out = self.new_events(kind, &subject).await?;
+        let mut out = self.new_events().await?;
         match status {
             Some(view) => {
                 let stable = without_volatile(&view);
@@ -171,8 +197,8 @@ impl Watch {
         Ok(out)
     }
 
-    async fn new_events(&mut self, kind: SubjectKind, subject: &str) -> ApiResult<Vec<SseEvent>> {
-        let events = self.state.events.after(kind, subject, self.last_event, EVENT_BATCH).await?;
+    async fn new_events(&mut self) -> ApiResult<Vec<SseEvent>> {
+        let events = self.state.events.after(&self.subject.object(), self.last_event, EVENT_BATCH).await?;
         let mut out = Vec::with_capacity(events.len());
         for ev in events {
             self.last_event = ev.id;
@@ -217,10 +243,10 @@ fn last_event_id(headers: &HeaderMap) -> ApiResult<Option<i64>> {
 }
 
 /// Where a stream starts: after `Last-Event-ID`, else after the newest event.
-async fn start_after(state: &AppState, headers: &HeaderMap, kind: SubjectKind, subject: &str) -> ApiResult<i64> {
+async fn start_after(state: &AppState, headers: &HeaderMap, subject: &Subject) -> ApiResult<i64> {
     match last_event_id(headers)? {
         Some(id) => Ok(id),
-        None => Ok(state.events.last_id(kind, subject).await?),
+        None => Ok(state.events.last_id(&subject.object()).await?),
     }
 }
 
@@ -238,10 +264,10 @@ fn take_slot(state: &AppState) -> ApiResult<Slot> {
     }
 }
 
-fn watch(state: AppState, subject: Subject, caller: Caller, last_event: i64, slot: Slot) -> Watch {
+fn watch(state: AppState, subject: Subject, access: Access, last_event: i64, slot: Slot) -> Watch {
     let changes = match &subject {
-        Subject::Pool(name) => state.changes.watch_pool(name),
-        Subject::Job(id) => state.changes.watch_job(*id),
+        Subject::Pool(pool) => state.changes.watch_pool(pool),
+        Subject::Job { id, .. } => state.changes.watch_job(*id),
     };
     let now = Instant::now();
     Watch {
@@ -249,7 +275,7 @@ fn watch(state: AppState, subject: Subject, caller: Caller, last_event: i64, slo
         next_check: now + state.config.stream_recheck,
         state,
         subject,
-        caller,
+        access,
         changes,
         last_event,
         last_status: None,
@@ -312,6 +338,7 @@ pub struct SseMessage {
 #[utoipa::path(get, path = "/v1/pools/{name}/stream", tag = "pools",
     params(
         ("name" = String, Path, description = "Pool name"),
+        NamespaceParam,
         ("Last-Event-ID" = Option<i64>, Header, description = "Resume after this event id; without it only new events are sent"),
     ),
     responses(
@@ -320,17 +347,19 @@ pub struct SseMessage {
         (status = 422, description = "`Last-Event-ID` is not an event id", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "`--max-streams` streams are open; retry after `Retry-After` seconds", body = Problem, content_type = "application/problem+json"),
     ))]
-#[tracing::instrument(skip(state, headers, caller))]
+#[tracing::instrument(skip(state, headers, scope))]
 async fn pool_stream(
     State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    scope: Scope,
     Path(name): Path<String>,
     headers: HeaderMap,
 ) -> ApiResult<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>> {
+    let access = scope.single()?;
     let slot = take_slot(&state)?;
-    state.pools.get(&name).await?;
-    let after = start_after(&state, &headers, SubjectKind::Pool, &name).await?;
-    Ok(sse(watch(state, Subject::Pool(name), caller, after, slot)))
+    let pool = state.pools.get(&access, crate::identity::Action::READ, &name).await?;
+    let subject = Subject::Pool(pool.id);
+    let after = start_after(&state, &headers, &subject).await?;
+    Ok(sse(watch(state, subject, access, after, slot)))
 }
 
 /// Follow an upgrade job live (Server-Sent Events).
@@ -343,6 +372,7 @@ async fn pool_stream(
 #[utoipa::path(get, path = "/v1/upgrades/{id}/stream", tag = "upgrades",
     params(
         ("id" = i64, Path, description = "Job id"),
+        NamespaceParam,
         ("Last-Event-ID" = Option<i64>, Header, description = "Resume after this event id; without it only new events are sent"),
     ),
     responses(
@@ -351,17 +381,19 @@ async fn pool_stream(
         (status = 422, description = "`Last-Event-ID` is not an event id", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "`--max-streams` streams are open; retry after `Retry-After` seconds", body = Problem, content_type = "application/problem+json"),
     ))]
-#[tracing::instrument(skip(state, headers, caller))]
+#[tracing::instrument(skip(state, headers, scope))]
 async fn upgrade_stream(
     State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    scope: Scope,
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> ApiResult<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>> {
+    let access = scope.single()?;
     let slot = take_slot(&state)?;
-    let job = state.upgrades.get(&id).await?.job;
-    let after = start_after(&state, &headers, SubjectKind::Job, &job.id.to_string()).await?;
-    Ok(sse(watch(state, Subject::Job(job.id), caller, after, slot)))
+    let job = state.upgrades.get(&access, &id).await?.job;
+    let subject = Subject::Job { id: job.id, namespace: job.cluster.namespace };
+    let after = start_after(&state, &headers, &subject).await?;
+    Ok(sse(watch(state, subject, access, after, slot)))
 }
 
 #[cfg(test)]

@@ -11,13 +11,13 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
+use crate::db::upgrades::Job;
 use crate::domain::upgrade::JobState;
 use crate::error::{ApiError, ApiResult, Problem};
-use crate::http::extract::{ApiJson, ApiQuery};
+use crate::http::extract::{ApiJson, ApiQuery, Scope};
 use crate::http::pagination::PageParams;
 use crate::http::wire::upgrades::UpgradeView;
-use crate::http::wire::{EventList, location};
-use crate::identity::Caller;
+use crate::http::wire::{EventList, in_namespace, location};
 use crate::state::AppState;
 use crate::upgrade::service::UpgradeError;
 pub use crate::upgrade::service::{NewUpgrade, UpgradePlan};
@@ -56,7 +56,7 @@ impl From<UpgradeError> for ApiError {
             UpgradeError::NotFound(id) => ApiError::not_found("upgrade job", id),
             UpgradeError::Cluster(e) => e.into(),
             UpgradeError::Invalid(errs) => ApiError::Validation(errs),
-            UpgradeError::AdminOnly(_) => ApiError::Forbidden { need: "admin" },
+            UpgradeError::Denied(denied) => denied.into(),
             UpgradeError::Active { .. } | UpgradeError::Ended { .. } => ApiError::Conflict(e.to_string()),
             UpgradeError::Unreachable(why) => ApiError::Unavailable(why),
             UpgradeError::Store(e) => ApiError::Database(e),
@@ -64,8 +64,8 @@ impl From<UpgradeError> for ApiError {
     }
 }
 
-fn job_location(id: i64) -> [(header::HeaderName, HeaderValue); 1] {
-    [(header::LOCATION, location(&format!("/v1/upgrades/{id}")))]
+fn job_location(job: &Job) -> [(header::HeaderName, HeaderValue); 1] {
+    [(header::LOCATION, location(&in_namespace(&format!("/v1/upgrades/{}", job.id), &job.cluster.namespace)))]
 }
 
 /// Start an upgrade of a cluster's control plane: a job, which a runner
@@ -90,13 +90,13 @@ fn job_location(id: i64) -> [(header::HeaderName, HeaderValue); 1] {
 #[tracing::instrument(skip_all, fields(cluster = %name, version = %body.version))]
 async fn create_upgrade(
     State(state): State<AppState>,
+    scope: Scope,
     Path(name): Path<String>,
-    caller: Option<axum::Extension<Caller>>,
     ApiJson(body): ApiJson<NewUpgrade>,
 ) -> ApiResult<Response> {
-    let job = state.upgrades.create(&name, &body, crate::identity::role_or_admin(caller.as_deref())).await?;
-    let id = job.job.id;
-    Ok((StatusCode::ACCEPTED, job_location(id), Json(UpgradeView::from(job))).into_response())
+    let job = state.upgrades.create(&scope.single()?, &name, &body).await?;
+    let location = job_location(&job.job);
+    Ok((StatusCode::ACCEPTED, location, Json(UpgradeView::from(job))).into_response())
 }
 
 /// The plan of an upgrade of a cluster's control plane: what a job started
@@ -117,11 +117,11 @@ async fn create_upgrade(
 #[tracing::instrument(skip_all, fields(cluster = %name, version = %body.version))]
 async fn plan_upgrade(
     State(state): State<AppState>,
+    scope: Scope,
     Path(name): Path<String>,
-    caller: Option<axum::Extension<Caller>>,
     ApiJson(body): ApiJson<NewUpgrade>,
 ) -> ApiResult<Json<UpgradePlan>> {
-    Ok(Json(state.upgrades.plan(&name, &body, crate::identity::role_or_admin(caller.as_deref())).await?))
+    Ok(Json(state.upgrades.plan(&scope.single()?, &name, &body).await?))
 }
 
 /// List upgrade jobs, newest first.
@@ -133,10 +133,12 @@ async fn plan_upgrade(
 #[tracing::instrument(skip_all)]
 async fn list_upgrades(
     State(state): State<AppState>,
+    scope: Scope,
     ApiQuery(filter): ApiQuery<UpgradeFilter>,
     ApiQuery(page): ApiQuery<PageParams>,
 ) -> ApiResult<Json<UpgradeList>> {
-    let page = state.upgrades.list(filter.cluster.as_deref(), filter.state, &page.request_by_id()?).await?;
+    let access = scope.single()?;
+    let page = state.upgrades.list(&access, filter.cluster.as_deref(), filter.state, &page.request_by_id()?).await?;
     Ok(Json(UpgradeList {
         items: page.items.into_iter().map(UpgradeView::from).collect(),
         next_cursor: page.next_cursor,
@@ -150,8 +152,12 @@ async fn list_upgrades(
         (status = 404, description = "No such job", body = Problem, content_type = "application/problem+json"),
     ))]
 #[tracing::instrument(skip_all, fields(job = %id))]
-async fn get_upgrade(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<UpgradeView>> {
-    Ok(Json(state.upgrades.get(&id).await?.into()))
+async fn get_upgrade(
+    State(state): State<AppState>,
+    scope: Scope,
+    Path(id): Path<String>,
+) -> ApiResult<Json<UpgradeView>> {
+    Ok(Json(state.upgrades.get(&scope.single()?, &id).await?.into()))
 }
 
 /// The job's events, newest first.
@@ -165,10 +171,11 @@ async fn get_upgrade(State(state): State<AppState>, Path(id): Path<String>) -> A
 #[tracing::instrument(skip_all, fields(job = %id))]
 async fn list_upgrade_events(
     State(state): State<AppState>,
+    scope: Scope,
     Path(id): Path<String>,
     ApiQuery(page): ApiQuery<PageParams>,
 ) -> ApiResult<Json<EventList>> {
-    Ok(Json(state.upgrades.events(&id, &page.request_by_id()?).await?.into()))
+    Ok(Json(state.upgrades.events(&scope.single()?, &id, &page.request_by_id()?).await?.into()))
 }
 
 /// Cancel a job. A pending job is cancelled at once (200); a running one
@@ -183,9 +190,10 @@ async fn list_upgrade_events(
         (status = 409, description = "The job already ended", body = Problem, content_type = "application/problem+json"),
     ))]
 #[tracing::instrument(skip_all, fields(job = %id))]
-async fn cancel_upgrade(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
-    let job = state.upgrades.cancel(&id).await?;
-    let (job_id, running) = (job.job.id, job.job.state == JobState::Running);
+async fn cancel_upgrade(State(state): State<AppState>, scope: Scope, Path(id): Path<String>) -> ApiResult<Response> {
+    let job = state.upgrades.cancel(&scope.single()?, &id).await?;
+    let running = job.job.state == JobState::Running;
     let status = if running { StatusCode::ACCEPTED } else { StatusCode::OK };
-    Ok((status, job_location(job_id), Json(UpgradeView::from(job))).into_response())
+    let location = job_location(&job.job);
+    Ok((status, location, Json(UpgradeView::from(job))).into_response())
 }

@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::caller::{Caller, Via};
 use crate::db::{self, Db};
-use crate::domain::role::Role;
+use crate::domain::grant::Grants;
 
 /// How often the map is rebuilt from the store.
 pub const RELOAD_INTERVAL: Duration = Duration::from_secs(1);
@@ -31,7 +31,7 @@ pub const TOUCH_INTERVAL: Duration = Duration::from_secs(60);
 
 struct Entry {
     name: String,
-    role: Role,
+    grants: Grants,
     /// Unix seconds of the last use seen by this process; 0: none.
     used: AtomicI64,
     /// Unix seconds of the last use written to the store; 0: none.
@@ -69,20 +69,19 @@ impl TokenCache {
     /// tokens that are still there.
     pub async fn reload(&self, db: &Db) -> sqlx::Result<()> {
         let edits = self.edits.load(Ordering::Acquire);
-        let rows = db::tokens::all(db.background()).await?;
+        let rows = db::tokens::all(db).await?;
         let mut map = self.write();
         if self.edits.load(Ordering::Acquire) != edits {
             return Ok(());
         }
         let mut next = HashMap::with_capacity(rows.len());
         for row in rows {
-            let role = row.role;
             let stored = row.last_used_at.map_or(0, |t| t.timestamp());
             let entry = match map.remove(&row.hash) {
-                Some(e) if e.name == row.name && e.role == role => e,
+                Some(e) if e.name == row.name && e.grants == row.grants => e,
                 _ => Arc::new(Entry {
                     name: row.name,
-                    role,
+                    grants: row.grants,
                     used: AtomicI64::new(stored),
                     stored: AtomicI64::new(stored),
                 }),
@@ -98,12 +97,13 @@ impl TokenCache {
         let map = self.read();
         let entry = map.get(hash)?;
         entry.used.fetch_max(now.timestamp(), Ordering::Relaxed);
-        Some(Caller::token(entry.name.clone(), entry.role))
+        Some(Caller::with_grants(entry.name.clone(), entry.grants.clone()))
     }
 
     /// Adds a token whose creation has committed.
-    pub fn insert(&self, name: &str, role: Role, hash: &str) {
-        let entry = Entry { name: name.to_owned(), role, used: AtomicI64::new(0), stored: AtomicI64::new(0) };
+    pub fn insert(&self, name: &str, grants: &Grants, hash: &str) {
+        let entry =
+            Entry { name: name.to_owned(), grants: grants.clone(), used: AtomicI64::new(0), stored: AtomicI64::new(0) };
         let mut map = self.write();
         self.edits.fetch_add(1, Ordering::AcqRel);
         map.insert(hash.to_owned(), Arc::new(entry));
@@ -116,19 +116,20 @@ impl TokenCache {
         map.retain(|_, e| e.name != name);
     }
 
-    /// Whether the token `name` still exists with at least the role `need`:
+    /// Whether the token `name` still exists with grants that `allowed`:
     /// what a long-lived response asks from time to time.
-    pub fn allows(&self, name: &str, need: Role) -> bool {
-        self.read().values().any(|e| e.name == name && e.role >= need)
+    pub fn allows(&self, name: &str, allowed: impl Fn(&Grants) -> bool) -> bool {
+        self.read().values().any(|e| e.name == name && allowed(&e.grants))
     }
 
-    /// Whether `caller` may still act with role `need` at `now`: a revoked
-    /// token or an expired JWT ends the event streams it opened.
-    pub fn still_allows(&self, caller: &Caller, need: Role, now: DateTime<Utc>) -> bool {
+    /// Whether `caller` may still act at `now` with grants that `allowed`:
+    /// a revoked token, narrowed grants or an expired JWT end the event
+    /// streams it opened.
+    pub fn still_allows(&self, caller: &Caller, allowed: impl Fn(&Grants) -> bool, now: DateTime<Utc>) -> bool {
         match caller.via {
-            Via::Token => self.allows(&caller.name, need),
-            Via::Oidc { expires_at } => caller.role >= need && now.timestamp() < expires_at,
-            Via::Certificate => caller.role >= need,
+            Via::Token => self.allows(&caller.name, allowed),
+            Via::Oidc { expires_at } => allowed(&caller.grants) && now.timestamp() < expires_at,
+            Via::Certificate => allowed(&caller.grants),
         }
     }
 
@@ -192,18 +193,20 @@ pub async fn run(cache: Arc<TokenCache>, db: Db, cancel: CancellationToken) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::role::Role;
 
     #[test]
     fn lookups_stamp_use_and_removal_is_immediate() {
         let cache = TokenCache::default();
-        cache.insert("ci", Role::Operator, "h1");
-        let now = Utc::now();
+        cache.insert("ci", &Grants::everywhere(Role::Operator), "h1");
+        let now = crate::clock::wall();
         let caller = cache.lookup("h1", now).expect("known hash");
-        assert_eq!((caller.name.as_str(), caller.role), ("ci", Role::Operator));
+        assert_eq!((caller.name.as_str(), caller.grants.global_role()), ("ci", Some(Role::Operator)));
         assert_eq!(cache.last_used("ci").map(|t| t.timestamp()), Some(now.timestamp()));
-        assert!(cache.allows("ci", Role::Viewer) && !cache.allows("ci", Role::Admin));
+        let at_least = |need| move |g: &Grants| g.global_role().is_some_and(|r| r >= need);
+        assert!(cache.allows("ci", at_least(Role::Viewer)) && !cache.allows("ci", at_least(Role::Admin)));
         cache.remove("ci");
         assert!(cache.lookup("h1", now).is_none());
-        assert!(!cache.allows("ci", Role::Viewer));
+        assert!(!cache.allows("ci", at_least(Role::Viewer)));
     }
 }

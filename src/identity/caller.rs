@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use crate::domain::grant::Grants;
 use crate::domain::role::Role;
 
 /// The authenticated caller, put in the request's extensions.
@@ -11,7 +12,8 @@ pub struct Caller {
     /// The token's name; `oidc:<subject>` for an OIDC token,
     /// `cert:<subject>` for a client certificate.
     pub name: String,
-    pub role: Role,
+    /// What it may do, namespace by namespace.
+    pub grants: Grants,
     pub via: Via,
 }
 
@@ -27,8 +29,18 @@ pub enum Via {
 }
 
 impl Caller {
+    /// A token's caller with one role everywhere (`*`).
     pub fn token(name: impl Into<String>, role: Role) -> Self {
-        Self { name: name.into(), role, via: Via::Token }
+        Self::with_grants(name, Grants::everywhere(role))
+    }
+
+    pub fn with_grants(name: impl Into<String>, grants: Grants) -> Self {
+        Self { name: name.into(), grants, via: Via::Token }
+    }
+
+    /// The highest role it holds anywhere, for the audit trail's `role`.
+    pub fn highest_role(&self) -> Option<Role> {
+        self.grants.highest()
     }
 }
 

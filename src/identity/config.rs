@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use super::rules::{ClaimRule, SubjectRule};
-use crate::domain::role::Role;
+use crate::domain::grant::Grants;
 
 /// Why the access file could not be used; every variant names the file.
 #[derive(Debug, thiserror::Error)]
@@ -83,8 +83,13 @@ const MAX_LEEWAY: u64 = 300;
 impl AccessConfig {
     /// Reads and checks `path`.
     pub fn load(path: &Path) -> Result<Self, AccessConfigError> {
-        let text =
-            std::fs::read_to_string(path).map_err(|source| AccessConfigError::Read { path: path.into(), source })?;
+        let bytes = std::fs::read(path).map_err(|source| AccessConfigError::Read { path: path.into(), source })?;
+        Self::from_bytes(path, &bytes)
+    }
+
+    /// The config in `bytes`, read from `path` (which errors name).
+    pub fn from_bytes(path: &Path, bytes: &[u8]) -> Result<Self, AccessConfigError> {
+        let text = String::from_utf8_lossy(bytes);
         Self::parse(&text).map_err(|e| match e {
             ParseError::Syntax(source) => AccessConfigError::Parse { path: path.into(), source },
             ParseError::Rule(message) => AccessConfigError::Invalid { path: path.into(), message },
@@ -124,13 +129,16 @@ impl AccessConfig {
             if rule.subject.trim().is_empty() {
                 return Err(format!("mtls[{i}]: subject is empty"));
             }
+            if rule.namespaces.as_ref().is_some_and(Vec::is_empty) {
+                return Err(format!("mtls[{i}]: namespaces is empty; name at least one namespace, or `*`"));
+            }
         }
         Ok(())
     }
 
-    /// The role of a client certificate's subject, if one is listed.
-    pub fn subject_role(&self, subject: &str) -> Option<Role> {
-        self.mtls.iter().find(|r| r.subject == subject).map(|r| r.role)
+    /// The grants of a client certificate's subject, if one is listed.
+    pub fn subject_grants(&self, subject: &str) -> Option<Grants> {
+        self.mtls.iter().find(|r| r.subject == subject).map(SubjectRule::grants)
     }
 }
 
@@ -161,8 +169,11 @@ mod tests {
         assert_eq!(c.oidc_issuer.len(), 1);
         assert_eq!(c.oidc_issuer[0].leeway_seconds, 30);
         assert_eq!(c.oidc_issuer[0].max_key_age_seconds, 3600, "keys are fetched again every hour");
-        assert_eq!(c.subject_role("CN=ci-runner,O=example"), Some(Role::Operator));
-        assert_eq!(c.subject_role("CN=other"), None);
+        assert_eq!(
+            c.subject_grants("CN=ci-runner,O=example"),
+            Some(Grants::everywhere(crate::domain::role::Role::Operator))
+        );
+        assert_eq!(c.subject_grants("CN=other"), None);
     }
 
     #[test]

@@ -15,20 +15,24 @@
 //! requests without valid credentials are audited once per burst, so that
 //! nobody without a token can grow the store fast.
 
+use std::sync::Arc;
+
 use axum::extract::Request;
 use axum::http::{HeaderValue, Method, header};
 use axum::response::{IntoResponse, Response};
-use chrono::Utc;
 
+use super::OidcError;
+use super::authz::{Refusals, WorkedIn};
 use super::cache::TokenCache;
 use super::caller::{Caller, ClientCertificate, Via};
 use super::oidc::looks_like_jwt;
+use super::reload::Loaded;
 use super::routes::{is_public, required_role};
 use super::secret::hash_token;
-use super::{AccessConfig, OidcError, Verifier};
 use crate::audit::log::AuditLog;
 use crate::audit::refusals::RefusalAudit;
 use crate::db::{self, Db, audit::NewAudit};
+use crate::domain::role::Role;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::telemetry::{Clipped, truncate};
@@ -69,14 +73,14 @@ fn bearer(header: Option<&HeaderValue>) -> Option<&str> {
 /// request is refused, so a token works everywhere as soon as it is made.
 async fn lookup(state: &Gate<'_>, token: &str) -> Option<Caller> {
     let hash = hash_token(token);
-    if let Some(caller) = state.tokens.lookup(&hash, Utc::now()) {
+    if let Some(caller) = state.tokens.lookup(&hash, crate::clock::wall()) {
         return Some(caller);
     }
     state.db.shared_store()?;
-    match db::tokens::by_hash(state.db.read(), &hash).await {
+    match db::tokens::by_hash(state.db, &hash).await {
         Ok(Some(stored)) => {
-            state.tokens.insert(&stored.name, stored.role, &stored.hash);
-            state.tokens.lookup(&hash, Utc::now())
+            state.tokens.insert(&stored.name, &stored.grants, &stored.hash);
+            state.tokens.lookup(&hash, crate::clock::wall())
         }
         Ok(None) => None,
         Err(e) => {
@@ -106,12 +110,12 @@ async fn identify(
     cert: Option<&ClientCertificate>,
 ) -> (Identity, Option<String>) {
     if let Some(token) = bearer(headers.get(header::AUTHORIZATION)) {
-        return match state.oidc {
+        return match state.access.as_ref().and_then(|a| a.oidc.as_deref()) {
             Some(oidc) if looks_like_jwt(token) => match oidc.verify(token).await {
                 Ok(v) => {
                     let name = format!("oidc:{}", truncate(&v.subject, MAX_SUBJECT));
                     let label = format!("{name} ({})", v.used_claims.join(", "));
-                    let caller = Caller { name, role: v.role, via: Via::Oidc { expires_at: v.expires_at } };
+                    let caller = Caller { name, grants: v.grants, via: Via::Oidc { expires_at: v.expires_at } };
                     (Identity::Known(caller), Some(label))
                 }
                 Err(OidcError::NoRule { subject }) => {
@@ -127,10 +131,10 @@ async fn identify(
         };
     }
     let Some(cert) = cert else { return (Identity::None, None) };
-    match state.access.and_then(|a| a.subject_role(&cert.0)) {
-        Some(role) => {
+    match state.access.as_ref().and_then(|a| a.config.subject_grants(&cert.0)) {
+        Some(grants) => {
             let name = format!("cert:{}", truncate(&cert.0, MAX_SUBJECT));
-            (Identity::Known(Caller { name, role, via: Via::Certificate }), None)
+            (Identity::Known(Caller { name, grants, via: Via::Certificate }), None)
         }
         None => {
             tracing::debug!(subject = %cert.0, "a client certificate whose subject has no role");
@@ -154,10 +158,9 @@ pub struct Gate<'a> {
     pub refusals: &'a RefusalAudit,
     pub audit: &'a AuditLog,
     pub metrics: &'a Metrics,
-    /// The OIDC issuers, when the access config names any.
-    pub oidc: Option<&'a Verifier>,
-    /// The access config (client-certificate subjects), when given.
-    pub access: Option<&'a AccessConfig>,
+    /// The access config in use (OIDC issuers, client-certificate
+    /// subjects), when one is given.
+    pub access: Option<Arc<Loaded>>,
 }
 
 /// Authenticates, authorizes and audits one request, then hands it to
@@ -168,31 +171,41 @@ where
     F: FnOnce(Request) -> Fut,
     Fut: Future<Output = Response>,
 {
-    let path = req.uri().path();
-    if is_public(path) {
+    let path = req.uri().path().to_owned();
+    if is_public(&path) {
         return next(req).await;
     }
     let method = req.method().clone();
-    let route = route.unwrap_or(path);
+    let route = route.unwrap_or(&path);
     let need = required_role(&method, route);
     let mutating = !matches!(method, Method::GET | Method::HEAD | Method::OPTIONS);
     // Only changes are audited; reads keep nothing of the path.
-    let audited_path = mutating.then(|| Clipped(path, AUDIT_MAX_PATH).to_string());
+    let audited_path = mutating.then(|| Clipped(&path, AUDIT_MAX_PATH).to_string());
     let (identity, label) = identify(state, req.headers(), req.extensions().get::<ClientCertificate>()).await;
+    let refusals = Refusals::default();
+    let worked_in = WorkedIn::default();
     let (response, outcome) = match &identity {
         Identity::None => {
             state.metrics.unauthenticated();
             (unauthenticated(), "unauthenticated")
         }
         Identity::NoRule(_) => (ApiError::NoAccessRule.into_response(), "forbidden"),
-        Identity::Known(c) if c.role < need => {
+        // The route's role, held nowhere: refused before anything is read.
+        // Which namespace (and object) the role is needed in is the
+        // services' to decide, through the one authorizer (`authz`).
+        Identity::Known(c) if c.grants.highest().is_none_or(|role| role < need) => {
             (ApiError::Forbidden { need: need.as_str() }.into_response(), "forbidden")
         }
         Identity::Known(c) => {
             req.extensions_mut().insert(c.clone());
-            (next(req).await, "allowed")
+            req.extensions_mut().insert(refusals.clone());
+            req.extensions_mut().insert(worked_in.clone());
+            let response = next(req).await;
+            let outcome = if refusals.first().is_some() { "forbidden" } else { "allowed" };
+            (response, outcome)
         }
     };
+    let refused = refusals.first();
     let caller = match &identity {
         Identity::Known(c) => Some(c),
         _ => None,
@@ -202,14 +215,26 @@ where
         Identity::NoRule(name) => Some(name.clone()),
         Identity::None => None,
     };
+    // Changes are audited, and every refusal (of a read too: an object of
+    // another namespace asked for); a read allowed keeps nothing.
+    let audited_path = audited_path.or_else(|| refused.is_some().then(|| Clipped(&path, AUDIT_MAX_PATH).to_string()));
     if let Some(path) = audited_path {
-        let resource = resource_of(&path).map(|r| truncate(&r, AUDIT_MAX_RESOURCE).to_owned());
+        let resource = match &refused {
+            Some(r) => Some(truncate(&r.object, AUDIT_MAX_RESOURCE).to_owned()),
+            None => resource_of(&path).map(|r| truncate(&r, AUDIT_MAX_RESOURCE).to_owned()),
+        };
         let record = NewAudit {
             token_name: named.clone(),
-            role: caller.map(|c| c.role.as_str()),
+            role: caller.and_then(Caller::highest_role).map(Role::as_str),
             method: truncate(method.as_str(), AUDIT_MAX_METHOD).to_owned(),
             path,
             resource,
+            namespace: match &refused {
+                Some(r) => r.namespace.as_ref(),
+                None => worked_in.get(),
+            }
+            .map(|ns| ns.as_str().to_owned()),
+            action: refused.as_ref().map(|r| r.action.as_str()),
             status: response.status().as_u16(),
             outcome,
         };

@@ -130,7 +130,7 @@ impl Verifier {
     /// Verifies `token` and maps it to a role.
     pub async fn verify(&self, token: &str) -> Result<Verified, OidcError> {
         let key = digest(token);
-        let now = chrono::Utc::now().timestamp();
+        let now = crate::clock::wall().timestamp();
         let verdict = match self.verdicts.get(&key, now) {
             Some(verdict) => verdict,
             None => {
@@ -164,9 +164,7 @@ impl Verifier {
         let expires_at = claims.get("exp").and_then(Value::as_i64).unwrap_or_default();
         let until = expires_at.saturating_add(i64::try_from(validation.leeway).unwrap_or(0));
         let verdict = match first_match(&issuer.rules, &claims) {
-            Some((rule, used_claims)) => {
-                Verdict::Allowed(Verified { subject, role: rule.role, used_claims, expires_at })
-            }
+            Some((grants, used_claims)) => Verdict::Allowed(Verified { subject, grants, used_claims, expires_at }),
             None => Verdict::NoRule(subject),
         };
         Ok((index, verdict, until))

@@ -2,7 +2,6 @@
 
 use axum::http::Method;
 
-use super::caller::Caller;
 use crate::domain::role::Role;
 
 /// Routes anyone may call.
@@ -37,12 +36,6 @@ pub fn required_role(method: &Method, route: &str) -> Role {
         | ("POST", "/v1/upgrades/{id}/cancel") => Operator,
         _ => Admin,
     }
-}
-
-/// The role a request's caller has: without credentials (auth disabled in
-/// a test setup) the caller is the admin.
-pub fn role_or_admin(caller: Option<&Caller>) -> Role {
-    caller.map_or(Role::Admin, |c| c.role)
 }
 
 #[cfg(test)]

@@ -6,11 +6,11 @@ use std::path::Path;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use chrono::Utc;
 use rand::Rng;
 use sha2::{Digest, Sha256};
 
 use crate::db::{self, Db};
+use crate::domain::grant::Grants;
 use crate::domain::role::Role;
 
 const TOKEN_PREFIX: &str = "drover_";
@@ -47,7 +47,10 @@ pub async fn bootstrap(db: &Db, data_dir: &Path) -> anyhow::Result<()> {
     }
     let token = new_token();
     let path = data_dir.join("admin.token");
-    db::tokens::insert(&mut tx, "bootstrap-admin", Role::Admin.as_str(), &hash_token(&token), Utc::now()).await?;
+    let grants = Grants::everywhere(Role::Admin);
+    let hash = hash_token(&token);
+    let new = db::tokens::NewToken { name: "bootstrap-admin", namespace: None, grants: &grants, hash: &hash };
+    db::tokens::insert(&mut tx, &new, crate::clock::wall()).await?;
     write_private(&path, &format!("{token}\n")).with_context(|| format!("writing {}", path.display()))?;
     if let Err(e) = tx.commit().await {
         let _ = std::fs::remove_file(&path);

@@ -16,13 +16,14 @@ use std::sync::RwLock;
 
 use sha2::{Digest, Sha256};
 
-use crate::domain::role::Role;
+use crate::domain::grant::Grants;
 
 /// Who a verified token names.
 #[derive(Debug, Clone)]
 pub struct Verified {
     pub subject: String,
-    pub role: Role,
+    /// What the matching rule gives it.
+    pub grants: Grants,
     /// `name=value` of each claim the matching rule used.
     pub used_claims: Vec<String>,
     /// The token's `exp`, in seconds since the epoch.
@@ -91,7 +92,12 @@ mod tests {
     use super::*;
 
     fn allowed() -> Verdict {
-        Verdict::Allowed(Verified { subject: "s".into(), role: Role::Viewer, used_claims: vec![], expires_at: 100 })
+        Verdict::Allowed(Verified {
+            subject: "s".into(),
+            grants: Grants::everywhere(crate::domain::role::Role::Viewer),
+            used_claims: vec![],
+            expires_at: 100,
+        })
     }
 
     #[test]

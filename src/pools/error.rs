@@ -6,6 +6,11 @@ use crate::domain::ValidationErrors;
 pub enum PoolError {
     #[error("no pool named {0:?}")]
     NotFound(String),
+    #[error("no namespace named {0:?}")]
+    NamespaceNotFound(String),
+    /// The authorizer's refusal.
+    #[error(transparent)]
+    Denied(#[from] crate::identity::Denied),
     #[error("no machine named {machine:?} in pool {pool:?}")]
     MachineNotFound { pool: String, machine: String },
     #[error("a pool named {0:?} already exists")]
@@ -19,9 +24,6 @@ pub enum PoolError {
     /// The pool's state refuses the request (being deleted, no rollout).
     #[error("{0}")]
     Conflict(String),
-    /// Only an admin may do what was asked.
-    #[error("{0}")]
-    AdminOnly(&'static str),
     /// The engines could not be read (a dry run).
     #[error("{0}")]
     Unavailable(String),

@@ -16,5 +16,5 @@ mod wake;
 
 pub use error::PoolError;
 pub use machines::{Machines, PoolMachine, PoolMachines};
-pub use service::{OPERATOR_PATCHABLE, Planned, Pools, Rollout};
+pub use service::{Planned, Pools, Rollout, target};
 pub use wake::Wake;

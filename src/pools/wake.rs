@@ -8,8 +8,8 @@ pub struct Wake {
 }
 
 impl Wake {
-    pub fn pool(&self, name: &str) {
-        self.queue.enqueue(name);
-        self.changes.pool(name);
+    pub fn pool(&self, pool: &crate::domain::object::PoolRef) {
+        self.queue.enqueue(pool);
+        self.changes.pool(pool);
     }
 }

@@ -3,6 +3,7 @@
 //! from the pass itself (`mod.rs`), so that the pass's parts depend on
 //! this and not on the pass.
 
+use crate::domain::object::PoolRef;
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
@@ -105,7 +106,7 @@ impl Context {
     /// This context for a pass of `pool`: fenced by its lease, or `None`
     /// when another replica drives it. Every pool is this process's
     /// without leases.
-    pub fn for_pool(&self, pool: &str) -> Option<Context> {
+    pub fn for_pool(&self, pool: &PoolRef) -> Option<Context> {
         let Some(leases) = &self.leases else { return Some(self.clone()) };
         let fence = leases.fence(pool)?;
         Some(Context { fence, ..self.clone() })

@@ -4,6 +4,7 @@
 //! are recorded with their events in one transaction at the end. The start
 //! of a new container is handed to the background starter.
 
+use crate::domain::object::PoolRef;
 use std::collections::HashMap;
 
 use chrono::Utc;
@@ -30,8 +31,8 @@ pub(super) async fn execute(
     if !plan.delete.is_empty() {
         let mut tx = ctx.begin().await?;
         for d in &plan.delete {
-            db::machines::begin_termination(&mut tx, &pool.name, &d.machine, reason_text(d.reason), now).await?;
-            db::events::record(&mut tx, &deleting_event(&pool.name, d), now).await?;
+            db::machines::begin_termination(&mut tx, &pool.id, &d.machine, reason_text(d.reason), now).await?;
+            db::events::record(&mut tx, &deleting_event(&pool.id, d), now).await?;
         }
         tx.commit().await?;
     }
@@ -52,9 +53,9 @@ pub(super) async fn execute(
                 None => tx.insert(ctx.begin().await?),
             };
             let failed = r.action == RepairAction::Restart;
-            db::machines::record_restart(tx, &pool.name, &r.machine, failed, now).await?;
+            db::machines::record_restart(tx, &pool.id, &r.machine, failed, now).await?;
             let next = ctx.timing.restart.delay(r.failed_restarts + 1);
-            let ev = repair_event(&pool.name, r, by_name.get(r.machine.as_str()).copied(), next);
+            let ev = repair_event(&pool.id, r, by_name.get(r.machine.as_str()).copied(), next);
             db::events::record(tx, &ev, now).await?;
             continue;
         };
@@ -67,7 +68,7 @@ pub(super) async fn execute(
                     Some(tx) => tx,
                     None => tx.insert(ctx.begin().await?),
                 };
-                db::machines::write_observed(tx, &created_record(&pool.name, &engine, &container, now)).await?;
+                db::machines::write_observed(tx, &created_record(&pool.id, &engine, &container, now)).await?;
                 db::events::record(tx, &ev, now).await?;
             }
             Err(e) => errors.push(e),
@@ -100,7 +101,7 @@ fn reason_text(reason: super::plan::DeleteReason) -> &'static str {
     }
 }
 
-fn repair_event(pool: &str, r: &Repair, record: Option<&Machine>, next_wait: std::time::Duration) -> NewEvent {
+fn repair_event(pool: &PoolRef, r: &Repair, record: Option<&Machine>, next_wait: std::time::Duration) -> NewEvent {
     let what = match (r.action, record) {
         (RepairAction::Start, _) => format!("started {}, whose creation was interrupted", r.machine),
         (RepairAction::Unpause, _) => format!("unpaused {}, which was paused", r.machine),
@@ -146,7 +147,7 @@ async fn repair(ctx: &Context, r: &Repair) -> Result<(), ReconcileError> {
 /// wakes the pool when the start has ended. A failed start is left to the
 /// next pass, which finds the container created and starts it as a repair,
 /// with the error on the pass if it fails again.
-fn start_in_background(ctx: &Context, pool: &str, engine: &str, container_id: &str) {
+fn start_in_background(ctx: &Context, pool: &PoolRef, engine: &str, container_id: &str) {
     if !ctx.starter.claim(container_id) {
         return;
     }
@@ -172,7 +173,7 @@ fn start_in_background(ctx: &Context, pool: &str, engine: &str, container_id: &s
                 placed(&ctx, &engine, Scope::Engine, result).await;
             }
             if let Err(e) = result {
-                tracing::warn!(pool, engine = %engine_name, container = %id, error = %e,
+                tracing::warn!(%pool, engine = %engine_name, container = %id, error = %e,
                     "starting a new machine failed; the next pass tries again");
             }
             let _ = ctx.wakes.send(Wake::Pool(pool));
@@ -204,7 +205,8 @@ async fn create(ctx: &Context, pool: &Pool, c: &Creation) -> Result<(Container, 
         .ok_or_else(|| RuntimeError::Unavailable(format!("engine {:?} is not registered", c.engine)))?;
     let name = unused_name(ctx).await?;
     let mut container_labels: HashMap<String, String> = pool.spec.labels().clone().into_iter().collect();
-    container_labels.insert(labels::POOL.into(), pool.name.clone());
+    container_labels.insert(labels::POOL.into(), pool.id.name.clone());
+    container_labels.insert(labels::NAMESPACE.into(), pool.id.namespace.as_str().to_owned());
     container_labels.insert(labels::ENGINE.into(), c.engine.clone());
     container_labels.insert(labels::MANAGED_BY.into(), labels::MANAGED_BY_VALUE.into());
     if let Some(fd) = &c.failure_domain {
@@ -238,11 +240,11 @@ async fn create(ctx: &Context, pool: &Pool, c: &Creation) -> Result<(Container, 
     // Each start goes as soon as its container exists, not after the
     // pass's last creation.
     if container.state == ContainerState::Created {
-        start_in_background(ctx, &pool.name, &c.engine, &container.id);
+        start_in_background(ctx, &pool.id, &c.engine, &container.id);
     }
     let fd = c.failure_domain.as_deref().map(|f| format!(", failure domain {f}")).unwrap_or_default();
     let ev = NewEvent::pool(
-        &pool.name,
+        &pool.id,
         EventType::Normal,
         "MachineCreated",
         format!("created {name} ({}) on engine {}{fd}", spec.image, c.engine),
@@ -280,7 +282,7 @@ async fn placed<T>(ctx: &Context, engine: &Engine, scope: Scope, result: &Result
 
 /// The record of a machine this pass created: creating or starting, until
 /// a later pass sees it settle.
-fn created_record(pool: &str, engine: &str, c: &Container, now: chrono::DateTime<Utc>) -> Machine {
+fn created_record(pool: &PoolRef, engine: &str, c: &Container, now: chrono::DateTime<Utc>) -> Machine {
     Machine {
         name: c.name.clone(),
         pool: pool.to_owned(),

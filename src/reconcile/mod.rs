@@ -33,28 +33,30 @@ pub use context::{Context, ReconcileError};
 pub use decide::{Outcome, counts};
 pub use status::record_failure;
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use futures_util::future::join_all;
 
 use crate::clusters::ConnectError;
 use crate::db::{self, pools::Pool};
-use crate::domain::event::SubjectKind;
+use crate::domain::object::{ObjectRef, PoolRef};
 use crate::domain::rollout::Counts;
 use crate::engines::breaker::Block;
 use crate::runtime::{Container, RuntimeError};
 use observe::{EngineView, Observation, World};
 use plan::{Observed, Plan};
 
-/// What the pass knows of every engine, now, for `pool`.
-fn engine_views(ctx: &Context, pool: &Pool, now: DateTime<Utc>) -> Vec<EngineView> {
+/// What the pass knows of every engine, now, for `pool`, whose namespace
+/// is fenced to engines labelled `fence` (empty: any engine).
+fn engine_views(ctx: &Context, pool: &Pool, fence: &BTreeMap<String, String>, now: DateTime<Utc>) -> Vec<EngineView> {
     let image = pool.spec.desired_image();
     ctx.engines
         .all()
         .iter()
         .map(|e| {
             let health = e.health();
+            let fenced = !crate::domain::labels::matches(fence, &e.labels);
             let reachable = health.reachability == crate::engines::Reachability::Reachable;
             EngineView {
                 name: e.name.clone(),
@@ -68,7 +70,8 @@ fn engine_views(ctx: &Context, pool: &Pool, now: DateTime<Utc>) -> Vec<EngineVie
                     .as_ref()
                     .filter(|_| !reachable)
                     .map(|why| format!("engine {} ({}) does not answer: {why}", e.name, e.address())),
-                allowed: pool.spec.places_on(&e.name, &e.labels) && !e.draining(),
+                allowed: pool.spec.places_on(&e.name, &e.labels) && !fenced && !e.draining(),
+                fenced,
                 unplaceable: e.unplaceable(Some(&image), now),
                 failing: e.unplaceable(None, now).is_some_and(|u| u.block == Block::Failing),
                 first_list: e.first_list_due(now).is_some(),
@@ -111,12 +114,16 @@ impl Look {
 }
 
 async fn look(ctx: &Context, pool: &Pool, now: DateTime<Utc>) -> Result<Look, ReconcileError> {
-    let engines = engine_views(ctx, pool, now);
+    // Read on every pass (one row by its key): a fence set through another
+    // replica holds from this replica's next pass.
+    let fence = db::namespaces::get(ctx.db.background(), &pool.id.namespace).await?;
+    let fence = fence.map(|n| n.engine_selector).unwrap_or_default();
+    let engines = engine_views(ctx, pool, &fence, now);
     let containers_of = || -> Vec<(String, Container)> {
-        ctx.engines.containers_of(&pool.name).into_iter().map(|(e, c)| (e.name.clone(), c)).collect()
+        ctx.engines.containers_of(&pool.id).into_iter().map(|(e, c)| (e.name.clone(), c)).collect()
     };
     let mut containers = containers_of();
-    let records = db::machines::list_for_pool(ctx.db.background(), &pool.name).await?;
+    let records = db::machines::list_for_pool(ctx.db.background(), &pool.id).await?;
     let due = observe::to_confirm(&containers, &records, &engines, &ctx.timing, now);
     let unconfirmed = if due.is_empty() {
         HashSet::new()
@@ -133,7 +140,7 @@ async fn look(ctx: &Context, pool: &Pool, now: DateTime<Utc>) -> Result<Look, Re
         starting: &starting,
         unconfirmed: &unconfirmed,
     };
-    let obs = observe::observe(&pool.name, &world, &pool.spec, &ctx.timing, now);
+    let obs = observe::observe(&pool.id, &world, &pool.spec, &ctx.timing, now);
     Ok(Look { observed: obs.observed(), obs, engines, records })
 }
 
@@ -175,8 +182,8 @@ pub async fn live_counts(ctx: &Context, pool: &Pool) -> Result<Counts, Reconcile
 /// One pass over one pool: observe, decide, act, observe again if it
 /// acted, decide the status, write it. The worker guarantees no two passes
 /// of the same pool run at once.
-#[tracing::instrument(skip(ctx), fields(pool = %name))]
-pub async fn reconcile_once(ctx: &Context, name: &str) -> Result<Outcome, ReconcileError> {
+#[tracing::instrument(skip(ctx), fields(namespace = %name.namespace, pool = %name.name))]
+pub async fn reconcile_once(ctx: &Context, name: &PoolRef) -> Result<Outcome, ReconcileError> {
     let Some(pool) = ctx.db.pool_for_worker(name).await? else {
         return Ok(Outcome::Gone);
     };
@@ -218,7 +225,7 @@ pub async fn reconcile_once(ctx: &Context, name: &str) -> Result<Outcome, Reconc
                 let counts = counts(&seen.observed);
                 status = decide::rolled_back(status, &pool, rolled.revision, &counts, now);
             }
-            Err(e) => tracing::warn!(pool = %pool.name, error = %e, "automatic rollback not possible"),
+            Err(e) => tracing::warn!(pool = %pool.id, error = %e, "automatic rollback not possible"),
         }
     }
     status::write_if_changed(ctx, &pool, status, decision.held, ctx.clock.now()).await?;
@@ -228,23 +235,23 @@ pub async fn reconcile_once(ctx: &Context, name: &str) -> Result<Outcome, Reconc
 /// Why the pool's cluster could not be used, if it could not: the pool says
 /// so on every pass, not only when a drain needs the cluster.
 async fn cluster_problem(ctx: &Context, pool: &Pool) -> Result<Option<String>, ReconcileError> {
-    let Some(cluster) = pool.spec.cluster() else { return Ok(None) };
-    Ok(match crate::clusters::check(ctx.db.background(), cluster, ctx.nodes.retry.call_timeout).await {
+    let Some(cluster) = pool.cluster() else { return Ok(None) };
+    Ok(match crate::clusters::check(ctx.db.background(), &cluster, ctx.nodes.retry.call_timeout).await {
         Ok(()) => None,
-        Err(ConnectError::NotRegistered(_)) => Some(format!("cluster {cluster:?} is not registered")),
+        Err(ConnectError::NotRegistered(_)) => Some(format!("cluster {:?} is not registered", cluster.name)),
         Err(ConnectError::Unusable { source, .. }) => {
-            Some(format!("the credentials of cluster {cluster:?} cannot be used: {source}"))
+            Some(format!("the credentials of cluster {:?} cannot be used: {source}", cluster.name))
         }
         Err(ConnectError::Store(e)) => return Err(e.into()),
     })
 }
 
 /// The deleting pool has no machines left: drop its rows.
-async fn purge(ctx: &Context, name: &str) -> Result<Outcome, ReconcileError> {
+async fn purge(ctx: &Context, name: &PoolRef) -> Result<Outcome, ReconcileError> {
     let mut tx = ctx.begin().await?;
-    db::events::purge(&mut tx, SubjectKind::Pool, name).await?;
+    db::events::purge(&mut tx, &ObjectRef::Pool(name.clone())).await?;
     db::pools::remove(&mut tx, name).await?;
     tx.commit().await?;
-    tracing::info!(pool = name, "pool deleted");
+    tracing::info!(namespace = %name.namespace, pool = %name.name, "pool deleted");
     Ok(Outcome::Gone)
 }

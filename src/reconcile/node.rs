@@ -17,25 +17,25 @@ fn drain_failed(pool: &Pool, machine: &str, source: DrainError) -> ReconcileErro
 }
 
 async fn record(ctx: &Context, pool: &Pool, reason: &'static str, message: String) {
-    let ev = NewEvent::pool(&pool.name, EventType::Normal, reason, message);
+    let ev = NewEvent::pool(&pool.id, EventType::Normal, reason, message);
     ctx.record(&ev).await;
 }
 
 /// Cordons and drains the machine's node when the pool belongs to a
 /// cluster. Answers the cluster's API (to delete the Node once the
 /// container is gone), or `None` when the pool belongs to no cluster.
-#[tracing::instrument(skip(ctx, pool), fields(pool = %pool.name, cluster = ?pool.spec.cluster()))]
+#[tracing::instrument(skip(ctx, pool), fields(pool = %pool.id, cluster = ?pool.spec.cluster()))]
 pub(super) async fn leave_cluster(
     ctx: &Context,
     pool: &Pool,
     machine: &str,
 ) -> Result<Option<ClusterApi>, ReconcileError> {
-    let Some(cluster) = pool.spec.cluster() else { return Ok(None) };
+    let Some(cluster) = pool.cluster() else { return Ok(None) };
     let settings = ctx.nodes;
-    let api = match crate::clusters::connect(ctx.db.background(), cluster, settings.retry).await {
+    let api = match crate::clusters::connect(ctx.db.background(), &cluster, settings.retry).await {
         Ok(api) => api.with_metrics(ctx.metrics.clone()),
         Err(ConnectError::NotRegistered(_)) => {
-            return Err(drain_failed(pool, machine, DrainError::UnknownCluster(cluster.to_owned())));
+            return Err(drain_failed(pool, machine, DrainError::UnknownCluster(cluster.name.clone())));
         }
         // Unusable stored credentials fail the pass (Reconciled=False), never the process.
         Err(ConnectError::Unusable { source, .. }) => {
@@ -64,7 +64,7 @@ pub(super) async fn leave_cluster(
 /// Deletes the Node of a machine whose container is gone, so that the
 /// cluster keeps no NotReady node. The machine is gone either way, and no
 /// later pass would see it, so a failure here is reported, not retried.
-#[tracing::instrument(skip(ctx, pool, api), fields(pool = %pool.name))]
+#[tracing::instrument(skip(ctx, pool, api), fields(pool = %pool.id))]
 pub(super) async fn forget_node(ctx: &Context, pool: &Pool, api: &ClusterApi, machine: &str) {
     let outcome = tokio::time::timeout(ctx.nodes.drain.timeout, api.delete_node(machine)).await;
     let failure = match outcome {
@@ -74,7 +74,7 @@ pub(super) async fn forget_node(ctx: &Context, pool: &Pool, api: &ClusterApi, ma
     };
     tracing::warn!(machine, error = %failure, "deleting the node failed");
     let ev = NewEvent::pool(
-        &pool.name,
+        &pool.id,
         EventType::Warning,
         "NodeDeleteFailed",
         format!("node {machine} stays in the cluster; delete it by hand: {failure}"),

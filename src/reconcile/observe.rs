@@ -4,6 +4,7 @@
 //! Pure: the engines' answers, the records and the clock go in; nothing
 //! is read or written here.
 
+use crate::domain::object::PoolRef;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
@@ -46,6 +47,9 @@ pub struct EngineView {
     /// The pool may place machines here: its placement names or selects the
     /// engine, and the engine is not draining. Machines elsewhere are moved.
     pub allowed: bool,
+    /// The pool's namespace is fenced to engines whose labels this one's do
+    /// not match (it is not `allowed` then).
+    pub fenced: bool,
     /// Why no new machine of the pool's image may go here now, if none may:
     /// it does not answer, or its placement breaker is open.
     pub unplaceable: Option<Unplaceable>,
@@ -139,7 +143,7 @@ pub fn to_confirm(
 }
 
 /// Joins containers (with the engine each runs on) and records.
-pub fn observe(pool: &str, world: &World<'_>, spec: &PoolSpec, timing: &Timing, now: DateTime<Utc>) -> Observation {
+pub fn observe(pool: &PoolRef, world: &World<'_>, spec: &PoolSpec, timing: &Timing, now: DateTime<Utc>) -> Observation {
     let World { containers, records, engines, starting, unconfirmed } = *world;
     let mut obs = Observation::default();
     let engine = |name: &str| engines.iter().find(|e| e.name == name);
@@ -263,7 +267,7 @@ struct Found<'a> {
 /// The pool being observed, its rules and the moment of the look.
 #[derive(Clone, Copy)]
 struct Look<'a> {
-    pool: &'a str,
+    pool: &'a PoolRef,
     spec: &'a PoolSpec,
     timing: &'a Timing,
     now: DateTime<Utc>,
@@ -324,7 +328,7 @@ fn machine(look: Look<'_>, found: Found<'_>, c: &Container, record: Option<&Mach
     };
     let record = Machine {
         name: c.name.clone(),
-        pool: pool.to_owned(),
+        pool: pool.clone(),
         engine: engine.to_owned(),
         container_id: c.id.clone(),
         image: c.image.clone(),
@@ -407,7 +411,7 @@ mod tests {
         let unconfirmed = unconfirmed.iter().map(|id| (*id).to_owned()).collect();
         let world = World { containers, records, engines: &engines, starting: &starting, unconfirmed: &unconfirmed };
         observe(
-            "p",
+            &"p".into(),
             &world,
             &pool(serde_json::json!({"replicas": 1, "version": "v1.29.2", "image": "img:1"})).spec,
             &Timing::default(),

@@ -4,6 +4,7 @@
 //! changed are written, all in one transaction with the events that explain
 //! them (a machine broke, was found, vanished).
 
+use crate::domain::object::PoolRef;
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
@@ -15,7 +16,7 @@ use crate::domain::event::{EventType, NewEvent};
 use crate::domain::machine::MachinePhase;
 
 /// What changed for a machine that deserves a line in the pool's events.
-fn transition(pool: &str, old: Option<&Machine>, new: &Machine) -> Option<NewEvent> {
+fn transition(pool: &PoolRef, old: Option<&Machine>, new: &Machine) -> Option<NewEvent> {
     let Some(old) = old else {
         // Machines this process creates are announced by the executor;
         // these appeared some other way.
@@ -60,7 +61,7 @@ pub(super) fn exit_story(m: &Machine) -> String {
 /// Writes what changed since `before` (the records the pass started from).
 pub(super) async fn sync(
     ctx: &Context,
-    pool: &str,
+    pool: &PoolRef,
     obs: &Observation,
     before: &[Machine],
     now: DateTime<Utc>,

@@ -2,6 +2,7 @@
 //! more than its timestamps changed; and after a failed pass, the failure,
 //! as a condition and an event told once.
 
+use crate::domain::object::PoolRef;
 use chrono::{DateTime, Utc};
 
 use super::context::{Context, ReconcileError};
@@ -40,13 +41,13 @@ pub(super) async fn write_if_changed(
     }
     status.last_reconciled_at = Some(now);
     let mut tx = ctx.begin().await?;
-    db::pools::write_status(&mut tx, &pool.name, &status).await?;
+    db::pools::write_status(&mut tx, &pool.id, &status).await?;
     tx.commit().await?;
     Ok(())
 }
 
 /// Records a failed pass on the pool: conditions, last error, an event.
-pub async fn record_failure(ctx: &Context, name: &str, err: &ReconcileError) {
+pub async fn record_failure(ctx: &Context, name: &PoolRef, err: &ReconcileError) {
     let now = ctx.clock.now();
     let message = crate::error::error_chain(err);
     let result = async {
@@ -83,6 +84,6 @@ pub async fn record_failure(ctx: &Context, name: &str, err: &ReconcileError) {
     }
     .await;
     if let Err(e) = result {
-        tracing::warn!(pool = name, error = %e, "could not record a failed pass");
+        tracing::warn!(pool = %name, error = %e, "could not record a failed pass");
     }
 }

@@ -9,6 +9,7 @@
 //! again by the next pass: at most one deletion per machine is in flight
 //! (the `terminator` keeps count).
 
+use crate::domain::object::PoolRef;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -47,7 +48,7 @@ pub(super) fn hand_over(ctx: &Context, pool: &Pool, d: &Deletion) {
             }
         }
         if outcome.is_some() {
-            let _ = ctx.wakes.send(Wake::Pool(pool.name.clone()));
+            let _ = ctx.wakes.send(Wake::Pool(pool.id.clone()));
         }
     });
 }
@@ -64,7 +65,7 @@ fn why(reason: DeleteReason) -> &'static str {
 }
 
 /// The event and log line of a deletion that begins.
-pub(super) fn deleting_event(pool: &str, d: &Deletion) -> NewEvent {
+pub(super) fn deleting_event(pool: &PoolRef, d: &Deletion) -> NewEvent {
     NewEvent::pool(
         pool,
         EventType::Normal,
@@ -73,7 +74,7 @@ pub(super) fn deleting_event(pool: &str, d: &Deletion) -> NewEvent {
     )
 }
 
-#[tracing::instrument(skip(ctx, pool, d), fields(pool = %pool.name, machine = %d.machine, engine = %d.engine))]
+#[tracing::instrument(skip(ctx, pool, d), fields(pool = %pool.id, machine = %d.machine, engine = %d.engine))]
 async fn delete_machine(ctx: &Context, pool: &Pool, d: &Deletion) -> Result<(), ReconcileError> {
     let started = Instant::now();
     let Some(engine) = ctx.engines.get(&d.engine) else {
@@ -85,7 +86,7 @@ async fn delete_machine(ctx: &Context, pool: &Pool, d: &Deletion) -> Result<(), 
         // Gone already: a deletion that finished just before this one was
         // handed over (the pass that did so had looked before it ended).
         let mut tx = ctx.begin().await?;
-        db::machines::delete(&mut tx, &pool.name, &d.machine).await?;
+        db::machines::delete(&mut tx, &pool.id, &d.machine).await?;
         tx.commit().await?;
         return Ok(());
     }
@@ -102,16 +103,16 @@ async fn delete_machine(ctx: &Context, pool: &Pool, d: &Deletion) -> Result<(), 
     }
     let now = ctx.clock.now();
     let ev = NewEvent::pool(
-        &pool.name,
+        &pool.id,
         EventType::Normal,
         "MachineDeleted",
         format!("deleted {} ({:.1} s to stop and remove)", d.machine, started.elapsed().as_secs_f64()),
     );
     let mut tx = ctx.begin().await?;
-    db::machines::delete(&mut tx, &pool.name, &d.machine).await?;
+    db::machines::delete(&mut tx, &pool.id, &d.machine).await?;
     db::events::record(&mut tx, &ev, now).await?;
     tx.commit().await?;
-    ctx.changes.pool(&pool.name);
+    ctx.changes.pool(&pool.id);
     tracing::info!(reason = ?d.reason, "machine deleted");
     Ok(())
 }
@@ -124,12 +125,12 @@ async fn report_failure(ctx: &Context, pool: &Pool, d: &Deletion, e: &ReconcileE
         wait.as_secs(),
         crate::error::error_chain(e)
     );
-    tracing::warn!(pool = %pool.name, machine = %d.machine, error = %message, "machine deletion failed");
+    tracing::warn!(pool = %pool.id, machine = %d.machine, error = %message, "machine deletion failed");
     // One event per failure streak, then one every few tries: an outage
     // must not fill the event log.
     if n == 1 || n.is_power_of_two() {
         let reason = if matches!(e, ReconcileError::Drain { .. }) { "DrainFailed" } else { "MachineDeleteFailed" };
-        let ev = NewEvent::pool(&pool.name, EventType::Warning, reason, message);
+        let ev = NewEvent::pool(&pool.id, EventType::Warning, reason, message);
         ctx.record(&ev).await;
     }
 }

@@ -13,7 +13,7 @@ use crate::domain::status::PoolStatus;
 pub fn pool(spec: serde_json::Value) -> Pool {
     let spec = crate::domain::json::document(spec).and_then(|s| PoolSpec::parse(s, &SpecLimits::unrestricted()));
     Pool {
-        name: "p".into(),
+        id: "p".into(),
         generation: 1,
         version: 1,
         spec: spec.expect("a valid test spec"),
@@ -35,6 +35,7 @@ pub fn engine(name: &str) -> EngineView {
         lost_at: None,
         error: None,
         allowed: true,
+        fenced: false,
         unplaceable: None,
         failing: false,
         first_list: false,

@@ -13,6 +13,7 @@
 //!   the interval instead of waking every pool in the same instant;
 //! - failed passes back off exponentially, with jitter, up to a cap.
 
+use crate::domain::object::PoolRef;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
@@ -40,9 +41,9 @@ impl PoolQueue {
         (Self { tx }, rx)
     }
 
-    pub fn enqueue(&self, pool: &str) {
+    pub fn enqueue(&self, pool: &PoolRef) {
         // Only fails once the worker has stopped, when nothing is left to do.
-        let _ = self.tx.send(Wake::Pool(pool.to_owned()));
+        let _ = self.tx.send(Wake::Pool(pool.clone()));
     }
 
     pub fn sender(&self) -> mpsc::UnboundedSender<Wake> {
@@ -83,13 +84,13 @@ enum Priority {
 /// Pools waiting for a pass, by priority, each at most once.
 #[derive(Default)]
 struct ReadyQueue {
-    wakes: VecDeque<String>,
-    resyncs: VecDeque<String>,
-    queued: HashMap<String, Priority>,
+    wakes: VecDeque<PoolRef>,
+    resyncs: VecDeque<PoolRef>,
+    queued: HashMap<PoolRef, Priority>,
 }
 
 impl ReadyQueue {
-    fn push(&mut self, pool: String, priority: Priority) {
+    fn push(&mut self, pool: PoolRef, priority: Priority) {
         match (self.queued.get(&pool), priority) {
             (Some(Priority::Wake), _) | (Some(Priority::Resync), Priority::Resync) => {}
             // Raised to a wake: the stale resync entry is skipped on pop.
@@ -104,7 +105,7 @@ impl ReadyQueue {
         }
     }
 
-    fn pop(&mut self) -> Option<String> {
+    fn pop(&mut self) -> Option<PoolRef> {
         if let Some(p) = self.wakes.pop_front() {
             self.queued.remove(&p);
             return Some(p);
@@ -125,8 +126,8 @@ impl ReadyQueue {
 
 /// Per-pool timers of one kind: at most one pending per pool.
 struct Timers {
-    queue: DelayQueue<String>,
-    keys: HashMap<String, delay_queue::Key>,
+    queue: DelayQueue<PoolRef>,
+    keys: HashMap<PoolRef, delay_queue::Key>,
 }
 
 impl Timers {
@@ -134,7 +135,7 @@ impl Timers {
         Self { queue: DelayQueue::new(), keys: HashMap::new() }
     }
 
-    fn set(&mut self, pool: &str, after: Duration) {
+    fn set(&mut self, pool: &PoolRef, after: Duration) {
         match self.keys.get(pool) {
             Some(key) => self.queue.reset(key, after),
             None => {
@@ -144,13 +145,13 @@ impl Timers {
         }
     }
 
-    fn cancel(&mut self, pool: &str) {
+    fn cancel(&mut self, pool: &PoolRef) {
         if let Some(key) = self.keys.remove(pool) {
             self.queue.remove(&key);
         }
     }
 
-    async fn next(&mut self) -> Option<String> {
+    async fn next(&mut self) -> Option<PoolRef> {
         let expired = self.queue.next().await?;
         let pool = expired.into_inner();
         self.keys.remove(&pool);
@@ -163,14 +164,14 @@ impl Timers {
 /// reconciler's [`Context`] is the real one; tests drive the scheduler with
 /// one of their own under paused time.
 pub trait Passes: Clone + Send + Sync + 'static {
-    fn pass(&self, pool: &str) -> impl Future<Output = Result<Outcome, ReconcileError>> + Send;
-    fn failed(&self, pool: &str, error: &ReconcileError) -> impl Future<Output = ()> + Send;
-    fn pools(&self) -> impl Future<Output = sqlx::Result<Vec<String>>> + Send;
+    fn pass(&self, pool: &PoolRef) -> impl Future<Output = Result<Outcome, ReconcileError>> + Send;
+    fn failed(&self, pool: &PoolRef, error: &ReconcileError) -> impl Future<Output = ()> + Send;
+    fn pools(&self) -> impl Future<Output = sqlx::Result<Vec<PoolRef>>> + Send;
     fn engine_changed(&self, engine: &str, change: EngineChange, message: String);
 }
 
 impl Passes for Context {
-    async fn pass(&self, pool: &str) -> Result<Outcome, ReconcileError> {
+    async fn pass(&self, pool: &PoolRef) -> Result<Outcome, ReconcileError> {
         // Another replica drives the pool: nothing to do here, and no
         // timers to keep for it (the keeper wakes it if it comes back).
         let Some(ctx) = self.for_pool(pool) else { return Ok(Outcome::Gone) };
@@ -186,16 +187,16 @@ impl Passes for Context {
         result
     }
 
-    async fn failed(&self, pool: &str, error: &ReconcileError) {
+    async fn failed(&self, pool: &PoolRef, error: &ReconcileError) {
         if let Some(ctx) = self.for_pool(pool) {
             record_failure(&ctx, pool, error).await;
         }
     }
 
-    async fn pools(&self) -> sqlx::Result<Vec<String>> {
+    async fn pools(&self) -> sqlx::Result<Vec<PoolRef>> {
         match &self.leases {
-            Some(leases) => Ok(leases.held_names()),
-            None => crate::db::pools::names(self.db.background()).await,
+            Some(leases) => Ok(leases.held_pools()),
+            None => crate::db::pools::all_refs(self.db.background()).await,
         }
     }
 
@@ -209,20 +210,20 @@ struct Scheduler<P: Passes> {
     passes: P,
     settings: WorkerSettings,
     ready: ReadyQueue,
-    running: HashSet<String>,
+    running: HashSet<PoolRef>,
     /// Pools woken while their pass ran: they get another right after.
-    again: HashSet<String>,
-    failures: HashMap<String, u32>,
+    again: HashSet<PoolRef>,
+    failures: HashMap<PoolRef, u32>,
     /// Requeues and backoffs: a wake-up when they fire.
     soon: Timers,
     /// Resyncs: a low-priority look when they fire.
     resyncs: Timers,
-    tasks: JoinSet<(String, Result<Outcome, ReconcileError>)>,
-    task_pools: HashMap<tokio::task::Id, String>,
+    tasks: JoinSet<(PoolRef, Result<Outcome, ReconcileError>)>,
+    task_pools: HashMap<tokio::task::Id, PoolRef>,
 }
 
 impl<P: Passes> Scheduler<P> {
-    fn wake(&mut self, pool: String, priority: Priority) {
+    fn wake(&mut self, pool: PoolRef, priority: Priority) {
         if self.running.contains(&pool) {
             if priority == Priority::Wake {
                 self.again.insert(pool);
@@ -254,7 +255,7 @@ impl<P: Passes> Scheduler<P> {
         }
     }
 
-    fn start(&mut self, pool: String) {
+    fn start(&mut self, pool: PoolRef) {
         let passes = self.passes.clone();
         self.running.insert(pool.clone());
         let task_pool = pool.clone();
@@ -265,7 +266,7 @@ impl<P: Passes> Scheduler<P> {
         self.task_pools.insert(handle.id(), pool);
     }
 
-    async fn finished(&mut self, pool: String, result: Result<Outcome, ReconcileError>) {
+    async fn finished(&mut self, pool: PoolRef, result: Result<Outcome, ReconcileError>) {
         self.running.remove(&pool);
         match result {
             Ok(Outcome::Gone) => {
@@ -342,7 +343,7 @@ pub async fn run<P: Passes>(
                 }
                 Err(e) => {
                     // A panicking pass is a bug; keep the pool going anyway.
-                    let pool = s.task_pools.remove(&e.id()).unwrap_or_default();
+                    let Some(pool) = s.task_pools.remove(&e.id()) else { continue };
                     tracing::error!(pool = %pool, error = %e, "reconcile pass panicked");
                     s.running.remove(&pool);
                     s.soon.set(&pool, settings.max_backoff);
@@ -396,7 +397,7 @@ mod tests {
         q.push("b".into(), Priority::Wake);
         q.push("c".into(), Priority::Wake);
         assert_eq!(q.len(), 3);
-        let order: Vec<String> = std::iter::from_fn(|| q.pop()).collect();
+        let order: Vec<String> = std::iter::from_fn(|| q.pop()).map(|p| p.name).collect();
         assert_eq!(order, ["c", "b", "a"], "wakes first, in order; b raised, served once");
         assert_eq!(q.len(), 0);
     }
@@ -404,12 +405,12 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn timers_fire_once_per_pool_and_reset_moves_them() {
         let mut t = Timers::new();
-        t.set("a", Duration::from_secs(5));
-        t.set("b", Duration::from_secs(1));
-        t.set("a", Duration::from_secs(2));
-        assert_eq!(t.next().await.as_deref(), Some("b"));
+        t.set(&"a".into(), Duration::from_secs(5));
+        t.set(&"b".into(), Duration::from_secs(1));
+        t.set(&"a".into(), Duration::from_secs(2));
+        assert_eq!(t.next().await, Some("b".into()));
         let before = tokio::time::Instant::now();
-        assert_eq!(t.next().await.as_deref(), Some("a"));
+        assert_eq!(t.next().await, Some("a".into()));
         assert_eq!(tokio::time::Instant::now() - before, Duration::from_secs(1), "a fired at 2 s, not 5 s");
         assert!(t.queue.is_empty() && t.keys.is_empty());
     }
@@ -428,7 +429,7 @@ mod tests {
     #[derive(Clone)]
     struct Fake {
         started: Instant,
-        pools: Vec<String>,
+        pools: Vec<PoolRef>,
         pass_time: Duration,
         script: Arc<Mutex<HashMap<String, VecDeque<Option<Outcome>>>>>,
         log: Arc<Mutex<Vec<(String, Duration)>>>,
@@ -442,7 +443,7 @@ mod tests {
         fn new(pools: &[&str], pass_time: Duration, script: &[(&str, Vec<Option<Outcome>>)]) -> Self {
             Self {
                 started: Instant::now(),
-                pools: pools.iter().map(|p| (*p).to_owned()).collect(),
+                pools: pools.iter().map(|p| PoolRef::in_default(*p)).collect(),
                 pass_time,
                 script: Arc::new(Mutex::new(
                     script.iter().map(|(p, o)| ((*p).to_owned(), o.iter().cloned().collect())).collect(),
@@ -464,13 +465,13 @@ mod tests {
     }
 
     impl Passes for Fake {
-        async fn pass(&self, pool: &str) -> Result<Outcome, ReconcileError> {
-            self.log.lock().unwrap().push((pool.to_owned(), self.started.elapsed()));
+        async fn pass(&self, pool: &PoolRef) -> Result<Outcome, ReconcileError> {
+            self.log.lock().unwrap().push((pool.name.clone(), self.started.elapsed()));
             let now_running = self.running.fetch_add(1, Ordering::SeqCst) + 1;
             self.most_running.fetch_max(now_running, Ordering::SeqCst);
             tokio::time::sleep(self.pass_time).await;
             self.running.fetch_sub(1, Ordering::SeqCst);
-            let next = self.script.lock().unwrap().get_mut(pool).and_then(VecDeque::pop_front);
+            let next = self.script.lock().unwrap().get_mut(&pool.name).and_then(VecDeque::pop_front);
             match next {
                 Some(None) => Err(RuntimeError::Api("scripted failure".into()).into()),
                 Some(Some(outcome)) => Ok(outcome),
@@ -478,9 +479,9 @@ mod tests {
             }
         }
 
-        async fn failed(&self, _: &str, _: &ReconcileError) {}
+        async fn failed(&self, _: &PoolRef, _: &ReconcileError) {}
 
-        async fn pools(&self) -> sqlx::Result<Vec<String>> {
+        async fn pools(&self) -> sqlx::Result<Vec<PoolRef>> {
             Ok(self.pools.clone())
         }
 
@@ -525,7 +526,7 @@ mod tests {
         let w = start(&fake, 4, HOUR);
         tokio::time::sleep(Duration::from_millis(100)).await;
         // A wake during the first backoff (250-500 ms) waits for it.
-        w.wakes.send(Wake::Pool("a".into())).expect("worker alive");
+        w.wakes.send(Wake::Pool(PoolRef::in_default("a"))).expect("worker alive");
         tokio::time::sleep(Duration::from_secs(20)).await;
         w.stop().await;
         let t = fake.times("a");
@@ -545,7 +546,7 @@ mod tests {
         let fake = Fake::new(&["r1", "r2", "r3"], Duration::from_secs(1), &[]);
         let w = start(&fake, 1, HOUR);
         tokio::time::sleep(Duration::from_millis(10)).await;
-        w.wakes.send(Wake::Pool("w".into())).expect("worker alive");
+        w.wakes.send(Wake::Pool(PoolRef::in_default("w"))).expect("worker alive");
         tokio::time::sleep(Duration::from_secs(10)).await;
         w.stop().await;
         let order: Vec<String> = fake.log().into_iter().map(|(p, _)| p).collect();
@@ -559,7 +560,7 @@ mod tests {
         let w = start(&fake, 4, HOUR);
         tokio::time::sleep(Duration::from_millis(100)).await;
         for _ in 0..3 {
-            w.wakes.send(Wake::Pool("a".into())).expect("worker alive");
+            w.wakes.send(Wake::Pool(PoolRef::in_default("a"))).expect("worker alive");
         }
         tokio::time::sleep(Duration::from_secs(10)).await;
         w.stop().await;

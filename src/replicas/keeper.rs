@@ -29,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 use super::lease::{Held, Key, Kind, Leases};
 use super::owner;
 use crate::db::{self, Db};
+use crate::domain::object::PoolRef;
 use crate::runtime::Wake;
 
 /// The largest share of its leases a replica hands over in one round (at
@@ -57,7 +58,7 @@ struct Spread {
     alive: Vec<String>,
     pools: (i64, i64),
     /// The pools whose rendezvous owner is this replica.
-    share: HashSet<String>,
+    share: HashSet<PoolRef>,
     rounds: u64,
 }
 
@@ -107,8 +108,14 @@ async fn round(
     let sent = Instant::now();
     let (jobs, pool_count, pool_tokens) = {
         let held = leases.lock();
-        let jobs: Vec<String> = held.keys().filter(|k| k.kind == Kind::Job).map(|k| k.name.clone()).collect();
-        let pools = held.iter().filter(|(k, _)| k.kind == Kind::Pool);
+        let jobs: Vec<i64> = held
+            .keys()
+            .filter_map(|k| match k {
+                Key::Job(id) => Some(*id),
+                Key::Pool(_) => None,
+            })
+            .collect();
+        let pools = held.iter().filter(|(k, _)| k.kind() == Kind::Pool);
         let (count, tokens) = pools.fold((0i64, 0i64), |(n, t), (_, h)| (n + 1, t.wrapping_add(h.token)));
         (jobs, count, tokens)
     };
@@ -126,17 +133,17 @@ async fn round(
     // then spread again (its leases expire at that very moment).
     let next_death = alive.iter().filter(|a| *a.id != *leases.me).map(|a| a.remaining).reduce(f64::min);
     let alive: Vec<String> = alive.into_iter().map(|a| a.id).collect();
-    let pools: Option<HashMap<String, i64>> =
-        renewal.pools.map(|pools| pools.into_iter().map(|h| (h.name, h.token)).collect());
-    let jobs: HashMap<String, i64> = renewal.jobs.into_iter().map(|h| (h.name, h.token)).collect();
+    let pools: Option<HashMap<Key, i64>> =
+        renewal.pools.map(|pools| pools.into_iter().map(|h| (h.key, h.token)).collect());
+    let jobs: HashMap<Key, i64> = renewal.jobs.into_iter().map(|h| (h.key, h.token)).collect();
     let mut r = Round { alive: alive.len(), ..Round::default() };
-    let stray: Vec<String> = {
+    let stray: Vec<PoolRef> = {
         let mut held = leases.lock();
         held.retain(|key, h| {
-            let renewed = match (key.kind, &pools) {
+            let renewed = match (key.kind(), &pools) {
                 (Kind::Pool, None) => Some(h.token),
-                (Kind::Pool, Some(pools)) => pools.get(&key.name).copied(),
-                (Kind::Job, _) => jobs.get(&key.name).copied(),
+                (Kind::Pool, Some(pools)) => pools.get(key).copied(),
+                (Kind::Job, _) => jobs.get(key).copied(),
             };
             if renewed == Some(h.token) {
                 h.valid_until = valid_until;
@@ -152,12 +159,15 @@ async fn round(
         pools
             .iter()
             .flatten()
-            .filter(|(name, _)| !held.contains_key(&Key::pool(name)))
-            .map(|(n, _)| n.clone())
+            .filter(|(key, _)| !held.contains_key(key))
+            .filter_map(|(key, _)| match key {
+                Key::Pool(pool) => Some(pool.clone()),
+                Key::Job(_) => None,
+            })
             .collect()
     };
     if !stray.is_empty() {
-        db::leases::release(store, &leases.me, Kind::Pool, &stray).await?;
+        db::leases::release(store, &leases.me, &stray).await?;
     }
 
     if rand::random::<u8>() == 0 {
@@ -166,37 +176,38 @@ async fn round(
     }
     let checksum = db::leases::pools_checksum(store).await?;
     if spread.alive != alive || spread.pools != checksum {
-        let names = db::leases::pool_names(store).await?;
-        spread.share = names.into_iter().filter(|p| owner(&alive, p) == Some(&*leases.me)).collect();
+        let pools = db::leases::pools(store).await?;
+        spread.share = pools.into_iter().filter(|p| owner(&alive, p) == Some(&*leases.me)).collect();
         spread.alive = alive;
         spread.pools = checksum;
     }
     let share = &spread.share;
     let (wanted, leaving) = {
         let mut held = leases.lock();
-        let wanted: Vec<String> = share.iter().filter(|p| !held.contains_key(&Key::pool(p))).cloned().collect();
-        let pools = held.keys().filter(|k| k.kind == Kind::Pool).count();
+        let wanted: Vec<PoolRef> = share.iter().filter(|p| !held.contains_key(&Key::pool(p))).cloned().collect();
+        let pools = held.keys().filter(|k| k.kind() == Kind::Pool).count();
         let cap = ((pools as f64 * HANDOVER_SHARE) as usize).max(HANDOVER_MIN);
         let mut leaving = Vec::new();
         // Jobs are not spread: the replica that claimed one keeps it.
-        for (key, h) in held.iter_mut().filter(|(k, _)| k.kind == Kind::Pool) {
-            if share.contains(key.name.as_str()) {
+        for (key, h) in held.iter_mut() {
+            let Key::Pool(pool) = key else { continue };
+            if share.contains(pool) {
                 h.leaving = false;
                 continue;
             }
             h.leaving = true;
             // Idle: no fence of it is in use, so no pass is in flight.
             if Arc::strong_count(&h.in_use) == 1 && leaving.len() < cap {
-                leaving.push(key.name.clone());
+                leaving.push(pool.clone());
             }
         }
-        for name in &leaving {
-            held.remove(&Key::pool(name));
+        for pool in &leaving {
+            held.remove(&Key::pool(pool));
         }
         (wanted, leaving)
     };
     if !leaving.is_empty() {
-        r.handed_over = db::leases::release(store, &leases.me, Kind::Pool, &leaving).await? as usize;
+        r.handed_over = db::leases::release(store, &leases.me, &leaving).await? as usize;
     }
 
     let sent = Instant::now();
@@ -206,12 +217,14 @@ async fn round(
     {
         let mut held = leases.lock();
         for t in &taken {
-            held.insert(Key::pool(&t.name), Held::new(t.token, valid_until));
+            held.insert(t.key.clone(), Held::new(t.token, valid_until));
         }
-        r.held = held.keys().filter(|k| k.kind == Kind::Pool).count();
+        r.held = held.keys().filter(|k| k.kind() == Kind::Pool).count();
     }
     for t in taken {
-        let _ = wakes.send(Wake::Pool(t.name));
+        if let Key::Pool(pool) = t.key {
+            let _ = wakes.send(Wake::Pool(pool));
+        }
     }
     // A lease another holds, or another replica's life, that ends before
     // the next tick: look again just after, to take over at once if its

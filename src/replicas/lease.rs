@@ -21,6 +21,7 @@ use tokio::time::Instant;
 
 use crate::db::WriteTx;
 pub use crate::db::leases::{Key, Kind};
+use crate::domain::object::PoolRef;
 
 /// A lease this replica holds.
 pub(super) struct Held {
@@ -73,7 +74,7 @@ impl Leases {
 
     /// A fence for a pass of `pool`: `None` unless this replica holds its
     /// lease, unexpired and not being handed over.
-    pub fn fence(self: &Arc<Self>, pool: &str) -> Option<Fence> {
+    pub fn fence(self: &Arc<Self>, pool: &PoolRef) -> Option<Fence> {
         self.fence_of(Key::pool(pool))
     }
 
@@ -112,19 +113,22 @@ impl Leases {
     }
 
     /// The pools this replica drives now.
-    pub fn held_names(&self) -> Vec<String> {
+    pub fn held_pools(&self) -> Vec<PoolRef> {
         let now = Instant::now();
         self.lock()
             .iter()
-            .filter(|(k, h)| k.kind == Kind::Pool && !h.leaving && h.valid_until > now)
-            .map(|(k, _)| k.name.clone())
+            .filter(|(_, h)| !h.leaving && h.valid_until > now)
+            .filter_map(|(k, _)| match k {
+                Key::Pool(pool) => Some(pool.clone()),
+                Key::Job(_) => None,
+            })
             .collect()
     }
 
     /// Pool leases held now.
     pub fn held_count(&self) -> usize {
         let now = Instant::now();
-        self.lock().iter().filter(|(k, h)| k.kind == Kind::Pool && !h.leaving && h.valid_until > now).count()
+        self.lock().iter().filter(|(k, h)| k.kind() == Kind::Pool && !h.leaving && h.valid_until > now).count()
     }
 
     /// Whether `token` is still this replica's lease of `key`, unexpired.
@@ -186,10 +190,10 @@ impl LeaseFence {
 /// The lease of a pool or job was lost (expired, taken over, handed over)
 /// while a pass or run of it went on: it stops without acting or writing.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("{what} is no longer driven by this replica: its lease {why}")]
+#[error("{} is no longer driven by this replica: its lease {why}", of.as_ref().map_or_else(|| "the object".to_owned(), Key::to_string))]
 pub struct Lost {
-    /// The pool or job, as people read it.
-    pub what: String,
+    /// The pool or job (`None` with one process, which holds no leases).
+    pub of: Option<Key>,
     pub why: &'static str,
 }
 
@@ -226,11 +230,11 @@ impl Fence {
     /// The loss [`check`](Self::check) reports, for an operation whose
     /// check failed further down (an engine operation left unsent).
     pub fn lost(&self) -> Lost {
-        let what = match self {
-            Fence::Sole => String::new(),
-            Fence::Lease(f) => f.key.to_string(),
+        let of = match self {
+            Fence::Sole => None,
+            Fence::Lease(f) => Some(f.key.clone()),
         };
-        Lost { what, why: "expired or was handed over" }
+        Lost { of, why: "expired or was handed over" }
     }
 
     /// The token of the lease, for writes that record it (`None`: SQLite).
@@ -249,7 +253,7 @@ impl Fence {
         if crate::db::leases::prove(tx, &f.key, &f.leases.me, f.token).await? {
             Ok(())
         } else {
-            Err(Lost { what: f.key.to_string(), why: "is held by another replica now (the store refused the write)" }
+            Err(Lost { of: Some(f.key.clone()), why: "is held by another replica now (the store refused the write)" }
                 .into())
         }
     }
@@ -270,19 +274,20 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_fence_holds_while_the_lease_is_renewed_and_fails_once_it_is_not() {
         let leases = Leases::new("me", Duration::from_secs(15));
-        assert!(leases.fence("p").is_none(), "no lease, no fence");
-        leases.lock().insert(Key::pool("p"), Held::new(3, Instant::now() + leases.act_for()));
-        let fence = leases.fence("p").expect("held");
+        assert!(leases.fence(&"p".into()).is_none(), "no lease, no fence");
+        leases.lock().insert(Key::pool(&PoolRef::in_default("p")), Held::new(3, Instant::now() + leases.act_for()));
+        let fence = leases.fence(&"p".into()).expect("held");
         assert!(fence.check().is_ok());
         tokio::time::advance(Duration::from_secs(14)).await;
         let lost = fence.check().expect_err("past 90% of the lease without a renewal");
-        assert_eq!(lost.what, "pool \"p\"");
-        assert!(leases.fence("p").is_none() && leases.held_count() == 0);
+        assert_eq!(lost.of, Some(Key::pool(&"p".into())));
+        assert!(leases.fence(&"p".into()).is_none() && leases.held_count() == 0);
         // A renewal with the same token restores it; a new token does not
         // revive fences of the old one.
-        leases.lock().get_mut(&Key::pool("p")).unwrap().valid_until = Instant::now() + leases.act_for();
+        leases.lock().get_mut(&Key::pool(&PoolRef::in_default("p"))).unwrap().valid_until =
+            Instant::now() + leases.act_for();
         assert!(fence.check().is_ok());
-        leases.lock().get_mut(&Key::pool("p")).unwrap().token = 4;
+        leases.lock().get_mut(&Key::pool(&PoolRef::in_default("p"))).unwrap().token = 4;
         assert!(fence.check().is_err(), "a fence of token 3 never acts under token 4");
         assert!(Fence::Sole.check().is_ok());
     }

@@ -27,6 +27,8 @@ pub mod notices;
 
 pub use lease::{Claimed, Fence, FenceError, Key, Kind, LeaseFence, Leases, Lost};
 
+use crate::domain::object::PoolRef;
+
 /// This process's name among the replicas: its host, its pid and a random
 /// part, so that a restarted process is a new replica (its predecessor's
 /// leases are taken over, not silently continued).
@@ -57,16 +59,19 @@ pub async fn gauges(db: &crate::db::Db, leases: &Leases) -> sqlx::Result<crate::
 /// highest score for it (rendezvous hashing). Every replica computes the
 /// same answer from the same list, and when a replica joins or leaves only
 /// the pools it gains or held move.
-pub fn owner<'a>(alive: &'a [String], pool: &str) -> Option<&'a str> {
+pub fn owner<'a>(alive: &'a [String], pool: &PoolRef) -> Option<&'a str> {
     alive.iter().max_by_key(|r| (score(r, pool), r.as_str())).map(String::as_str)
 }
 
 /// A well-spread 64-bit score of (replica, pool): FNV-1a over both names,
 /// then SplitMix64's finaliser. Defined here, not by the standard library's
 /// hasher, so that replicas of different builds agree.
-fn score(replica: &str, pool: &str) -> u64 {
+fn score(replica: &str, pool: &PoolRef) -> u64 {
+    // A pool of `default` hashes by its name alone, as before namespaces,
+    // so that upgrading moves no pool; others by namespace and name.
+    let namespace = (!pool.namespace.is_default()).then(|| pool.namespace.as_str().bytes().chain([0xfe]));
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in replica.bytes().chain([0xff]).chain(pool.bytes()) {
+    for b in replica.bytes().chain([0xff]).chain(namespace.into_iter().flatten()).chain(pool.name.bytes()) {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
@@ -91,7 +96,7 @@ mod tests {
         let alive = replicas(3);
         let mut counts: HashMap<&str, usize> = HashMap::new();
         for p in 0..300 {
-            *counts.entry(owner(&alive, &format!("pool-{p}")).unwrap()).or_default() += 1;
+            *counts.entry(owner(&alive, &PoolRef::in_default(format!("pool-{p}"))).unwrap()).or_default() += 1;
         }
         assert_eq!(counts.len(), 3, "{counts:?}");
         assert!(counts.values().all(|&n| (70..=130).contains(&n)), "{counts:?}");
@@ -101,7 +106,7 @@ mod tests {
     fn a_replica_leaving_moves_only_its_pools_and_joining_takes_only_a_share() {
         let three = replicas(3);
         let two: Vec<String> = three[..2].to_vec();
-        let pools: Vec<String> = (0..1000).map(|p| format!("p{p}")).collect();
+        let pools: Vec<PoolRef> = (0..1000).map(|p| PoolRef::in_default(format!("p{p}"))).collect();
         for p in &pools {
             let before = owner(&three, p).unwrap();
             let after = owner(&two, p).unwrap();
@@ -119,9 +124,9 @@ mod tests {
         let mut reversed = alive.clone();
         reversed.reverse();
         for p in 0..200 {
-            let pool = format!("x{p}");
+            let pool = PoolRef::in_default(format!("x{p}"));
             assert_eq!(owner(&alive, &pool), owner(&reversed, &pool));
         }
-        assert_eq!(owner(&[], "p"), None);
+        assert_eq!(owner(&[], &PoolRef::in_default("p")), None);
     }
 }

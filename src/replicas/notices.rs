@@ -169,11 +169,11 @@ fn apply(l: &Listener, payload: &str) {
         return;
     }
     let pool = match notice {
-        Notice::Row { name, version } => {
-            l.db.pool_cache().invalidate_older(&name, version.unwrap_or(i64::MAX));
-            name
+        Notice::Row { pool, version } => {
+            l.db.pool_cache().invalidate_older(&pool, version.unwrap_or(i64::MAX));
+            pool
         }
-        Notice::Pool(name) => name,
+        Notice::Pool(pool) => pool,
         Notice::Job(id) => {
             l.changes.heard(&Subject::Job(id));
             return;
@@ -187,9 +187,10 @@ async fn send_hints(store: &PgPool, me: &str, batch: &mut Vec<Subject>) {
     let unique: HashSet<Subject> = batch.drain(..).collect();
     let payloads: Vec<String> = unique
         .into_iter()
-        .map(|s| match s {
-            Subject::Pool(name) => notices::format(me, &Notice::Pool(name)),
-            Subject::Job(id) => notices::format(me, &Notice::Job(id)),
+        .filter_map(|s| match s {
+            Subject::Pool(pool) => Some(notices::format(me, &Notice::Pool(pool))),
+            Subject::Job(id) => Some(notices::format(me, &Notice::Job(id))),
+            Subject::Engine(_) => None,
         })
         .collect();
     if let Err(e) = notices::send_hints(store, &payloads).await {

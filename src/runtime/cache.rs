@@ -17,6 +17,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::container::Container;
+use crate::domain::object::PoolRef;
 
 #[derive(Default)]
 pub struct ContainerCache {
@@ -31,8 +32,8 @@ pub struct Ticket(u64);
 #[derive(Default)]
 struct Inner {
     by_id: HashMap<String, Entry>,
-    /// Pool name -> ids of its containers.
-    by_pool: HashMap<String, BTreeSet<String>>,
+    /// Pool -> ids of its containers.
+    by_pool: HashMap<PoolRef, BTreeSet<String>>,
     /// Container name -> id: names are unique on one engine.
     by_name: HashMap<String, String>,
     /// Containers removed (by drover or reported gone), and when. The
@@ -57,7 +58,7 @@ impl Inner {
         self.take(&c.id);
         self.by_name.insert(c.name.clone(), c.id.clone());
         if let Some(pool) = c.pool() {
-            self.by_pool.entry(pool.to_owned()).or_default().insert(c.id.clone());
+            self.by_pool.entry(pool).or_default().insert(c.id.clone());
         }
         self.by_id.insert(c.id.clone(), Entry { container: c, as_of });
     }
@@ -69,11 +70,11 @@ impl Inner {
             self.by_name.remove(&c.name);
         }
         if let Some(pool) = c.pool()
-            && let Some(ids) = self.by_pool.get_mut(pool)
+            && let Some(ids) = self.by_pool.get_mut(&pool)
         {
             ids.remove(id);
             if ids.is_empty() {
-                self.by_pool.remove(pool);
+                self.by_pool.remove(&pool);
             }
         }
         Some(c)
@@ -87,7 +88,7 @@ impl Inner {
     /// Holds what a read sent at `ticket` answered of `c`, unless the
     /// container is gone or a later read told more; answers its pool when
     /// anything changed.
-    fn put(&mut self, c: Container, ticket: Ticket) -> Option<String> {
+    fn put(&mut self, c: Container, ticket: Ticket) -> Option<PoolRef> {
         if self.removed.contains_key(&c.id) || self.told_since(&c.id, ticket) {
             return None;
         }
@@ -97,7 +98,7 @@ impl Inner {
             held.as_of = ticket;
             return None;
         }
-        let pool = c.pool().map(str::to_owned);
+        let pool = c.pool();
         self.insert(c, ticket);
         pool
     }
@@ -105,11 +106,11 @@ impl Inner {
     /// Drops the entries of `ids` that no read sent after `ticket` told of
     /// (a list from `ticket` on lacks them: they are gone); answers their
     /// pools.
-    fn drop_unless_told_since(&mut self, ids: Vec<String>, ticket: Ticket) -> HashSet<String> {
+    fn drop_unless_told_since(&mut self, ids: Vec<String>, ticket: Ticket) -> HashSet<PoolRef> {
         let mut pools = HashSet::new();
         for id in ids {
             if !self.told_since(&id, ticket) {
-                pools.extend(self.take(&id).as_ref().and_then(Container::pool).map(str::to_owned));
+                pools.extend(self.take(&id).as_ref().and_then(Container::pool));
             }
         }
         pools
@@ -141,42 +142,42 @@ impl ContainerCache {
 
     /// Inserts or replaces a container with what drover knows of it now
     /// (its own call answered); answers its pool when anything changed.
-    pub fn upsert(&self, c: Container) -> Option<String> {
+    pub fn upsert(&self, c: Container) -> Option<PoolRef> {
         self.upsert_as_of(c, self.ticket())
     }
 
     /// Inserts or replaces a container with what a read sent at `ticket`
     /// answered, unless a later read already told more; answers its pool
     /// when anything changed.
-    pub fn upsert_as_of(&self, c: Container, ticket: Ticket) -> Option<String> {
+    pub fn upsert_as_of(&self, c: Container, ticket: Ticket) -> Option<PoolRef> {
         self.lock().put(c, ticket)
     }
 
     /// Changes one container in place, as drover's own call just did;
     /// answers its pool when it exists.
-    pub fn update(&self, id: &str, change: impl FnOnce(&mut Container)) -> Option<String> {
+    pub fn update(&self, id: &str, change: impl FnOnce(&mut Container)) -> Option<PoolRef> {
         let ticket = self.ticket();
         let mut inner = self.lock();
         let held = inner.by_id.get_mut(id)?;
         change(&mut held.container);
         held.as_of = ticket;
-        held.container.pool().map(str::to_owned)
+        held.container.pool()
     }
 
     /// Forgets a container that is gone (drover removed it, or the engine
     /// says so), and ignores late reports of it for a while; answers its
     /// pool when it was known.
-    pub fn remove(&self, id: &str) -> Option<String> {
+    pub fn remove(&self, id: &str) -> Option<PoolRef> {
         let mut inner = self.lock();
         inner.forget_old_removals();
         inner.removed.insert(id.to_owned(), Instant::now());
-        inner.take(id)?.pool().map(str::to_owned)
+        inner.take(id)?.pool()
     }
 
     /// Replaces everything with a fresh list, read from `ticket` on;
     /// entries a later read wrote are kept. Answers the pools whose
     /// containers changed.
-    pub fn replace_all(&self, containers: Vec<Container>, ticket: Ticket) -> HashSet<String> {
+    pub fn replace_all(&self, containers: Vec<Container>, ticket: Ticket) -> HashSet<PoolRef> {
         let mut inner = self.lock();
         inner.forget_old_removals();
         let listed: HashSet<&str> = containers.iter().map(|c| c.id.as_str()).collect();
@@ -190,10 +191,10 @@ impl ContainerCache {
 
     /// Replaces one pool's containers with a fresh list of them, read from
     /// `ticket` on; entries a later read wrote are kept.
-    pub fn replace_pool(&self, pool: &str, containers: Vec<Container>, ticket: Ticket) {
+    pub fn replace_pool(&self, pool: &PoolRef, containers: Vec<Container>, ticket: Ticket) {
         let mut inner = self.lock();
         inner.forget_old_removals();
-        let containers: Vec<Container> = containers.into_iter().filter(|c| c.pool() == Some(pool)).collect();
+        let containers: Vec<Container> = containers.into_iter().filter(|c| c.pool().as_ref() == Some(pool)).collect();
         let listed: HashSet<&str> = containers.iter().map(|c| c.id.as_str()).collect();
         let unlisted: Vec<String> = inner
             .by_pool
@@ -207,7 +208,7 @@ impl ContainerCache {
     }
 
     /// The containers of one pool.
-    pub fn pool(&self, pool: &str) -> Vec<Container> {
+    pub fn pool(&self, pool: &PoolRef) -> Vec<Container> {
         let inner = self.lock();
         let Some(ids) = inner.by_pool.get(pool) else { return Vec::new() };
         ids.iter().filter_map(|id| inner.by_id.get(id).map(|e| e.container.clone())).collect()
@@ -236,7 +237,7 @@ impl ContainerCache {
     }
 
     /// Every pool with a container here.
-    pub fn pools(&self) -> Vec<String> {
+    pub fn pools(&self) -> Vec<PoolRef> {
         self.lock().by_pool.keys().cloned().collect()
     }
 }
@@ -245,6 +246,10 @@ impl ContainerCache {
 mod tests {
     use super::*;
     use crate::runtime::{ContainerState, HealthState, labels};
+
+    fn p(name: &str) -> PoolRef {
+        PoolRef::in_default(name)
+    }
 
     fn c(id: &str, pool: &str) -> Container {
         Container {
@@ -265,15 +270,36 @@ mod tests {
     #[test]
     fn containers_are_found_by_pool_and_changes_name_their_pool() {
         let cache = ContainerCache::default();
-        assert_eq!(cache.upsert(c("1", "a")), Some("a".into()));
-        assert_eq!(cache.upsert(c("2", "b")), Some("b".into()));
+        assert_eq!(cache.upsert(c("1", "a")), Some(p("a")));
+        assert_eq!(cache.upsert(c("2", "b")), Some(p("b")));
         assert_eq!(cache.upsert(c("1", "a")), None, "an unchanged container is no change");
-        assert_eq!(cache.pool("a").len(), 1);
-        assert_eq!(cache.update("1", |c| c.state = ContainerState::Exited), Some("a".into()));
-        assert_eq!(cache.pool("a")[0].state, ContainerState::Exited);
-        assert_eq!(cache.remove("1"), Some("a".into()));
-        assert!(cache.pool("a").is_empty());
-        assert_eq!(cache.pools(), vec!["b".to_owned()]);
+        assert_eq!(cache.pool(&p("a")).len(), 1);
+        assert_eq!(cache.update("1", |c| c.state = ContainerState::Exited), Some(p("a")));
+        assert_eq!(cache.pool(&p("a"))[0].state, ContainerState::Exited);
+        assert_eq!(cache.remove("1"), Some(p("a")));
+        assert!(cache.pool(&p("a")).is_empty());
+        assert_eq!(cache.pools(), vec![p("b")]);
+    }
+
+    #[test]
+    fn one_pool_name_in_two_namespaces_is_two_pools_and_no_label_means_default() {
+        let cache = ContainerCache::default();
+        let mut of_a = c("1", "web");
+        of_a.labels.insert(labels::NAMESPACE.to_owned(), "team-a".to_owned());
+        let mut of_b = c("2", "web");
+        of_b.labels.insert(labels::NAMESPACE.to_owned(), "team-b".to_owned());
+        let old = c("3", "web");
+        let mut forged = c("4", "web");
+        forged.labels.insert(labels::NAMESPACE.to_owned(), "Not A Namespace".to_owned());
+        for container in [of_a, of_b, old, forged] {
+            cache.upsert(container);
+        }
+        let web = |ns: &str| PoolRef::new(crate::domain::object::Namespace::parse(ns).unwrap(), "web");
+        let ids = |pool: &PoolRef| cache.pool(pool).into_iter().map(|c| c.id).collect::<Vec<_>>();
+        assert_eq!(ids(&web("team-a")), ["1"]);
+        assert_eq!(ids(&web("team-b")), ["2"]);
+        assert_eq!(ids(&p("web")), ["3"], "a container from before namespaces is default's");
+        assert_eq!(cache.pools().len(), 3, "a namespace label that names none ties to no pool");
     }
 
     #[test]
@@ -284,14 +310,14 @@ mod tests {
         let mut exited = c("1", "a");
         exited.state = ContainerState::Exited;
         // What a paused replica's cache lacks: the other replica's machines.
-        cache.replace_pool("a", vec![exited, c("3", "a"), c("4", "b")], cache.ticket());
-        let mut a: Vec<(String, ContainerState)> = cache.pool("a").into_iter().map(|c| (c.id, c.state)).collect();
+        cache.replace_pool(&p("a"), vec![exited, c("3", "a"), c("4", "b")], cache.ticket());
+        let mut a: Vec<(String, ContainerState)> = cache.pool(&p("a")).into_iter().map(|c| (c.id, c.state)).collect();
         a.sort_by(|x, y| x.0.cmp(&y.0));
         assert_eq!(a, vec![("1".into(), ContainerState::Exited), ("3".into(), ContainerState::Running)]);
-        assert_eq!(cache.pool("b").len(), 1, "another pool's entries are neither dropped nor added");
+        assert_eq!(cache.pool(&p("b")).len(), 1, "another pool's entries are neither dropped nor added");
         assert!(cache.has_name("worker-3"));
-        cache.replace_pool("a", Vec::new(), cache.ticket());
-        assert!(cache.pool("a").is_empty() && !cache.has_name("worker-1"));
+        cache.replace_pool(&p("a"), Vec::new(), cache.ticket());
+        assert!(cache.pool(&p("a")).is_empty() && !cache.has_name("worker-1"));
     }
 
     #[test]
@@ -299,12 +325,12 @@ mod tests {
         let cache = ContainerCache::default();
         cache.upsert(c("1", "a"));
         let listed = cache.ticket();
-        assert_eq!(cache.remove("1"), Some("a".into()));
+        assert_eq!(cache.remove("1"), Some(p("a")));
         let mut exited = c("1", "a");
         exited.state = ContainerState::Exited;
         assert_eq!(cache.upsert(exited.clone()), None, "the inspect made before the removal is ignored");
         assert!(cache.replace_all(vec![exited], listed).is_empty(), "and so is a list taken before it");
-        assert!(cache.pool("a").is_empty());
+        assert!(cache.pool(&p("a")).is_empty());
     }
 
     #[test]
@@ -327,7 +353,7 @@ mod tests {
         let mut gone = c("3", "c");
         gone.state = ContainerState::Exited;
         let changed = cache.replace_all(vec![c("1", "a"), gone, c("4", "d")], cache.ticket());
-        assert_eq!(changed, HashSet::from(["b".to_owned(), "c".to_owned(), "d".to_owned()]));
+        assert_eq!(changed, HashSet::from(["b".into(), "c".into(), "d".into()]));
         assert_eq!(cache.len(), 3);
     }
 
@@ -341,9 +367,9 @@ mod tests {
         let at_death = cache.ticket();
         let mut exited = c("1", "a");
         exited.state = ContainerState::Exited;
-        assert_eq!(cache.upsert_as_of(exited, at_death), Some("a".into()));
+        assert_eq!(cache.upsert_as_of(exited, at_death), Some(p("a")));
         assert_eq!(cache.upsert_as_of(c("1", "a"), at_start), None, "the late answer that it runs is stale");
-        assert_eq!(cache.pool("a")[0].state, ContainerState::Exited);
+        assert_eq!(cache.pool(&p("a"))[0].state, ContainerState::Exited);
     }
 
     #[test]
@@ -360,8 +386,8 @@ mod tests {
         let mut old = running;
         old.state = ContainerState::Created;
         let changed = cache.replace_all(vec![c("1", "a"), old.clone()], listed);
-        assert_eq!(changed, HashSet::from(["a".to_owned()]));
-        let mut a: Vec<(String, ContainerState)> = cache.pool("a").into_iter().map(|c| (c.id, c.state)).collect();
+        assert_eq!(changed, HashSet::from(["a".into()]));
+        let mut a: Vec<(String, ContainerState)> = cache.pool(&p("a")).into_iter().map(|c| (c.id, c.state)).collect();
         a.sort_by(|x, y| x.0.cmp(&y.0));
         let expected = vec![
             ("1".into(), ContainerState::Running),
@@ -369,7 +395,7 @@ mod tests {
             ("3".into(), ContainerState::Running),
         ];
         assert_eq!(a, expected);
-        cache.replace_pool("a", vec![old], listed);
-        assert_eq!(cache.pool("a").len(), 2, "one pool's list keeps the later reads too, and drops what it lacks");
+        cache.replace_pool(&p("a"), vec![old], listed);
+        assert_eq!(cache.pool(&p("a")).len(), 2, "one pool's list keeps the later reads too, and drops what it lacks");
     }
 }

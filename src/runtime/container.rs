@@ -6,6 +6,7 @@ use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 
+use crate::domain::object::{Namespace, PoolRef};
 use crate::domain::pool::Mount;
 
 /// Labels drover puts on every container it creates. The pool label makes
@@ -13,6 +14,9 @@ use crate::domain::pool::Mount;
 pub mod labels {
     /// Name of the pool a container belongs to.
     pub const POOL: &str = "drover.dev/pool";
+    /// Namespace of that pool. A container without it is of `default`:
+    /// machines created before namespaces keep running as they are.
+    pub const NAMESPACE: &str = "drover.dev/namespace";
     /// Name of the engine that created it: two registrations of one Docker
     /// daemon (a socket and a TCP address, say) each own only theirs.
     pub const ENGINE: &str = "drover.dev/engine";
@@ -94,8 +98,16 @@ impl Container {
         }
     }
 
-    pub fn pool(&self) -> Option<&str> {
-        self.labels.get(labels::POOL).map(String::as_str)
+    /// The pool it belongs to: its namespace and pool labels (no namespace
+    /// label: `default`). A namespace label that is no namespace's name
+    /// (written by hand) ties the container to no pool.
+    pub fn pool(&self) -> Option<PoolRef> {
+        let name = self.labels.get(labels::POOL)?;
+        let namespace = match self.labels.get(labels::NAMESPACE) {
+            None => Namespace::default(),
+            Some(ns) => Namespace::parse(ns).ok()?,
+        };
+        Some(PoolRef::new(namespace, name.clone()))
     }
 
     pub fn failure_domain(&self) -> Option<&str> {
@@ -145,7 +157,7 @@ pub enum RuntimeError {
 /// What an engine's events ask the reconciler to look at.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Wake {
-    Pool(String),
+    Pool(PoolRef),
     /// Look at every pool (the engines or their settings changed).
     All,
     /// An engine's reachability changed: every pool is looked at, and the

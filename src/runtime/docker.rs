@@ -23,7 +23,7 @@ use bollard::query_parameters::{
     CreateContainerOptionsBuilder, EventsOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
     StopContainerOptionsBuilder,
 };
-use chrono::{DateTime, Utc};
+use chrono::DateTime;
 use futures_util::{Stream, StreamExt};
 use tokio::sync::Mutex;
 
@@ -213,7 +213,7 @@ impl DockerBackend {
             }
             other => map_err(other),
         })?;
-        Ok(Container::created(created.id, spec, Utc::now()))
+        Ok(Container::created(created.id, spec, crate::clock::wall()))
     }
 
     /// Starts a created or exited container (a restart in place).

@@ -17,7 +17,6 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use chrono::Utc;
 use tokio::time::Instant;
 
 use super::Claims;
@@ -36,21 +35,17 @@ pub enum JobError {
     Lost(i64),
 }
 
-impl From<FenceError> for JobError {
-    fn from(e: FenceError) -> Self {
+impl JobError {
+    /// Why job `id`'s fence refused a write.
+    fn fenced(id: i64, e: FenceError) -> Self {
         match e {
             FenceError::Lost(lost) => {
                 tracing::debug!(%lost, "upgrade job lease lost");
-                Self::Lost(lost_job(&lost))
+                Self::Lost(id)
             }
             FenceError::Store(e) => Self::Store(e),
         }
     }
-}
-
-/// The job a lost lease was of (`upgrade job N`), for the error.
-fn lost_job(lost: &crate::replicas::Lost) -> i64 {
-    lost.what.rsplit(' ').next().and_then(|id| id.parse().ok()).unwrap_or_default()
 }
 
 /// The claim of one runner on one job.
@@ -88,7 +83,7 @@ impl JobClaim {
         claims: Claims,
     ) -> Result<Option<(JobClaim, Job)>, sqlx::Error> {
         let mut tx = db.begin_background().await?;
-        let now = Utc::now();
+        let now = crate::clock::wall();
         // With leases, holding the job's lease is the claim; otherwise an
         // owner whose heartbeat went stale gives the job up.
         let (taken, stale_before) = match leases {
@@ -135,8 +130,8 @@ impl JobClaim {
     /// heartbeat refreshed) before anything else is written.
     pub async fn begin(&self) -> Result<db::WriteTx, JobError> {
         let mut tx = self.db.begin_background().await?;
-        self.fence.prove(&mut tx).await?;
-        if !db::upgrades::touch(&mut tx, self.job, &self.owner, Utc::now()).await? {
+        self.fence.prove(&mut tx).await.map_err(|e| JobError::fenced(self.job, e))?;
+        if !db::upgrades::touch(&mut tx, self.job, &self.owner, crate::clock::wall()).await? {
             return Err(JobError::Lost(self.job));
         }
         self.beaten();

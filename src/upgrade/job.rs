@@ -16,7 +16,6 @@
 //! Every write goes through the job's [`JobClaim`]: a runner that no longer
 //! owns the job stops before it writes or touches the cluster again.
 
-use chrono::Utc;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use tokio_util::sync::CancellationToken;
 
@@ -131,7 +130,7 @@ impl Driver<'_> {
                 if i + 1 == n {
                     let ev =
                         self.event(EventType::Normal, "PodsChecked", "every component runs exactly one pod".into());
-                    db::events::record(&mut tx, &ev, Utc::now()).await?;
+                    db::events::record(&mut tx, &ev, crate::clock::wall()).await?;
                 }
                 self.move_to(tx, next).await?;
             }
@@ -172,7 +171,8 @@ impl Driver<'_> {
             let c = self.component();
             let msg = format!("{c} runs {}", self.job.version);
             db::upgrade_components::set_component_state(&mut tx, self.job.id, i, ComponentState::Upgraded).await?;
-            db::events::record(&mut tx, &self.event(EventType::Normal, "ComponentUpgraded", msg), Utc::now()).await?;
+            db::events::record(&mut tx, &self.event(EventType::Normal, "ComponentUpgraded", msg), crate::clock::wall())
+                .await?;
             if i + 1 == n {
                 return self.finish_in(tx, None, None, JobState::Succeeded, "").await;
             }
@@ -204,7 +204,7 @@ impl Driver<'_> {
     async fn step(&self, position: usize, step: Step) -> Result<Option<(Ended, Tx)>, JobError> {
         let target = self.target(position).await?;
         let mut tx = self.lease.begin().await?;
-        db::upgrade_steps::begin_step(&mut tx, self.job.id, position, step, Utc::now()).await?;
+        db::upgrade_steps::begin_step(&mut tx, self.job.id, position, step, crate::clock::wall()).await?;
         tx.commit().await?;
         self.ctx.changes.job(self.job.id);
         let ended = match self.api.as_ref() {
@@ -227,8 +227,16 @@ impl Driver<'_> {
         };
         let retries = self.api.as_ref().map_or(0, ClusterApi::take_retries);
         let mut tx = self.lease.begin().await?;
-        db::upgrade_steps::end_step(&mut tx, self.job.id, position, step, error.as_deref(), retries, Utc::now())
-            .await?;
+        db::upgrade_steps::end_step(
+            &mut tx,
+            self.job.id,
+            position,
+            step,
+            error.as_deref(),
+            retries,
+            crate::clock::wall(),
+        )
+        .await?;
         Ok(Some((ended, tx)))
     }
 
@@ -254,7 +262,7 @@ impl Driver<'_> {
 
     /// Moves the job to `(index, step)` in `tx`, and commits it.
     async fn move_to(&mut self, mut tx: Tx, (index, step): (usize, Step)) -> Result<(), JobError> {
-        db::upgrades::set_position(&mut tx, self.job.id, index, step, Utc::now()).await?;
+        db::upgrades::set_position(&mut tx, self.job.id, index, step, crate::clock::wall()).await?;
         tx.commit().await?;
         self.ctx.changes.job(self.job.id);
         self.job.component_index = index;
@@ -321,7 +329,7 @@ impl Driver<'_> {
         component_state: Option<ComponentState>,
     ) -> Result<(), JobError> {
         let mut tx = self.lease.begin().await?;
-        let now = Utc::now();
+        let now = crate::clock::wall();
         if let Some(ev) = &first {
             db::events::record(&mut tx, ev, now).await?;
         }
@@ -426,7 +434,7 @@ impl Driver<'_> {
         state: JobState,
         msg: &str,
     ) -> Result<(), JobError> {
-        let now = Utc::now();
+        let now = crate::clock::wall();
         if let Some((i, c_state)) = component {
             db::upgrade_components::set_component_state(&mut tx, self.job.id, i, c_state).await?;
         }

@@ -4,7 +4,6 @@
 //! components and steps, cancel one. Each state change is stored together
 //! with the event that explains it; the runner does the work.
 
-use chrono::Utc;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -15,14 +14,15 @@ use crate::db::page::{Page, PageRequest};
 use crate::db::upgrade_components::ComponentSteps;
 use crate::db::{self, Db, upgrades::CancelOutcome, upgrades::Job};
 use crate::domain::ValidationErrors;
-use crate::domain::event::{Event, EventType, NewEvent, SubjectKind};
+use crate::domain::event::{Event, EventType, NewEvent};
 use crate::domain::image::check_image_reference;
-use crate::domain::role::Role;
+use crate::domain::object::{ClusterRef, ObjectRef};
 use crate::domain::upgrade::{
     Component, DEFAULT_IMAGE_REPOSITORY, JobState, PolicyViolation, check_version_policy, image_version,
     order_components, release_version,
 };
 use crate::domain::version::KubeVersion;
+use crate::identity::{Access, Action, Target};
 use crate::k8s::{CallError, ClusterApi};
 
 /// Body of `POST /v1/clusters/{name}/upgrades` (start a job) and of
@@ -89,9 +89,9 @@ pub enum UpgradeError {
     Cluster(#[from] ClusterError),
     #[error("{0}")]
     Invalid(ValidationErrors),
-    /// Only an admin may ask for this field.
-    #[error("{0} needs the admin role")]
-    AdminOnly(&'static str),
+    /// The authorizer's refusal.
+    #[error(transparent)]
+    Denied(#[from] crate::identity::Denied),
     #[error("upgrade job {job} is already active on cluster {cluster:?}; follow /v1/upgrades/{job} or cancel it first")]
     Active { cluster: String, job: i64 },
     #[error("upgrade job {id} already ended ({})", state.as_str())]
@@ -115,11 +115,11 @@ impl Upgrades {
         Self { db, clusters, queue }
     }
 
-    /// What an upgrade of `cluster` would do, for a caller of `role`:
+    /// What an upgrade of `cluster` (of the request's namespace) would do:
     /// the checks of a start, against what the cluster runs now. Stores
     /// and changes nothing.
-    pub async fn plan(&self, cluster: &str, body: &NewUpgrade, role: Role) -> Result<UpgradePlan, UpgradeError> {
-        let prepared = self.checked(cluster, body, role, Asked::Plan).await?;
+    pub async fn plan(&self, access: &Access, cluster: &str, body: &NewUpgrade) -> Result<UpgradePlan, UpgradeError> {
+        let prepared = self.checked(access, cluster, body, Asked::Plan).await?;
         Ok(UpgradePlan {
             cluster: cluster.to_owned(),
             current_version: prepared.current.map(|v| v.to_string()),
@@ -128,10 +128,10 @@ impl Upgrades {
         })
     }
 
-    /// Starts an upgrade of `cluster` for a caller of `role`: a pending
-    /// job, which a runner claims.
-    pub async fn create(&self, cluster: &str, body: &NewUpgrade, role: Role) -> Result<JobDetail, UpgradeError> {
-        let prepared = self.checked(cluster, body, role, Asked::Job).await?;
+    /// Starts an upgrade of `cluster` (of the request's namespace): a
+    /// pending job, which a runner claims.
+    pub async fn create(&self, access: &Access, cluster: &str, body: &NewUpgrade) -> Result<JobDetail, UpgradeError> {
+        let prepared = self.checked(access, cluster, body, Asked::Job).await?;
         let job = start(&self.db, &prepared).await.map_err(|e| match e {
             StartError::Active(job) => UpgradeError::Active { cluster: cluster.to_owned(), job },
             StartError::ClusterGone => UpgradeError::Cluster(ClusterError::NotFound(cluster.to_owned())),
@@ -141,47 +141,65 @@ impl Upgrades {
         self.detail(job).await
     }
 
-    /// The checks a plan and a start share: the fields, the caller's role,
-    /// the cluster, no other active job (for a start), and the version
-    /// policy against what the cluster runs.
+    /// The checks a plan and a start share: the cluster and the caller's
+    /// role in its namespace (a start needs an operator, a plan a viewer;
+    /// a registry other than the default, or `force`, decide what runs as
+    /// the control plane, so they need an admin: SECURITY.md), the fields,
+    /// no other active job (for a start), and the version policy against
+    /// what the cluster runs.
     async fn checked(
         &self,
+        access: &Access,
         cluster: &str,
         body: &NewUpgrade,
-        role: Role,
         asked: Asked,
     ) -> Result<Prepared, UpgradeError> {
-        let request = parse(cluster, body, role, asked)?;
-        self.clusters.get(cluster).await?;
+        let action = if asked == Asked::Job { Action::OPERATE } else { Action::READ };
+        let found = self.clusters.get(access, action, cluster).await?;
+        let id = ClusterRef::new(found.namespace, found.name);
+        if let Some(field) = admin_field(body) {
+            tracing::info!(field, "a request for an admin's upgrade parameter");
+            access.may(Action::CHANGE, &crate::clusters::target(&id))?;
+        }
+        let request = parse(&id, body, asked)?;
         if asked == Asked::Job
-            && let Some(job) = db::upgrades::active_for_cluster(self.db.read(), cluster).await?
+            && let Some(job) = db::upgrades::active_for_cluster(self.db.read(), &id).await?
         {
             return Err(UpgradeError::Active { cluster: cluster.to_owned(), job });
         }
-        let api = self.clusters.connect(cluster, 2).await?;
+        let api = self.clusters.connect(&id, 2).await?;
         prepare(&api, request).await.map_err(|e| match e {
             PrepareError::Unreachable { .. } => UpgradeError::Unreachable(e.to_string()),
             PrepareError::Policy(v) => UpgradeError::Invalid(ValidationErrors::single("version", v.rule, v.message)),
         })
     }
 
-    /// A page of jobs, newest first, optionally of one cluster and in one state.
+    /// A page of the request's namespace's jobs, newest first, optionally
+    /// of one cluster and in one state.
     pub async fn list(
         &self,
+        access: &Access,
         cluster: Option<&str>,
         state: Option<JobState>,
         req: &PageRequest<i64>,
     ) -> Result<Page<JobDetail>, UpgradeError> {
-        let jobs = db::upgrades::list(self.db.read(), cluster, state, req.after, req.fetch()).await?;
+        let found = db::namespaces::get(self.db.read(), &access.namespace).await?;
+        access.may(Action::READ, &Target::namespace(&access.namespace))?;
+        if found.is_none() {
+            return Err(ClusterError::NamespaceNotFound(access.namespace.as_str().to_owned()).into());
+        }
+        let jobs =
+            db::upgrades::list(self.db.read(), &access.namespace, cluster, state, req.after, req.fetch()).await?;
         let page = Page::from_rows(jobs, req.limit, |j| j.id.to_string());
         let ids: Vec<i64> = page.items.iter().map(|j| j.id).collect();
         let mut components = db::upgrade_components::with_steps(self.db.read(), &ids).await?;
         Ok(page.map(|job| JobDetail { components: components.remove(&job.id).unwrap_or_default(), job }))
     }
 
-    /// A job by its id as the API names it (a number; anything else is no job).
-    pub async fn get(&self, id: &str) -> Result<JobDetail, UpgradeError> {
-        let job = self.job(id).await?;
+    /// A job of the request's namespace by its id as the API names it (a
+    /// number; anything else is no job).
+    pub async fn get(&self, access: &Access, id: &str) -> Result<JobDetail, UpgradeError> {
+        let job = self.job(access, Action::READ, id).await?;
         self.detail(job).await
     }
 
@@ -193,10 +211,18 @@ impl Upgrades {
         }
     }
 
-    async fn job(&self, id: &str) -> Result<Job, UpgradeError> {
+    /// Job `id` of the request's namespace, if the caller may do `action`
+    /// to it (looked up first: one of another namespace, or one the caller
+    /// may not see, answers as a missing one).
+    async fn job(&self, access: &Access, action: Action, id: &str) -> Result<Job, UpgradeError> {
         let missing = || UpgradeError::NotFound(id.to_owned());
-        let number: i64 = id.parse().map_err(|_| missing())?;
-        db::upgrades::get(self.db.read(), number).await?.ok_or_else(missing)
+        let number: Option<i64> = id.parse().ok();
+        let found = match number {
+            Some(n) => db::upgrades::get(self.db.read(), n).await?,
+            None => None,
+        };
+        access.may(action, &Target::in_namespace(&access.namespace, "upgrade job", id))?;
+        found.filter(|j| j.cluster.namespace == access.namespace).ok_or_else(missing)
     }
 
     async fn detail(&self, job: Job) -> Result<JobDetail, UpgradeError> {
@@ -205,15 +231,15 @@ impl Upgrades {
     }
 
     /// A page of the job's events, newest first.
-    pub async fn events(&self, id: &str, req: &PageRequest<i64>) -> Result<Page<Event>, UpgradeError> {
-        let job = self.job(id).await?;
-        Ok(db::events::page(self.db.read(), SubjectKind::Job, &job.id.to_string(), req).await?)
+    pub async fn events(&self, access: &Access, id: &str, req: &PageRequest<i64>) -> Result<Page<Event>, UpgradeError> {
+        let job = self.job(access, Action::READ, id).await?;
+        Ok(db::events::page(self.db.read(), &ObjectRef::Job(job.id), req).await?)
     }
 
     /// Cancels a job: a pending one at once, a running one at its next safe
     /// point. Answers the job as it now stands.
-    pub async fn cancel(&self, id: &str) -> Result<JobDetail, UpgradeError> {
-        let number: i64 = id.parse().map_err(|_| UpgradeError::NotFound(id.to_owned()))?;
+    pub async fn cancel(&self, access: &Access, id: &str) -> Result<JobDetail, UpgradeError> {
+        let number = self.job(access, Action::OPERATE, id).await?.id;
         let (job, outcome) = cancel(&self.db, number).await?.ok_or_else(|| UpgradeError::NotFound(id.to_owned()))?;
         if outcome == CancelOutcome::Ended {
             return Err(UpgradeError::Ended { id: number, state: job.state });
@@ -222,27 +248,26 @@ impl Upgrades {
     }
 }
 
-/// The upgrade a create body asks for, with every field checked. A
-/// registry other than the default, or `force`, decide what runs as the
-/// control plane, so they are the admin's (SECURITY.md).
-fn parse(cluster: &str, body: &NewUpgrade, role: Role, asked: Asked) -> Result<UpgradeRequest, UpgradeError> {
+/// The field of a request that only an admin may ask for, if any.
+fn admin_field(body: &NewUpgrade) -> Option<&'static str> {
+    if body.image_repository.as_deref().is_some_and(|r| r != DEFAULT_IMAGE_REPOSITORY) {
+        Some("image_repository")
+    } else {
+        body.force.then_some("force")
+    }
+}
+
+/// The upgrade a create body asks for, with every field checked.
+fn parse(cluster: &ClusterRef, body: &NewUpgrade, asked: Asked) -> Result<UpgradeRequest, UpgradeError> {
     let invalid = |field, rule, e: String| UpgradeError::Invalid(ValidationErrors::single(field, rule, e));
-    check_dry_run(cluster, body.dry_run, asked).map_err(|e| invalid("dry_run", "dry_run", e))?;
+    check_dry_run(&cluster.name, body.dry_run, asked).map_err(|e| invalid("dry_run", "dry_run", e))?;
     let target: KubeVersion = body.version.parse().map_err(|e| invalid("version", "version_format", format!("{e}")))?;
     let components = order_components(body.components.as_deref().unwrap_or(&Component::ALL))
         .map_err(|e| invalid("components", "components", e))?;
-    if role < Role::Admin {
-        let repository = body.image_repository.as_deref().is_some_and(|r| r != DEFAULT_IMAGE_REPOSITORY);
-        if repository || body.force {
-            let field = if repository { "image_repository" } else { "force" };
-            tracing::info!(field, "a non-admin asked for an admin-only upgrade parameter");
-            return Err(UpgradeError::AdminOnly(field));
-        }
-    }
     let repo = body.image_repository.clone().unwrap_or_else(|| DEFAULT_IMAGE_REPOSITORY.to_owned());
     check_image_reference(&format!("{repo}/kube-apiserver:{target}"))
         .map_err(|e| invalid("image_repository", "image_repository", e.to_string()))?;
-    Ok(UpgradeRequest { cluster: cluster.to_owned(), target, components, image_repository: repo, force: body.force })
+    Ok(UpgradeRequest { cluster: cluster.clone(), target, components, image_repository: repo, force: body.force })
 }
 
 /// The deprecated `dry_run` agrees with the route, or is left out.
@@ -262,7 +287,7 @@ fn check_dry_run(cluster: &str, dry_run: Option<bool>, asked: Asked) -> Result<(
 /// A request that passed its field checks.
 #[derive(Debug, Clone)]
 pub struct UpgradeRequest {
-    pub cluster: String,
+    pub cluster: ClusterRef,
     pub target: KubeVersion,
     /// In upgrade order, without repeats.
     pub components: Vec<Component>,
@@ -295,7 +320,7 @@ pub enum PrepareError {
 /// policy, which compares with the oldest of the API server's version and
 /// the component images. Changes nothing.
 async fn prepare(api: &ClusterApi, request: UpgradeRequest) -> Result<Prepared, PrepareError> {
-    let unreachable = |source| PrepareError::Unreachable { cluster: request.cluster.clone(), source };
+    let unreachable = |source| PrepareError::Unreachable { cluster: request.cluster.name.clone(), source };
     let info = api.version().await.map_err(unreachable)?;
     let mut current = release_version(&info.git_version);
     let mut components = Vec::new();
@@ -341,7 +366,7 @@ async fn start(db: &Db, prepared: &Prepared) -> Result<Job, StartError> {
         from_version: prepared.current.map(|v| v.to_string()),
     };
     let mut tx = db.begin_background().await?;
-    let now = Utc::now();
+    let now = crate::clock::wall();
     // Held until the job commits: a concurrent delete of the cluster waits
     // for it, then finds the job active and refuses.
     if !db::clusters::hold(&mut tx, &r.cluster).await? {

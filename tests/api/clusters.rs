@@ -80,7 +80,7 @@ async fn credentials_never_appear_in_any_response() {
     let view: Value = serde_json::from_str(&bodies[2]).unwrap();
     assert_eq!(
         view,
-        json!({"name": "prod", "server": env.sim.url(), "auth": "token",
+        json!({"name": "prod", "namespace": "default", "server": env.sim.url(), "auth": "token",
         "created_at": view["created_at"], "updated_at": view["updated_at"]})
     );
 }
@@ -219,7 +219,7 @@ async fn store_credentials(data_dir: &std::path::Path, name: &str, server: &str,
     db.execute(
         "insert into clusters (name, server, auth_kind, credentials, created_at, updated_at)
          values ($1, $2, 'token', $3, $4, $4)
-         on conflict (name) do update set credentials = excluded.credentials",
+         on conflict (namespace, name) do update set credentials = excluded.credentials",
         &[
             Param::Text(name.into()),
             Param::Text(server.into()),

@@ -97,7 +97,7 @@ async fn a_docker_outage_gives_conditions_and_events_then_recovers_without_dupli
     // reach the engine waits for it rather than failing), the outage told
     // once, and nothing changed on the engine. A rate over time: no later
     // event could show it, so this one window is observed, poll by poll.
-    let failures = format!("drover_pool_reconcile_failures_total{{pool=\"{pool}\"}}");
+    let failures = format!("drover_pool_reconcile_failures_total{{namespace=\"default\",pool=\"{pool}\"}}");
     hold_for(Duration::from_secs(30), "during a 30 s Docker outage", async || {
         let warnings = app.events(&pool).await.into_iter().filter(|e| e["reason"] == "RuntimeUnavailable").count();
         if !(1..=3).contains(&warnings) {

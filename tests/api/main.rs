@@ -28,6 +28,7 @@ mod job_leases;
 mod kube_sim;
 mod lifecycle;
 mod metrics;
+mod namespaces;
 mod oidc;
 mod openapi;
 mod opt_outs;

@@ -39,8 +39,12 @@ async fn metrics_count_requests_passes_runtime_calls_and_machines_after_a_scale(
         "{after}"
     );
     assert!(sample(&after, "drover_reconcile_passes_total{outcome=\"converged\"}") >= 1.0, "{after}");
-    assert_eq!(sample(&after, "drover_machines{pool=\"metered\",phase=\"ready\"}"), 3.0, "{after}");
-    assert_eq!(sample(&after, "drover_pool_replicas_desired{pool=\"metered\"}"), 3.0);
+    assert_eq!(
+        sample(&after, "drover_machines{namespace=\"default\",pool=\"metered\",phase=\"ready\"}"),
+        3.0,
+        "{after}"
+    );
+    assert_eq!(sample(&after, "drover_pool_replicas_desired{namespace=\"default\",pool=\"metered\"}"), 3.0);
     assert!(after.contains("# TYPE drover_http_request_duration_seconds histogram"));
     assert!(after.contains("drover_reconcile_duration_seconds_count{outcome=\"converged\"}"), "{after}");
     assert_eq!(sample(&after, "drover_engine_up{engine=\"local\"}"), 1.0, "{after}");

@@ -23,7 +23,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
-use crate::helpers::{TestApp, config, start, wait_for};
+use crate::helpers::{TestApp, config, metric, start, wait_for};
 
 /// A signing key and its public JWK.
 pub struct SigningKey {
@@ -410,4 +410,53 @@ async fn the_cli_runs_its_token_command_again_when_the_server_refuses_the_token(
     let refused = crate::cli::drover_at(&app.addr, None, &["pools", "list", "--token-command", &stale]).await;
     assert_eq!(refused.code, 1, "{}", refused.stderr);
     assert!(refused.stderr.contains("401"), "{}", refused.stderr);
+}
+
+/// Writes the access config of `app_for` again with `rules`.
+fn rewrite_rules(app: &TestApp, issuer: &Issuer, rules: Value) {
+    let entry = json!({"issuer": issuer.url, "audience": ["drover"], "rules": rules});
+    let body = json!({"oidc_issuer": [entry]}).to_string();
+    std::fs::write(app.data_dir.join("access.json"), body).expect("access config");
+}
+
+#[tokio::test]
+async fn a_rule_scoped_to_a_namespace_reaches_only_it_and_changed_rules_apply_without_a_restart() {
+    let key = SigningKey::rsa("k");
+    let issuer = Issuer::start(&[&key]).await;
+    let scoped = json!([{"claims": {"repository": "org/infra"}, "role": "operator", "namespaces": ["team-a"]}]);
+    let app = app_for(&issuer, json!({"rules": scoped})).await;
+    for ns in ["team-a", "team-b"] {
+        let res = app.request(Method::POST, "/v1/namespaces", Some(json!({"name": ns}))).await;
+        assert_eq!(res.status(), StatusCode::CREATED);
+        let pool = json!({"name": "web", "replicas": 0, "version": "v1.29.2"});
+        let res = app.request(Method::POST, &format!("/v1/pools?namespace={ns}"), Some(pool)).await;
+        assert_eq!(res.status(), StatusCode::CREATED);
+    }
+    let token = key.sign(&issuer.claims());
+    let scale = async |ns: &str| {
+        let path = format!("/v1/pools/web/scale?namespace={ns}");
+        call(&app, Method::PUT, &path, &token, Some(json!({"replicas": 1}))).await.status()
+    };
+    assert_eq!(scale("team-a").await, StatusCode::OK, "the rule's namespace");
+    assert_eq!(scale("team-b").await, StatusCode::NOT_FOUND, "another namespace is not the rule's");
+    assert_eq!(scale("default").await, StatusCode::NOT_FOUND, "nor is default");
+
+    // The platform team moves the pipeline to team-b: no restart.
+    let moved = json!([{"claims": {"repository": "org/infra"}, "role": "operator", "namespaces": ["team-b"]}]);
+    rewrite_rules(&app, &issuer, moved);
+    wait_for(Duration::from_secs(5), "the changed rules to be in use", async || {
+        scale("team-b").await == StatusCode::OK
+    })
+    .await;
+    assert_eq!(scale("team-a").await, StatusCode::NOT_FOUND, "the old rule is gone");
+
+    // A change that does not validate keeps the rules in use, and says so.
+    let broken = json!([{"claims": {}, "role": "operator"}]);
+    rewrite_rules(&app, &issuer, broken);
+    wait_for(Duration::from_secs(5), "the broken change to be counted", async || {
+        metric(&app.metrics_text(), "drover_access_config_reloads_total{result=\"failed\"}") >= 1.0
+    })
+    .await;
+    assert_eq!(scale("team-b").await, StatusCode::OK, "the previous rules stay in use");
+    assert_eq!(metric(&app.metrics_text(), "drover_access_config_reloads_total{result=\"ok\"}"), 1.0);
 }

@@ -10,6 +10,7 @@ use chrono::Utc;
 use drover::clock::Clock;
 use drover::config::ServeConfig;
 use drover::db::{self, Db};
+use drover::domain::object::{ObjectRef, PoolRef};
 use drover::domain::pool::{HostPolicy, PoolSpec, PoolSpecInput, SpecLimits};
 use drover::domain::status::{ConditionType, Reason};
 use drover::engines::{Engine, EngineSet, EngineSettings};
@@ -23,6 +24,11 @@ use drover::runtime::simulated::SimulatedBackend;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+
+/// A pool of `default`, as the rig names them.
+fn id(name: &str) -> PoolRef {
+    PoolRef::in_default(name)
+}
 
 struct Rig {
     ctx: Context,
@@ -69,13 +75,13 @@ impl Rig {
         };
         let spec = PoolSpec::parse(input, &SpecLimits::default()).expect("valid spec");
         let mut tx = self.ctx.db.begin_write().await.expect("a write");
-        db::pools::insert(&mut tx, name, &spec, self.clock.now()).await.expect("insert pool");
+        db::pools::insert(&mut tx, &id(name), &spec, self.clock.now()).await.expect("insert pool");
         tx.commit().await.expect("commit");
     }
 
     /// One pass, then the deletions it handed over, to their end.
     async fn pass(&self, pool: &str) -> Outcome {
-        let outcome = reconcile_once(&self.ctx, pool).await.expect("pass");
+        let outcome = reconcile_once(&self.ctx, &id(pool)).await.expect("pass");
         let what = "the deletions the pass handed to the terminator to end (a simulated stop is immediate)";
         crate::helpers::wait_for(Duration::from_secs(5), what, async || self.ctx.terminator.in_flight() == 0).await;
         outcome
@@ -84,28 +90,28 @@ impl Rig {
     /// Writes the pool's spec with a merge `patch`, as an API change would
     /// (whatever the rig's current settings allow).
     async fn change_spec(&self, pool: &str, patch: Value) {
-        let current = db::pools::get(self.ctx.db.read(), pool).await.expect("read").expect("pool");
+        let current = db::pools::get(self.ctx.db.read(), &id(pool)).await.expect("read").expect("pool");
         let spec = current.spec.patched(&patch, &SpecLimits::unrestricted()).expect("a valid patch");
         let mut tx = self.ctx.db.begin_write().await.expect("a write");
-        db::pools::update_spec(&mut tx, pool, current.generation, &spec, self.clock.now()).await.expect("update spec");
+        db::pools::update_spec(&mut tx, &id(pool), current.generation, &spec, self.clock.now())
+            .await
+            .expect("update spec");
         tx.commit().await.expect("commit");
     }
 
     async fn status(&self, pool: &str) -> drover::domain::status::PoolStatus {
-        db::pools::get(self.ctx.db.read(), pool).await.expect("read").expect("pool").status
+        db::pools::get(self.ctx.db.read(), &id(pool)).await.expect("read").expect("pool").status
     }
 
     async fn reasons(&self, pool: &str) -> Vec<String> {
-        let events = db::events::list(self.ctx.db.read(), drover::domain::event::SubjectKind::Pool, pool, None, 500)
-            .await
-            .expect("events");
+        let events = db::events::list(self.ctx.db.read(), &ObjectRef::Pool(id(pool)), None, 500).await.expect("events");
         events.into_iter().rev().map(|e| format!("{}: {}", e.reason, e.message)).collect()
     }
 
     /// The one container of the pool exits now, as a crash would.
     fn crash(&self, pool: &str) {
         let now = self.clock.now();
-        for c in self.engine.containers(pool) {
+        for c in self.engine.containers(&id(pool)) {
             self.engine.simulation().expect("a simulated engine").change(&c.id, |c| {
                 c.state = ContainerState::Exited;
                 c.exit_code = Some(1);
@@ -120,7 +126,7 @@ async fn a_machine_counts_as_ready_only_once_it_has_settled() {
     let rig = rig().await;
     rig.pool("p", 2, "app:1", 600).await;
     let outcome = rig.pass("p").await;
-    assert_eq!(rig.engine.containers("p").len(), 2);
+    assert_eq!(rig.engine.containers(&id("p")).len(), 2);
     assert_eq!(rig.status("p").await.ready_replicas, 0, "just started: not ready");
     assert!(matches!(outcome, Outcome::Requeue(d) if d <= Duration::from_secs(2)), "{outcome:?}");
     let settle = Timing::default().settle;
@@ -140,28 +146,32 @@ async fn an_exited_machine_is_restarted_at_once_then_with_growing_backoff_then_r
     rig.pass("p").await;
     rig.clock.advance(Duration::from_secs(1));
     rig.pass("p").await;
-    let first = rig.engine.containers("p")[0].name.clone();
+    let first = rig.engine.containers(&id("p"))[0].name.clone();
 
     // Stopped by hand once: back at once.
     rig.crash("p");
     rig.pass("p").await;
-    assert_eq!(rig.engine.containers("p")[0].state, ContainerState::Running, "restarted at once");
+    assert_eq!(rig.engine.containers(&id("p"))[0].state, ContainerState::Running, "restarted at once");
     // It keeps dying before it settles: each restart waits twice as long.
     for wait in [1u64, 2, 4, 8] {
         rig.crash("p");
         rig.clock.advance(Duration::from_millis(wait * 1000 - 10));
         rig.pass("p").await;
-        assert_eq!(rig.engine.containers("p")[0].state, ContainerState::Exited, "not yet: the backoff is {wait} s");
+        assert_eq!(
+            rig.engine.containers(&id("p"))[0].state,
+            ContainerState::Exited,
+            "not yet: the backoff is {wait} s"
+        );
         rig.clock.advance(Duration::from_millis(10));
         rig.pass("p").await;
-        assert_eq!(rig.engine.containers("p")[0].state, ContainerState::Running, "restarted after {wait} s");
+        assert_eq!(rig.engine.containers(&id("p"))[0].state, ContainerState::Running, "restarted after {wait} s");
     }
     // The fifth failure: replaced by a new machine instead.
     rig.crash("p");
     rig.clock.advance(Duration::from_secs(16));
     rig.pass("p").await;
     rig.pass("p").await;
-    let now: Vec<String> = rig.engine.containers("p").iter().map(|c| c.name.clone()).collect();
+    let now: Vec<String> = rig.engine.containers(&id("p")).iter().map(|c| c.name.clone()).collect();
     assert_eq!(now.len(), 1, "{now:?}");
     assert_ne!(now[0], first, "the broken machine was replaced");
     let story = rig.reasons("p").await;
@@ -176,7 +186,7 @@ async fn a_rollout_that_never_becomes_ready_stalls_at_its_deadline_and_keeps_the
     rig.pass("p").await;
     rig.clock.advance(Duration::from_secs(1));
     rig.pass("p").await;
-    let old: Vec<String> = rig.engine.containers("p").iter().map(|c| c.name.clone()).collect();
+    let old: Vec<String> = rig.engine.containers(&id("p")).iter().map(|c| c.name.clone()).collect();
     rig.change_spec("p", json!({"image": "app-crash:2"})).await;
     for _ in 0..40 {
         rig.clock.advance(Duration::from_secs(1));
@@ -185,7 +195,7 @@ async fn a_rollout_that_never_becomes_ready_stalls_at_its_deadline_and_keeps_the
     let status = rig.status("p").await;
     let progressing = status.condition(ConditionType::Progressing).cloned().expect("Progressing");
     assert_eq!(progressing.reason, Reason::ProgressDeadlineExceeded, "{status:#?}");
-    let names: Vec<String> = rig.engine.containers("p").iter().map(|c| c.name.clone()).collect();
+    let names: Vec<String> = rig.engine.containers(&id("p")).iter().map(|c| c.name.clone()).collect();
     assert!(old.iter().all(|o| names.contains(o)), "no healthy old machine was removed: {names:?}");
     assert_eq!(status.ready_replicas, 2);
 }
@@ -197,7 +207,7 @@ async fn settings_tightened_after_the_spec_was_accepted_stop_new_machines_but_ke
     rig.pass("p").await;
     rig.clock.advance(Duration::from_secs(1));
     rig.pass("p").await;
-    let before: Vec<String> = rig.engine.containers("p").iter().map(|c| c.name.clone()).collect();
+    let before: Vec<String> = rig.engine.containers(&id("p")).iter().map(|c| c.name.clone()).collect();
     assert_eq!(before.len(), 2);
 
     // A restart with a narrower --allowed-images; then a rollout to an image
@@ -209,7 +219,7 @@ async fn settings_tightened_after_the_spec_was_accepted_stop_new_machines_but_ke
         rig.clock.advance(Duration::from_secs(1));
         rig.pass("p").await;
     }
-    let now: Vec<String> = rig.engine.containers("p").iter().map(|c| c.name.clone()).collect();
+    let now: Vec<String> = rig.engine.containers(&id("p")).iter().map(|c| c.name.clone()).collect();
     assert_eq!(now, before, "no machine created, none deleted for a replacement");
     let status = rig.status("p").await;
     let reconciled = status.condition(ConditionType::Reconciled).cloned().expect("Reconciled");
@@ -220,7 +230,7 @@ async fn settings_tightened_after_the_spec_was_accepted_stop_new_machines_but_ke
     rig.change_spec("p", json!({"replicas": 1})).await;
     rig.pass("p").await;
     rig.pass("p").await;
-    assert_eq!(rig.engine.containers("p").len(), 1);
+    assert_eq!(rig.engine.containers(&id("p")).len(), 1);
 
     // The settings allow it again: the rollout goes on.
     rig.ctx.limits = Arc::new(SpecLimits::default());
@@ -228,7 +238,7 @@ async fn settings_tightened_after_the_spec_was_accepted_stop_new_machines_but_ke
         rig.clock.advance(Duration::from_secs(1));
         rig.pass("p").await;
     }
-    let images: Vec<String> = rig.engine.containers("p").iter().map(|c| c.image.clone()).collect();
+    let images: Vec<String> = rig.engine.containers(&id("p")).iter().map(|c| c.image.clone()).collect();
     assert_eq!(images, ["other:2"]);
     let status = rig.status("p").await;
     assert_eq!(

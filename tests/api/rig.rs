@@ -127,7 +127,9 @@ pub async fn names_split(
     let (mut of_a, mut of_b) = (Vec::new(), Vec::new());
     for i in 0..1000 {
         let name = unique(&format!("{prefix}{i}"));
-        let (side, wanted) = if drover::replicas::owner(&alive, &name) == Some(id_b.as_str()) {
+        let (side, wanted) = if drover::replicas::owner(&alive, &drover::domain::object::PoolRef::in_default(&name))
+            == Some(id_b.as_str())
+        {
             (&mut of_b, count / 2)
         } else {
             (&mut of_a, count - count / 2)

@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use drover::clusters::Clusters;
 use drover::db::{self, Db};
-use drover::domain::role::Role;
+use drover::domain::object::{ClusterRef, Namespace, ObjectRef};
 use drover::domain::upgrade::{JobState, Step};
+use drover::identity::Access;
 use drover::k8s::{Credentials, RetryPolicy};
 use drover::upgrade::claim::JobError;
 use drover::upgrade::service::{NewUpgrade, Upgrades};
@@ -40,7 +41,8 @@ async fn bench() -> Bench {
     let dir = TempDir::new().expect("temporary directory");
     let db = crate::helpers::test_store(dir.path()).await;
     let mut tx = db.begin_write().await.expect("a write");
-    db::clusters::insert(&mut tx, CLUSTER, &sim.url(), &credentials(&sim), chrono::Utc::now()).await.expect("cluster");
+    let cluster = ClusterRef::new(Namespace::default(), CLUSTER);
+    db::clusters::insert(&mut tx, &cluster, &sim.url(), &credentials(&sim), chrono::Utc::now()).await.expect("cluster");
     tx.commit().await.expect("commit");
     let retry = RetryPolicy { tries: 10, backoff: Duration::from_millis(5), call_timeout: Duration::from_secs(3) };
     let settings = Settings {
@@ -61,7 +63,7 @@ impl Bench {
 
     async fn new_job(&self) -> i64 {
         let body = NewUpgrade { version: TO.into(), ..NewUpgrade::default() };
-        self.upgrades().create(CLUSTER, &body, Role::Admin).await.expect("job").job.id
+        self.upgrades().create(&Access::unrestricted(Namespace::default()), CLUSTER, &body).await.expect("job").job.id
     }
 
     /// The API's service of upgrade jobs.
@@ -75,9 +77,8 @@ impl Bench {
     }
 
     async fn reasons(&self, id: i64) -> Vec<String> {
-        let subject = id.to_string();
-        let events = db::events::list(self.db.read(), drover::domain::event::SubjectKind::Job, &subject, None, 500);
-        events.await.expect("events").into_iter().map(|e| e.reason).collect()
+        let events = db::events::list(self.db.read(), &ObjectRef::Job(id), None, 500).await;
+        events.expect("events").into_iter().map(|e| e.reason).collect()
     }
 
     fn writes(&self) -> Vec<String> {
@@ -103,7 +104,8 @@ async fn run_job_drives_a_job_to_its_end_and_running_it_again_changes_nothing() 
 async fn run_job_never_touches_a_job_cancelled_before_its_claim() {
     let b = bench().await;
     let id = b.new_job().await;
-    let cancelled = b.upgrades().cancel(&id.to_string()).await.expect("cancel");
+    let cancelled =
+        b.upgrades().cancel(&Access::unrestricted(Namespace::default()), &id.to_string()).await.expect("cancel");
     assert_eq!(cancelled.job.state, JobState::Cancelled, "a pending job is cancelled at once");
     b.sim.clear_ops();
     run_job(&b.runner(), id, &CancellationToken::new()).await.expect("run_job");

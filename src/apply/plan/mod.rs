@@ -26,8 +26,8 @@ use utoipa::ToSchema;
 use super::diff::{Change, diff};
 use super::document::Kind;
 use crate::domain::ValidationErrors;
+use crate::domain::object::SetRef;
 use crate::domain::role::Role;
-use crate::pools::OPERATOR_PATCHABLE;
 
 /// An object: its kind and name.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, ToSchema)]
@@ -99,7 +99,7 @@ pub struct Existing {
 /// last wrote it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Owner {
-    pub apply_set: String,
+    pub apply_set: SetRef,
     pub stamp: Stamp,
 }
 
@@ -121,12 +121,15 @@ pub struct Wanted {
     /// are all shown (a pool's: its view would list every default too);
     /// `None`: the view.
     pub written: Option<Value>,
+    /// The least role an update of the object to this view needs, by the
+    /// rule of its single-object route (a pool's: `domain::pool::change_role`).
+    pub update_role: Role,
 }
 
 /// How the request asked to treat what it finds.
 #[derive(Debug, Clone, Copy)]
 pub struct Options<'a> {
-    pub apply_set: &'a str,
+    pub apply_set: &'a SetRef,
     /// Delete the set's objects the documents no longer name.
     pub prune: bool,
     /// Overwrite (or delete) objects changed by another hand.
@@ -192,7 +195,7 @@ pub enum Ownership {
     Keep,
     /// Record the object (with its stamp after the step) as the set's;
     /// `seen` is the owner the plan saw, which must still be the owner.
-    Record { seen: Option<String> },
+    Record { seen: Option<SetRef> },
     /// The set lets go of the object.
     Release,
 }
@@ -301,7 +304,7 @@ pub fn plan(world: &World, wanted: &[Wanted], opts: &Options<'_>) -> Plan {
     for w in wanted {
         out.steps.push(step_for(world, w, opts));
     }
-    for (key, owner) in world.owners.iter().filter(|(k, o)| o.apply_set == opts.apply_set && !named.contains(k)) {
+    for (key, owner) in world.owners.iter().filter(|(k, o)| &o.apply_set == opts.apply_set && !named.contains(k)) {
         match world.existing.get(key) {
             None => {
                 if opts.prune {
@@ -346,13 +349,13 @@ fn conflicted(mut step: Step, reason: ConflictReason, message: String, resolutio
 fn step_for(world: &World, w: &Wanted, opts: &Options<'_>) -> Step {
     let key = &w.key;
     let owner = world.owners.get(key);
-    let ours = owner.filter(|o| o.apply_set == opts.apply_set);
+    let ours = owner.filter(|o| &o.apply_set == opts.apply_set);
     let seen = owner.map(|o| o.apply_set.clone());
     let mut step = base(key, Some(w.document), Action::Unchanged);
     let Some(existing) = world.existing.get(key) else {
         if ours.is_some() && !opts.force {
             let message = format!(
-                "{key} was deleted since apply set {:?} last applied it; pass force to create it again",
+                "{key} was deleted since apply set {} last applied it; pass force to create it again",
                 opts.apply_set
             );
             return conflicted(step, ConflictReason::DeletedElsewhere, message, Some(Resolution::Force));
@@ -371,17 +374,17 @@ fn step_for(world: &World, w: &Wanted, opts: &Options<'_>) -> Step {
     match (owner, ours) {
         (None, _) if !opts.adopt => {
             let message =
-                format!("{key} exists and no apply set owns it; pass adopt to manage it with {:?}", opts.apply_set);
+                format!("{key} exists and no apply set owns it; pass adopt to manage it with {}", opts.apply_set);
             return conflicted(step, ConflictReason::NotOwned, message, Some(Resolution::Adopt));
         }
         (Some(other), None) if !(opts.adopt && opts.force) => {
             let message =
-                format!("{key} belongs to apply set {:?}; pass adopt and force to take it over", other.apply_set);
+                format!("{key} belongs to apply set {}; pass adopt and force to take it over", other.apply_set);
             return conflicted(step, ConflictReason::OwnedByAnotherSet, message, Some(Resolution::AdoptAndForce));
         }
         (_, Some(ours)) if ours.stamp != existing.stamp && !changes.is_empty() && !opts.force => {
             let message = format!(
-                "{key} changed since apply set {:?} last applied it (another hand: the dashboard, a scale, a \
+                "{key} changed since apply set {} last applied it (another hand: the dashboard, a scale, a \
                  rollback); pass force to overwrite it",
                 opts.apply_set
             );
@@ -391,10 +394,15 @@ fn step_for(world: &World, w: &Wanted, opts: &Options<'_>) -> Step {
         _ => {}
     }
     step.adopted = ours.is_none();
+    // Taking an object over (from no set, or from another) decides who may
+    // change or prune it from now on: the object's admin's call, even when
+    // nothing of it changes.
+    let least = if step.adopted { Role::Admin } else { Role::Viewer };
     if changes.is_empty() {
         let refresh = ours.is_none_or(|o| o.stamp != existing.stamp);
         if refresh {
             step.ownership = Ownership::Record { seen };
+            step.needs_role = least;
         }
         return step;
     }
@@ -408,7 +416,7 @@ fn step_for(world: &World, w: &Wanted, opts: &Options<'_>) -> Step {
         step.changes = changes;
         return conflicted(step, ConflictReason::Immutable, message, None);
     }
-    step.needs_role = update_role(key.kind, &existing.view, &changes);
+    step.needs_role = w.update_role.max(least);
     step.action = Action::Update;
     step.changes = changes;
     step.ownership = Ownership::Record { seen };
@@ -419,7 +427,7 @@ fn prune(key: &Key, existing: &Existing, owner: &Owner, opts: &Options<'_>) -> S
     let step = base(key, None, Action::Delete);
     if owner.stamp != existing.stamp && !opts.force {
         let message = format!(
-            "{key} changed since apply set {:?} last applied it (another hand); pass force to delete it anyway",
+            "{key} changed since apply set {} last applied it (another hand); pass force to delete it anyway",
             opts.apply_set
         );
         return conflicted(step, ConflictReason::ChangedElsewhere, message, Some(Resolution::Force));
@@ -433,20 +441,6 @@ fn prune(key: &Key, existing: &Existing, owner: &Owner, opts: &Options<'_>) -> S
         ownership: Ownership::Release,
         ..step
     }
-}
-
-/// The role an update needs, as the single-object routes decide it: an
-/// operator changes a pool's size, image, version and pause, except the
-/// image of a pool with host mounts; the rest is an admin's.
-fn update_role(kind: Kind, current: &Value, changes: &[Change]) -> Role {
-    if kind != Kind::Pool {
-        return Role::Admin;
-    }
-    let top = |c: &Change| c.path.split(['.', '[']).next().unwrap_or_default().to_owned();
-    let fields: BTreeSet<String> = changes.iter().map(top).collect();
-    let operator = fields.iter().all(|f| OPERATOR_PATCHABLE.contains(&f.as_str()));
-    let mounts = current.get("extra_mounts").and_then(Value::as_array).is_some_and(|m| !m.is_empty());
-    if operator && !(mounts && fields.contains("image")) { Role::Operator } else { Role::Admin }
 }
 
 #[cfg(test)]

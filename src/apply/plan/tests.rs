@@ -1,8 +1,16 @@
+use std::sync::LazyLock;
+
 use serde_json::json;
 
 use super::*;
+use crate::domain::object::Namespace;
 
 const SET: &str = "fleet";
+static FLEET: LazyLock<SetRef> = LazyLock::new(|| set(SET));
+
+fn set(name: &str) -> SetRef {
+    SetRef::new(Namespace::default(), name)
+}
 
 fn pool(replicas: u32) -> Value {
     json!({"replicas": replicas, "version": "v1.29.2", "image": null, "labels": {}, "extra_mounts": []})
@@ -13,7 +21,7 @@ fn existing(view: Value, stamp: &str) -> Existing {
 }
 
 fn owner(set: &str, stamp: &str) -> Owner {
-    Owner { apply_set: set.into(), stamp: Stamp::stored(stamp.into()) }
+    Owner { apply_set: self::set(set), stamp: Stamp::stored(stamp.into()) }
 }
 
 fn key(name: &str) -> Key {
@@ -21,11 +29,11 @@ fn key(name: &str) -> Key {
 }
 
 fn wanted(name: &str, view: Value) -> Wanted {
-    Wanted { key: key(name), document: 0, view, written: None }
+    Wanted { key: key(name), document: 0, view, written: None, update_role: Role::Operator }
 }
 
 fn opts() -> Options<'static> {
-    Options { apply_set: SET, prune: false, force: false, adopt: false }
+    Options { apply_set: &FLEET, prune: false, force: false, adopt: false }
 }
 
 /// What the plan does to the object `web`: its action and conflict reason.
@@ -57,7 +65,7 @@ fn each_object_gets_the_action_its_ownership_and_state_call_for() {
     let force = Options { force: true, ..opts() };
     let adopt = Options { adopt: true, ..opts() };
     let prune = Options { prune: true, ..opts() };
-    let record = |seen: Option<&str>| Ownership::Record { seen: seen.map(str::to_owned) };
+    let record = |seen: Option<&str>| Ownership::Record { seen: seen.map(set) };
     let cases = [
         Case {
             what: "a new object is created and recorded",
@@ -285,19 +293,17 @@ fn roles_follow_the_single_object_routes() {
     mounted["extra_mounts"] = json!([{"container_path": "/d", "host_path": "/srv/d", "read_only": true}]);
     world.existing.insert(key("db"), existing(mounted.clone(), "s"));
     world.owners.insert(key("db"), owner(SET, "s"));
-    let role = |name: &str, view: Value| {
-        let plan = plan(&world, &[wanted(name, view)], &opts());
+    // An update needs what the one pool rule (`change_role`) said of it.
+    let role = |name: &str, view: Value, update_role: Role| {
+        let plan = plan(&world, &[Wanted { update_role, ..wanted(name, view) }], &opts());
         (plan.steps[0].needs_role, plan.needs_role())
     };
-    assert_eq!(role("web", pool(5)), (Role::Operator, Role::Operator), "scaling is an operator's");
-    let mut labelled = pool(3);
-    labelled["labels"] = json!({"team": "a"});
-    assert_eq!(role("web", labelled).0, Role::Admin, "labels are an admin's");
+    assert_eq!(role("web", pool(5), Role::Operator), (Role::Operator, Role::Operator));
     let mut imaged = mounted.clone();
     imaged["image"] = json!("example/node:2");
-    assert_eq!(role("db", imaged).0, Role::Admin, "the image of a pool with host mounts is an admin's");
-    assert_eq!(role("new", pool(1)).0, Role::Admin, "creating is an admin's");
-    assert_eq!(role("web", pool(3)), (Role::Viewer, Role::Viewer), "a no-op needs no more than a viewer");
+    assert_eq!(role("db", imaged, Role::Admin).0, Role::Admin);
+    assert_eq!(role("new", pool(1), Role::Operator).0, Role::Admin, "creating is an admin's");
+    assert_eq!(role("web", pool(3), Role::Admin), (Role::Viewer, Role::Viewer), "a no-op needs no more than a viewer");
 }
 
 #[test]
@@ -311,6 +317,7 @@ fn an_engine_change_is_a_conflict_since_engines_do_not_change_in_place() {
         document: 0,
         view: json!({"endpoint": "sim://b", "labels": {"zone": "a"}, "tls": null}),
         written: None,
+        update_role: Role::Admin,
     };
     let plan = plan(&world, &[want], &Options { force: true, ..opts() });
     assert_eq!(plan.steps[0].conflict.as_ref().map(|c| c.reason), Some(ConflictReason::Immutable));
@@ -326,7 +333,13 @@ fn pools_must_name_a_cluster_that_exists_or_is_in_the_documents() {
     staged["cluster"] = json!("stage");
     let mut missing = pool(1);
     missing["cluster"] = json!("nowhere");
-    let stage = Wanted { key: Key::new(Kind::Cluster, "stage"), document: 3, view: json!({}), written: None };
+    let stage = Wanted {
+        key: Key::new(Kind::Cluster, "stage"),
+        document: 3,
+        view: json!({}),
+        written: None,
+        update_role: Role::Admin,
+    };
     let wanted = [
         Wanted { document: 0, ..wanted("a", named) },
         Wanted { document: 1, ..wanted("b", staged) },

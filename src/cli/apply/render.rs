@@ -199,6 +199,7 @@ mod tests {
         });
         let result = ApplyResult {
             apply_set: "fleet".into(),
+            namespace: Default::default(),
             dry_run: true,
             revision: Some(3),
             changed: true,

@@ -11,7 +11,7 @@ fn pool(replicas: u64, status: Value) -> Value {
         full[k] = f.clone();
     }
     let status = full;
-    json!({"name": "p", "replicas": replicas, "version": "v1.29.2", "image": null, "failure_domains": [],
+    json!({"name": "p", "namespace": "default", "replicas": replicas, "version": "v1.29.2", "image": null, "failure_domains": [],
            "extra_mounts": [], "labels": {}, "paused": false, "cluster": null, "engines": [], "engine_selector": {},
            "strategy": {"max_surge": 1, "max_unavailable": 0, "batch_approval": false, "auto_rollback": false,
                         "replacement": "termination_started"},
@@ -26,7 +26,7 @@ fn judge_pool(v: &Value) -> Verdict {
 
 /// An upgrade job's view with `fields` set over a pending one.
 fn job(fields: Value) -> Value {
-    let mut v = json!({"id": 1, "cluster": "c", "version": "v1.30.0", "from_version": "v1.29.2",
+    let mut v = json!({"id": 1, "namespace": "default", "cluster": "c", "version": "v1.30.0", "from_version": "v1.29.2",
         "components": ["kube-apiserver", "kube-scheduler"], "image_repository": "registry.k8s.io", "force": false,
         "state": "pending", "current": null, "cancel_requested": false, "driver": null, "error": null, "upgraded_components": [],
         "progress": [], "created_at": "2026-01-01T00:00:00Z", "started_at": null, "finished_at": null,

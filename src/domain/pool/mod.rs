@@ -16,6 +16,7 @@
 //! patch's schema and checks, the store (which keeps the shown document)
 //! and `drover apply` (whose documents are the input) follow.
 
+pub mod change;
 pub mod document;
 pub mod host;
 pub mod patch;
@@ -23,6 +24,7 @@ pub mod spec;
 
 use chrono::{DateTime, Utc};
 
+pub use change::{OPERATOR_FIELDS, change_role};
 pub use document::{PoolSpecInput, PoolSpecView, StrategyInput, StrategyView};
 pub use host::{DOCKER_SOCKETS, HostPolicy, SpecLimits, normalize_host_path};
 pub use patch::PoolPatch;
@@ -35,7 +37,8 @@ pub use spec::{
 /// bookkeeping. What the reconciler decides from and the API shows.
 #[derive(Debug, Clone)]
 pub struct Pool {
-    pub name: String,
+    /// Its namespace and name.
+    pub id: crate::domain::object::PoolRef,
     pub generation: i64,
     /// Bumped by every write of the row (spec, status, deletion, approvals):
     /// which of two reads of the pool is the newer.
@@ -49,4 +52,12 @@ pub struct Pool {
     pub batches_approved: i64,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+}
+
+impl Pool {
+    /// The cluster its machines join, if any: one of its own namespace.
+    pub fn cluster(&self) -> Option<crate::domain::object::ClusterRef> {
+        let name = self.spec.cluster()?;
+        Some(crate::domain::object::ClusterRef::new(self.id.namespace.clone(), name))
+    }
 }

@@ -75,7 +75,7 @@ impl Engine {
             let before = h.clone();
             change(h);
             if h.reachability != before.reachability {
-                h.since = Utc::now();
+                h.since = crate::clock::wall();
             }
             transition = (before.reachability, h.reachability);
             *h != before
@@ -92,7 +92,7 @@ impl Engine {
         let (before, _) = self.set_health(|h| {
             h.reachability = Reachability::Reachable;
             h.last_error = None;
-            h.last_seen = Some(Utc::now());
+            h.last_seen = Some(crate::clock::wall());
             if version.is_some() {
                 h.version = version;
             }
@@ -129,7 +129,7 @@ impl Engine {
         loop {
             let since = health.borrow_and_update().since;
             let due = self.lost_at().filter(|_| told != Some(since));
-            let wait = due.map(|at| (at - Utc::now()).to_std().unwrap_or(Duration::ZERO));
+            let wait = due.map(|at| (at - crate::clock::wall()).to_std().unwrap_or(Duration::ZERO));
             tokio::select! {
                 _ = cancel.cancelled() => return,
                 changed = health.changed() => if changed.is_err() { return },

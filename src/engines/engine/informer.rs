@@ -4,9 +4,9 @@
 //! jitter, one loop per engine; pools are woken once when the engine is
 //! lost and once when it is back, not on every attempt.
 
+use crate::domain::object::PoolRef;
 use std::time::Duration;
 
-use chrono::Utc;
 use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
 
@@ -59,7 +59,7 @@ impl Engine {
     async fn follow(&self, docker: &DockerBackend) -> RuntimeError {
         // Subscribe from a second before the list, so that no change falls
         // between the two; replayed events only cause a fresh inspect.
-        let since = Utc::now().timestamp() - 1;
+        let since = crate::clock::wall().timestamp() - 1;
         let mut events = match docker.events(since).await {
             Ok(e) => Box::pin(e),
             Err(e) => return e,
@@ -114,7 +114,7 @@ impl Engine {
     /// Puts in the cache what the engine reports of container `id` now (or
     /// drops it, if the engine no longer has it); answers the pool it
     /// belongs to.
-    pub(super) async fn refresh(&self, docker: &DockerBackend, id: &str) -> Result<Option<String>, RuntimeError> {
+    pub(super) async fn refresh(&self, docker: &DockerBackend, id: &str) -> Result<Option<PoolRef>, RuntimeError> {
         let ticket = self.cache.ticket();
         Ok(match docker.inspect(id.to_owned()).await? {
             Some(c) if self.owns(&c) => self.cache.upsert_as_of(c, ticket),
@@ -122,7 +122,7 @@ impl Engine {
         })
     }
 
-    pub(super) fn wake(&self, pool: Option<String>) {
+    pub(super) fn wake(&self, pool: Option<PoolRef>) {
         if let Some(pool) = pool {
             // Fails only once the worker has stopped.
             let _ = self.wakes.send(Wake::Pool(pool));

@@ -14,6 +14,7 @@ mod informer;
 pub mod placement;
 pub mod simulation;
 
+use crate::domain::object::PoolRef;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -80,7 +81,7 @@ impl Engine {
         signals: Signals,
     ) -> Self {
         let simulated = matches!(backend, Backend::Simulated(_));
-        let now = Utc::now();
+        let now = crate::clock::wall();
         // A simulated engine answers at once, as its endpoint's daemon.
         let reported = match &backend {
             Backend::Simulated(s) => Some(s.daemon_id().unwrap_or_else(|| format!("sim://{name}"))),
@@ -139,7 +140,7 @@ impl Engine {
     }
 
     /// Pools with machines here.
-    pub fn pools(&self) -> Vec<String> {
+    pub fn pools(&self) -> Vec<PoolRef> {
         self.cache.pools()
     }
 
@@ -151,7 +152,7 @@ impl Engine {
         c.labels.get(labels::ENGINE).is_none_or(|e| *e == self.name)
     }
 
-    pub fn containers(&self, pool: &str) -> Vec<Container> {
+    pub fn containers(&self, pool: &PoolRef) -> Vec<Container> {
         self.cache.pool(pool)
     }
 
@@ -217,10 +218,11 @@ impl Engine {
     /// Reads one pool's containers from the engine again, so that what the
     /// cache holds of the pool is no older than this call; nothing to do
     /// for a simulated engine (its cache is the engine).
-    pub async fn relist_pool(&self, pool: &str) -> Result<(), RuntimeError> {
+    pub async fn relist_pool(&self, pool: &PoolRef) -> Result<(), RuntimeError> {
         if let Backend::Docker(d) = &self.backend {
             let ticket = self.cache.ticket();
-            let fresh = d.list_pool(pool).await?;
+            // Listed by the pool's name; the cache keeps its namespace's.
+            let fresh = d.list_pool(&pool.name).await?;
             self.cache.replace_pool(pool, fresh, ticket);
         }
         Ok(())
@@ -282,7 +284,7 @@ impl Engine {
             Backend::Docker(d) => {
                 d.remove(id, stop_timeout_secs, gate).await?;
                 if let Some(pool) = self.cache.remove(id) {
-                    tracing::debug!(engine = %self.name, pool, container = id, "container removed");
+                    tracing::debug!(engine = %self.name, %pool, container = id, "container removed");
                 }
                 Ok(())
             }

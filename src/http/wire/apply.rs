@@ -10,6 +10,7 @@ use super::PlanView;
 use crate::apply::document::ApplyDocument;
 use crate::apply::plan::{Key, Step};
 use crate::domain::names::DnsLabel;
+use crate::domain::object::Namespace;
 use crate::identity::Role;
 
 /// Body of `POST /v1/apply`.
@@ -80,13 +81,16 @@ pub struct ApplySummary {
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ApplyResult {
     pub apply_set: String,
+    /// The namespace of the set and of its pools and clusters.
+    pub namespace: Namespace,
     pub dry_run: bool,
     /// The apply set's revision after this apply (a dry run: as it is);
     /// `null` for a set never applied. Also the `ETag`.
     pub revision: Option<i64>,
     /// Something was (in a dry run: would be) created, updated or deleted.
     pub changed: bool,
-    /// The least role the whole apply needs.
+    /// The least role the whole apply needs in the namespace (engines'
+    /// changes: on `*`).
     pub needs_role: Role,
     pub summary: ApplySummary,
     /// One per document, in order, then one per object pruned.

@@ -12,6 +12,12 @@ pub use pools::{PlanView, PoolView};
 
 use axum::http::HeaderValue;
 
+/// `path` of an object of `namespace`: as is in `default` (what clients that
+/// never name a namespace see), else with its `namespace` parameter.
+pub fn in_namespace(path: &str, namespace: &crate::domain::object::Namespace) -> String {
+    if namespace.is_default() { path.to_owned() } else { format!("{path}?namespace={namespace}") }
+}
+
 /// The `Location` of a resource at `path` (`/v1/pools/web`). Paths are
 /// built from names that passed their rules (DNS labels, numbers), so they
 /// are always valid header values; a path that is not falls back to the

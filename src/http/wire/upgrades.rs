@@ -8,6 +8,7 @@ use utoipa::ToSchema;
 
 use crate::db::upgrade_components::ComponentSteps;
 use crate::db::upgrades::StepRecord;
+use crate::domain::object::Namespace;
 use crate::domain::upgrade::{Component, ComponentState, JobState, StepState};
 use crate::domain::version::KubeVersion;
 use crate::upgrade::service::JobDetail;
@@ -64,6 +65,8 @@ pub struct ComponentProgress {
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct UpgradeView {
     pub id: i64,
+    /// The namespace of the job (its cluster's).
+    pub namespace: Namespace,
     pub cluster: String,
     pub version: KubeVersion,
     /// The version the cluster ran when the job was accepted.
@@ -138,7 +141,8 @@ impl From<JobDetail> for UpgradeView {
                 .map(|p| p.component)
                 .collect(),
             id: job.id,
-            cluster: job.cluster,
+            namespace: job.cluster.namespace,
+            cluster: job.cluster.name,
             version: job.version,
             from_version: job.from_version,
             components: job.components,

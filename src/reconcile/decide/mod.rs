@@ -31,6 +31,7 @@ use super::plan::{self, Desired, Observed, Plan};
 use super::terminator::Failure;
 use crate::domain::event::{EventType, NewEvent};
 use crate::domain::machine::MachinePhase;
+use crate::domain::object::Namespace;
 use crate::domain::pool::Pool;
 use crate::domain::pool::SpecLimits;
 use crate::domain::rollout::{self, Counts, RolloutProgress};
@@ -137,7 +138,7 @@ pub fn after(i: &Inputs<'_>, plan: Plan, desired: Desired) -> Decision {
     let observed = i.observed;
     let counts = counts(observed);
     let awaiting_approval = plan.is_empty() && desired.max_updated.is_some_and(|allowed| counts.updated >= allowed);
-    let blocked = host_refusal(i).or_else(|| unplaced(&plan, i.engines)).or_else(|| {
+    let blocked = host_refusal(i).or_else(|| unplaced(&plan, i.engines, &i.pool.id.namespace)).or_else(|| {
         i.cluster_problem.clone().map(|message| Blocked { reason: Reason::ClusterCredentialsInvalid, message })
     });
     let (status, events, rollback) = status(i, observed, &counts, awaiting_approval, blocked);
@@ -200,7 +201,7 @@ fn host_refusal(i: &Inputs<'_>) -> Option<Blocked> {
 
 /// Why the pool's new machines went nowhere, if some did: each engine it
 /// may use, and why that engine takes none now.
-fn unplaced(plan: &Plan, engines: &[EngineView]) -> Option<Blocked> {
+fn unplaced(plan: &Plan, engines: &[EngineView], namespace: &Namespace) -> Option<Blocked> {
     if plan.unplaced == 0 {
         return None;
     }
@@ -218,7 +219,15 @@ fn unplaced(plan: &Plan, engines: &[EngineView]) -> Option<Blocked> {
         .filter(|e| e.allowed)
         .filter_map(|e| Some(format!("engine {}: {}", e.name, e.unplaceable.as_ref()?.message)))
         .collect();
-    let why = if why.is_empty() { "the pool's placement allows no engine".to_owned() } else { why.join("; ") };
+    let fenced = !engines.iter().any(|e| e.allowed) && engines.iter().any(|e| e.fenced);
+    let why = match (why.is_empty(), fenced) {
+        (false, _) => why.join("; "),
+        (true, true) => format!(
+            "namespace {namespace} is fenced to engines whose labels match its engine_selector, and no engine the \
+             pool's placement allows does"
+        ),
+        (true, false) => "the pool's placement allows no engine".to_owned(),
+    };
     let message = format!("{} new machine(s) have no engine to go to: {why}", plan.unplaced);
     Some(Blocked { reason: Reason::NoEngineAvailable, message })
 }
@@ -336,7 +345,7 @@ fn status(
         status.last_error = Some(message.clone());
         // Told once when it starts, not on every pass while it lasts.
         if was_available {
-            events.push(NewEvent::pool(&pool.name, EventType::Warning, "RuntimeUnavailable", message));
+            events.push(NewEvent::pool(&pool.id, EventType::Warning, "RuntimeUnavailable", message));
         }
     }
 
@@ -426,7 +435,7 @@ fn progress(
             spec.replicas(),
             counts.outdated
         );
-        events.push(NewEvent::pool(&pool.name, EventType::Warning, "ProgressDeadlineExceeded", message));
+        events.push(NewEvent::pool(&pool.id, EventType::Warning, "ProgressDeadlineExceeded", message));
     }
     (progress, stalled_now)
 }

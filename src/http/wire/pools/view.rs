@@ -8,10 +8,11 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::domain::object::Namespace;
 use crate::domain::pool::Pool;
 use crate::domain::pool::PoolSpecView;
 use crate::domain::status::PoolStatus;
-use crate::http::wire::location;
+use crate::http::wire::{in_namespace, location};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
@@ -25,6 +26,8 @@ pub enum PoolPhase {
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct PoolView {
     pub name: String,
+    /// The namespace the pool belongs to.
+    pub namespace: Namespace,
     #[serde(flatten)]
     pub spec: PoolSpecView,
     /// The image machines run: `image`, else `kindest/node:<version>`.
@@ -44,7 +47,8 @@ impl From<Pool> for PoolView {
         PoolView {
             desired_image: p.spec.desired_image(),
             spec: p.spec.view(),
-            name: p.name,
+            name: p.id.name,
+            namespace: p.id.namespace,
             generation: p.generation,
             revision: p.revision,
             phase: if p.deleting { PoolPhase::Deleting } else { PoolPhase::Active },
@@ -72,7 +76,10 @@ pub fn pool_response(status: StatusCode, pool: Pool, with_location: bool) -> Res
     let mut headers = HeaderMap::new();
     headers.insert(header::ETAG, etag(pool.generation));
     if with_location {
-        headers.insert(header::LOCATION, location(&format!("/v1/pools/{}", pool.name)));
+        headers.insert(
+            header::LOCATION,
+            location(&in_namespace(&format!("/v1/pools/{}", pool.id.name), &pool.id.namespace)),
+        );
     }
     (status, headers, Json(PoolView::from(pool))).into_response()
 }
