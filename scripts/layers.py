@@ -10,6 +10,11 @@
    src/reconcile outside tests.
 4. SQL lives in src/db: no query (`sqlx::query*`, the `on_store!` macro,
    a statement's text) anywhere else in src.
+5. The bottom layers use only what docs/architecture.md says they use:
+   src/domain nothing but itself (and `telemetry::truncate`, a pure
+   helper); src/db the domain, the store's location (`config`), the
+   types of what it stores from `k8s` and `runtime`, the scrape gauges
+   (`metrics`), `error` and `clock`.
 
 Test code is left out: a file named tests.rs, and everything from a
 `#[cfg(test)]` module to the end of a file (tests come last; clippy's
@@ -49,6 +54,16 @@ RULES = [
         "SQL lives in src/db: add a function to the table's module there and call it",
         "src/db",
     ),
+    (
+        "src/domain",
+        re.compile(r"\bcrate::(?!(domain|telemetry)\b)\w+"),
+        "src/domain is pure: it uses nothing of the crate but itself (docs/architecture.md)",
+    ),
+    (
+        "src/db",
+        re.compile(r"\bcrate::(?!(domain|db|config|k8s|runtime|metrics|error|clock)\b)\w+"),
+        "src/db uses the domain and the few types docs/architecture.md lists; move the call up to a service",
+    ),
 ]
 
 
@@ -73,7 +88,10 @@ def main() -> int:
     if failures:
         print("layering rules broken:\n" + "\n".join(failures))
         return 1
-    print("layering rules hold: http calls services, every task is tracked, the reconciler uses its clock, SQL is in src/db")
+    print(
+        "layering rules hold: http calls services, every task is tracked, the reconciler uses its clock, "
+        "SQL is in src/db, db and domain use only what docs/architecture.md says"
+    )
     return 0
 
 

@@ -179,6 +179,11 @@ impl Client {
         self
     }
 
+    /// Whether lists span every namespace the caller sees (`-n '*'`).
+    pub fn across(&self) -> bool {
+        self.namespace.as_deref() == Some("*")
+    }
+
     pub fn server(&self) -> &str {
         &self.server
     }

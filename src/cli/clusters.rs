@@ -10,7 +10,7 @@ use serde_json::{Map, Value, json};
 
 use super::args::{PageArgs, WaitArgs};
 use super::client::{CliError, Client};
-use super::output::{OutputFormat, Table, more_hint, or_dash, print_fields, print_json, show, wire_name};
+use super::output::{ListTable, OutputFormat, Table, more_hint, or_dash, print_fields, print_json, show, wire_name};
 use super::wait::{self, Target};
 use crate::domain::upgrade::JobState;
 use crate::domain::upgrade::StepState;
@@ -106,9 +106,10 @@ pub async fn run_clusters(client: &Client, out: OutputFormat, cmd: ClustersComma
             let path = page.query("/v1/clusters");
             let page = client.get(&path).await?;
             show(out, &format!("GET {path}"), page, |page: ClusterList| {
-                let mut t = Table::new(&["NAME", "SERVER", "AUTH", "CREATED"]);
+                let mut t = ListTable::new(client.across(), &["NAME", "SERVER", "AUTH", "CREATED"]);
                 for c in page.items {
-                    t.row(vec![c.name, c.server, c.auth, c.created_at.to_rfc3339_opts(SecondsFormat::Secs, true)]);
+                    let created = c.created_at.to_rfc3339_opts(SecondsFormat::Secs, true);
+                    t.row(&c.namespace, vec![c.name, c.server, c.auth, created]);
                 }
                 t.print();
                 more_hint(&page.next_cursor);
@@ -206,18 +207,22 @@ pub async fn run_upgrade(client: &Client, out: OutputFormat, cmd: UpgradeCommand
             let path = page.query_with("/v1/upgrades", &extra);
             let page = client.get(&path).await?;
             show(out, &format!("GET {path}"), page, |page: UpgradeList| {
-                let mut t = Table::new(&["ID", "CLUSTER", "FROM", "TO", "STATE", "AT", "DRIVER", "CREATED"]);
+                let columns = ["ID", "CLUSTER", "FROM", "TO", "STATE", "AT", "DRIVER", "CREATED"];
+                let mut t = ListTable::new(client.across(), &columns);
                 for j in &page.items {
-                    t.row(vec![
-                        j.id.to_string(),
-                        j.cluster.clone(),
-                        or_dash(&j.from_version),
-                        j.version.to_string(),
-                        wire_name(&j.state),
-                        position(j),
-                        or_dash(&j.driver),
-                        j.created_at.to_rfc3339_opts(SecondsFormat::Secs, true),
-                    ]);
+                    t.row(
+                        &j.namespace,
+                        vec![
+                            j.id.to_string(),
+                            j.cluster.clone(),
+                            or_dash(&j.from_version),
+                            j.version.to_string(),
+                            wire_name(&j.state),
+                            position(j),
+                            or_dash(&j.driver),
+                            j.created_at.to_rfc3339_opts(SecondsFormat::Secs, true),
+                        ],
+                    );
                 }
                 t.print();
                 more_hint(&page.next_cursor);

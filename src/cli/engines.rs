@@ -51,7 +51,8 @@ pub struct AddEngineArgs {
     pub tls_ca: Option<PathBuf>,
 }
 
-fn parse_label(s: &str) -> Result<(String, String), String> {
+/// `key=value`, for `--label` and `--engine-selector`.
+pub(super) fn parse_label(s: &str) -> Result<(String, String), String> {
     s.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())).ok_or_else(|| format!("{s:?} is not key=value"))
 }
 

@@ -19,6 +19,7 @@ pub mod args;
 pub mod client;
 pub mod clusters;
 pub mod engines;
+pub mod namespaces;
 pub mod output;
 pub mod pools;
 pub mod rollout;
@@ -115,6 +116,9 @@ pub enum ClientCommand {
     /// Docker engines pools may use, each a failure domain.
     #[command(subcommand)]
     Engines(engines::EnginesCommand),
+    /// Namespaces: what each team's pools, clusters and jobs belong to.
+    #[command(subcommand)]
+    Namespaces(namespaces::NamespacesCommand),
     /// Apply fleet files (pools, engines, clusters): the server plans and
     /// makes the changes as one; `--dry-run` shows the diff (docs/apply.md).
     Apply(apply::ApplyArgs),
@@ -159,6 +163,7 @@ async fn dispatch(args: &ClientArgs, command: ClientCommand) -> Result<u8, CliEr
         ClientCommand::Clusters(cmd) => clusters::run_clusters(&client, out, cmd).await,
         ClientCommand::Upgrade(cmd) => clusters::run_upgrade(&client, out, cmd).await,
         ClientCommand::Engines(cmd) => engines::run(&client, out, cmd).await,
+        ClientCommand::Namespaces(cmd) => namespaces::run(&client, out, cmd).await,
         ClientCommand::Apply(cmd) => return apply::run(&client, out, cmd).await,
         ClientCommand::Diff(fleet) => {
             let wait = args::WaitArgs { wait: false, timeout: std::time::Duration::ZERO };

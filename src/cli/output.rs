@@ -78,6 +78,33 @@ impl Table {
     }
 }
 
+/// A list's table, with a NAMESPACE column first when the list spans
+/// namespaces (`-n '*'`), as `kubectl get -A` shows it.
+pub struct ListTable {
+    table: Table,
+    across: bool,
+}
+
+impl ListTable {
+    pub fn new(across: bool, headers: &[&str]) -> Self {
+        let mut all = Vec::with_capacity(headers.len() + 1);
+        if across {
+            all.push("NAMESPACE");
+        }
+        all.extend_from_slice(headers);
+        Self { table: Table::new(&all), across }
+    }
+
+    pub fn row(&mut self, namespace: &impl std::fmt::Display, cells: Vec<String>) {
+        let row = if self.across { std::iter::once(namespace.to_string()).chain(cells).collect() } else { cells };
+        self.table.row(row);
+    }
+
+    pub fn print(&self) {
+        self.table.print();
+    }
+}
+
 /// `key: value` lines, keys aligned.
 pub fn print_fields(fields: &[(&str, String)]) {
     let width = fields.iter().map(|(k, _)| k.len()).max().unwrap_or(0) + 1;

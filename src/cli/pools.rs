@@ -8,7 +8,7 @@ use serde_json::{Map, Value, json};
 
 use super::args::{PageArgs, WaitArgs};
 use super::client::{CliError, Client};
-use super::output::{OutputFormat, Table, more_hint, or_dash, print_fields, print_json, wire_name};
+use super::output::{ListTable, OutputFormat, Table, more_hint, or_dash, print_fields, print_json, wire_name};
 use super::wait::{self, Target};
 use crate::http::machines::MachineList;
 use crate::http::wire::PoolView;
@@ -115,7 +115,7 @@ pub async fn run_pools(client: &Client, out: OutputFormat, cmd: PoolsCommand) ->
         PoolsCommand::List(page) => {
             let path = page.query("/v1/pools");
             let page = client.get(&path).await?;
-            show_pool_list(out, &format!("GET {path}"), page)
+            show_pool_list(out, &format!("GET {path}"), page, client.across())
         }
         PoolsCommand::Get { name } => {
             let path = format!("/v1/pools/{name}");
@@ -229,7 +229,7 @@ fn summary(pool: &PoolView) -> String {
     )
 }
 
-fn show_pool_list(out: OutputFormat, what: &str, page: Value) -> Result<(), CliError> {
+fn show_pool_list(out: OutputFormat, what: &str, page: Value, across: bool) -> Result<(), CliError> {
     if out == OutputFormat::Json {
         print_json(&page);
         return Ok(());
@@ -241,7 +241,7 @@ fn show_pool_list(out: OutputFormat, what: &str, page: Value) -> Result<(), CliE
     if replicas {
         columns.push("DRIVER");
     }
-    let mut t = Table::new(&columns);
+    let mut t = ListTable::new(across, &columns);
     for p in &page.items {
         let mut row = vec![
             p.name.clone(),
@@ -255,7 +255,7 @@ fn show_pool_list(out: OutputFormat, what: &str, page: Value) -> Result<(), CliE
         if replicas {
             row.push(or_dash(&p.status.driver));
         }
-        t.row(row);
+        t.row(&p.namespace, row);
     }
     t.print();
     more_hint(&page.next_cursor);

@@ -30,6 +30,7 @@ const ASSETS: &[(&str, &str, &str)] = &[
     ("/ui/js/live.js", JS, include_str!("../../ui/js/live.js")),
     ("/ui/js/dom.js", JS, include_str!("../../ui/js/dom.js")),
     ("/ui/js/feedback.js", JS, include_str!("../../ui/js/feedback.js")),
+    ("/ui/js/namespace.js", JS, include_str!("../../ui/js/namespace.js")),
     ("/ui/js/router.js", JS, include_str!("../../ui/js/router.js")),
     ("/ui/js/views/pools.js", JS, include_str!("../../ui/js/views/pools.js")),
     ("/ui/js/views/pool.js", JS, include_str!("../../ui/js/views/pool.js")),

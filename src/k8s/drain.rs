@@ -17,7 +17,7 @@ use kube::api::{Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams};
 use tokio::time::Instant;
 
 use super::credentials::CredentialError;
-use super::ops::{CallError, ClusterApi, RetryPolicy, is_status};
+use super::ops::{CallError, ClusterApi, KubeOp, RetryPolicy, is_status};
 
 /// The annotation the kubelet puts on the API's copy of a static pod; the
 /// API cannot remove such a pod, it goes with the machine.
@@ -114,7 +114,7 @@ impl ClusterApi {
         let nodes: &Api<Node> = &Api::all(self.client.clone());
         let (pp, patch) =
             (&PatchParams::default(), &Patch::Merge(serde_json::json!({"spec": {"unschedulable": true}})));
-        self.call(&format!("cordon node {node}"), || async move {
+        self.call(KubeOp::CordonNode { node: node.to_owned() }, || async move {
             match nodes.patch(node, pp, patch).await {
                 Ok(_) => Ok(true),
                 Err(e) if is_status(&e, |s| s.is_not_found()) => Ok(false),
@@ -128,7 +128,8 @@ impl ClusterApi {
     pub async fn pods_on_node(&self, node: &str) -> Result<Vec<Pod>, CallError> {
         let pods: &Api<Pod> = &Api::all(self.client.clone());
         let lp = &ListParams::default().fields(&format!("spec.nodeName={node}"));
-        self.call(&format!("list pods on node {node}"), || async move { Ok(pods.list(lp).await?.items) }).await
+        self.call(KubeOp::ListPodsOnNode { node: node.to_owned() }, || async move { Ok(pods.list(lp).await?.items) })
+            .await
     }
 
     /// Asks the API to evict a pod. A refusal (429) is an answer, not a
@@ -136,7 +137,7 @@ impl ClusterApi {
     pub async fn evict(&self, namespace: &str, name: &str) -> Result<Eviction, CallError> {
         let pods: &Api<Pod> = &Api::namespaced(self.client.clone(), namespace);
         let ep = &EvictParams::default();
-        self.call(&format!("evict pod {namespace}/{name}"), || async move {
+        self.call(KubeOp::EvictPod { namespace: namespace.to_owned(), name: name.to_owned() }, || async move {
             match pods.evict(name, ep).await {
                 Ok(_) => Ok(Eviction::Accepted),
                 Err(e) if is_status(&e, |s| s.is_not_found()) => Ok(Eviction::Accepted),
@@ -152,7 +153,7 @@ impl ClusterApi {
     /// Deletes the Node object; already gone counts as done.
     pub async fn delete_node(&self, node: &str) -> Result<(), CallError> {
         let nodes: &Api<Node> = &Api::all(self.client.clone());
-        self.call(&format!("delete node {node}"), || async move {
+        self.call(KubeOp::DeleteNode { node: node.to_owned() }, || async move {
             match nodes.delete(node, &DeleteParams::default()).await {
                 Ok(_) => Ok(()),
                 Err(e) if is_status(&e, |s| s.is_not_found()) => Ok(()),

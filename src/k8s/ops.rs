@@ -92,11 +92,66 @@ impl Failure {
     }
 }
 
+/// A call to the Kubernetes API: counted by its [`kind`](Self::kind),
+/// told in errors with its object (`evict pod kube-system/etcd-0`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KubeOp {
+    ListPods { selector: String },
+    ListPodsOnNode { node: String },
+    GetPod { name: String },
+    EvictPod { namespace: String, name: String },
+    CordonNode { node: String },
+    DeleteNode { node: String },
+    GetDaemonSet { name: String },
+    ApplyDaemonSet { name: String },
+    UpdateDaemonSet { name: String },
+    DeleteDaemonSet { name: String },
+    Version,
+}
+
+impl KubeOp {
+    /// The metric label: one per kind of call, never a name.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::ListPods { .. } => "list pods",
+            Self::ListPodsOnNode { .. } => "list pods on node",
+            Self::GetPod { .. } => "get pod",
+            Self::EvictPod { .. } => "evict pod",
+            Self::CordonNode { .. } => "cordon node",
+            Self::DeleteNode { .. } => "delete node",
+            Self::GetDaemonSet { .. } => "get daemonset",
+            Self::ApplyDaemonSet { .. } => "apply daemonset",
+            Self::UpdateDaemonSet { .. } => "update daemonset",
+            Self::DeleteDaemonSet { .. } => "delete daemonset",
+            Self::Version => "get version",
+        }
+    }
+}
+
+impl std::fmt::Display for KubeOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = self.kind();
+        match self {
+            Self::ListPods { selector } => write!(f, "{kind} {selector}"),
+            Self::ListPodsOnNode { node } | Self::CordonNode { node } | Self::DeleteNode { node } => {
+                write!(f, "{kind} {node}")
+            }
+            Self::EvictPod { namespace, name } => write!(f, "{kind} {namespace}/{name}"),
+            Self::GetPod { name }
+            | Self::GetDaemonSet { name }
+            | Self::ApplyDaemonSet { name }
+            | Self::UpdateDaemonSet { name }
+            | Self::DeleteDaemonSet { name } => write!(f, "{kind} {name}"),
+            Self::Version => f.write_str("get /version"),
+        }
+    }
+}
+
 /// An operation that failed for good.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{op} failed after {tries} tries: {reason}")]
 pub struct CallError {
-    pub op: String,
+    pub op: KubeOp,
     pub tries: u32,
     pub reason: String,
 }
@@ -153,7 +208,7 @@ impl ClusterApi {
     }
 
     /// Runs `f` until it succeeds, fails for good, or runs out of tries.
-    pub(super) async fn call<T, F, Fut>(&self, op: &str, mut f: F) -> Result<T, CallError>
+    pub(super) async fn call<T, F, Fut>(&self, op: KubeOp, mut f: F) -> Result<T, CallError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, Failure>>,
@@ -161,7 +216,7 @@ impl ClusterApi {
         let mut tries = 0;
         loop {
             if let Some(why) = self.gate.as_ref().and_then(|g| g()) {
-                return Err(CallError { op: op.to_owned(), tries, reason: format!("not sent: {why}") });
+                return Err(CallError { op, tries, reason: format!("not sent: {why}") });
             }
             tries += 1;
             let outcome = match tokio::time::timeout(self.policy.call_timeout, f()).await {
@@ -169,18 +224,18 @@ impl ClusterApi {
                 Err(_) => Err(Failure::Timeout(self.policy.call_timeout)),
             };
             if let Some(m) = &self.metrics {
-                m.kube_call(op, outcome.is_ok());
+                m.kube_call(op.kind(), outcome.is_ok());
             }
             let failure = match outcome {
                 Ok(v) => return Ok(v),
                 Err(e) => e,
             };
             if !failure.retryable() || tries >= self.policy.tries {
-                return Err(CallError { op: op.to_owned(), tries, reason: failure.describe() });
+                return Err(CallError { op, tries, reason: failure.describe() });
             }
             self.retries.fetch_add(1, Ordering::Relaxed);
             let delay = self.policy.delay(tries);
-            tracing::warn!(op, tries, error = %failure.describe(), ?delay, "Kubernetes API call failed; trying again");
+            tracing::warn!(%op, tries, error = %failure.describe(), ?delay, "Kubernetes API call failed; trying again");
             tokio::time::sleep(delay).await;
         }
     }
@@ -188,17 +243,20 @@ impl ClusterApi {
     pub async fn list_pods(&self, selector: &str) -> Result<Vec<Pod>, CallError> {
         let lp = &ListParams::default().labels(selector);
         let pods = &self.pods;
-        self.call(&format!("list pods {selector}"), || async move { Ok(pods.list(lp).await?.items) }).await
+        self.call(KubeOp::ListPods { selector: selector.to_owned() }, || async move { Ok(pods.list(lp).await?.items) })
+            .await
     }
 
     pub async fn pod_exists(&self, name: &str) -> Result<bool, CallError> {
         let pods = &self.pods;
-        self.call(&format!("get pod {name}"), || async move { Ok(pods.get_opt(name).await?.is_some()) }).await
+        self.call(KubeOp::GetPod { name: name.to_owned() }, || async move { Ok(pods.get_opt(name).await?.is_some()) })
+            .await
     }
 
     pub async fn get_daemonset(&self, name: &str) -> Result<Option<DaemonSet>, CallError> {
         let daemonsets = &self.daemonsets;
-        self.call(&format!("get daemonset {name}"), || async move { Ok(daemonsets.get_opt(name).await?) }).await
+        self.call(KubeOp::GetDaemonSet { name: name.to_owned() }, || async move { Ok(daemonsets.get_opt(name).await?) })
+            .await
     }
 
     /// Creates or updates `ds` by server-side apply, as field manager
@@ -208,7 +266,7 @@ impl ClusterApi {
         let name = ds.metadata.name.as_deref().unwrap_or_default();
         let (pp, daemonsets) = (&PatchParams::apply(FIELD_MANAGER).force(), &self.daemonsets);
         let patch = &Patch::Apply(ds);
-        self.call(&format!("apply daemonset {name}"), || async move {
+        self.call(KubeOp::ApplyDaemonSet { name: name.to_owned() }, || async move {
             daemonsets.patch(name, pp, patch).await?;
             Ok(())
         })
@@ -223,7 +281,7 @@ impl ClusterApi {
         change: impl Fn(&DaemonSet) -> Result<Option<DaemonSet>, String>,
     ) -> Result<(), CallError> {
         let (pp, daemonsets, change) = (&PostParams::default(), &self.daemonsets, &change);
-        self.call(&format!("update daemonset {name}"), || async move {
+        self.call(KubeOp::UpdateDaemonSet { name: name.to_owned() }, || async move {
             let current = daemonsets.get(name).await?;
             if let Some(new) = change(&current).map_err(Failure::Fatal)? {
                 daemonsets.replace(name, pp, &new).await?;
@@ -244,7 +302,7 @@ impl ClusterApi {
         keep: impl Fn(&DaemonSet) -> Option<String>,
     ) -> Result<Deletion, CallError> {
         let (daemonsets, keep) = (&self.daemonsets, &keep);
-        self.call(&format!("delete daemonset {name}"), || async move {
+        self.call(KubeOp::DeleteDaemonSet { name: name.to_owned() }, || async move {
             let Some(current) = daemonsets.get_opt(name).await? else { return Ok(Deletion::Gone) };
             if let Some(why) = keep(&current) {
                 return Ok(Deletion::Kept(why));
@@ -281,6 +339,22 @@ impl ClusterApi {
     /// The API server's `/version`.
     pub async fn version(&self) -> Result<Info, CallError> {
         let client = &self.client;
-        self.call("get /version", || async move { Ok(client.apiserver_version().await?) }).await
+        self.call(KubeOp::Version, || async move { Ok(client.apiserver_version().await?) }).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_is_told_with_its_object_and_counted_by_its_kind_alone() {
+        let evict = KubeOp::EvictPod { namespace: "kube-system".into(), name: "etcd-0".into() };
+        assert_eq!(evict.to_string(), "evict pod kube-system/etcd-0");
+        assert_eq!(evict.kind(), "evict pod");
+        let apply = KubeOp::ApplyDaemonSet { name: "temp-upgrade-self-hosted-kube-apiserver".into() };
+        assert_eq!(apply.kind(), "apply daemonset", "once counted as `other`");
+        assert_eq!(KubeOp::Version.to_string(), "get /version");
+        assert_eq!(KubeOp::ListPodsOnNode { node: "n1".into() }.to_string(), "list pods on node n1");
     }
 }

@@ -101,6 +101,45 @@ async fn pool_and_machine_commands_create_list_get_scale_set_image_and_delete() 
 }
 
 #[tokio::test]
+async fn the_namespace_flag_and_variable_pick_the_namespace_and_star_lists_every_one() {
+    let app = spawn_app().await;
+    drover(&app, &["namespaces", "create", "team-a", "--engine-selector", "zone=a"]).await.ok();
+    drover(&app, &["-n", "team-a", "pools", "create", "web", "--replicas", "0", "--version", "v1.29.2"]).await.ok();
+    drover(&app, &["pools", "create", "web", "--replicas", "0", "--version", "v1.29.2"]).await.ok();
+
+    let listed = drover(&app, &["namespaces", "list"]).await.ok().stdout;
+    assert!(listed.contains("team-a") && listed.contains("zone=a") && listed.contains("default"), "{listed}");
+    let scaled = drover(&app, &["pools", "scale", "web", "2", "-n", "team-a", "-o", "json"]).await.ok().json();
+    assert_eq!((scaled["namespace"].as_str(), scaled["replicas"].as_i64()), (Some("team-a"), Some(2)));
+    assert_eq!(app.pool("web").await["replicas"], 0, "default's web is another pool");
+
+    // DROVER_NAMESPACE, as a CI job sets it.
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_drover"));
+    cmd.args(["pools", "get", "web", "-o", "json"])
+        .env("DROVER_SERVER", &app.addr)
+        .env("DROVER_TOKEN", &app.admin_token)
+        .env("DROVER_NAMESPACE", "team-a")
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(RUN_LIMIT, cmd.output()).await.expect("in time").expect("ran");
+    let pool: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(pool["namespace"], "team-a", "{}", String::from_utf8_lossy(&out.stderr));
+
+    let all = drover(&app, &["-n", "*", "pools", "list"]).await.ok().stdout;
+    let header = all.lines().next().unwrap_or_default();
+    assert!(header.starts_with("NAMESPACE") && header.contains("NAME"), "{all}");
+    assert!(all.lines().any(|l| l.starts_with("team-a")) && all.lines().any(|l| l.starts_with("default")), "{all}");
+    let one = drover(&app, &["pools", "list"]).await.ok().stdout;
+    assert!(!one.contains("NAMESPACE"), "one namespace's list has no NAMESPACE column: {one}");
+
+    let gone = drover(&app, &["-n", "nowhere", "pools", "list"]).await;
+    assert_eq!(gone.code, 1, "{}", gone.stderr);
+    assert!(gone.stderr.contains("nowhere"), "the missing namespace is named: {}", gone.stderr);
+    let busy = drover(&app, &["namespaces", "delete", "team-a"]).await;
+    assert_eq!(busy.code, 1);
+    assert!(busy.stderr.contains("pool"), "what keeps it is said: {}", busy.stderr);
+}
+
+#[tokio::test]
 async fn rollout_commands_pause_resume_roll_back_continue_and_report_status() {
     let app = spawn_app().await;
     drover(&app, &["pools", "create", "web", "--replicas", "2", "--version", "v1.29.2", "--wait"]).await.ok();

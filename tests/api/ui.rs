@@ -131,6 +131,52 @@ async fn dashboard_shows_machines_by_engine_and_the_engines_while_one_is_lost() 
 
 #[tokio::test]
 #[cfg_attr(skip_browser_tests, ignore = "DROVER_SKIP_BROWSER_TESTS is set")]
+async fn dashboard_with_a_token_of_one_namespace_shows_that_namespace_and_nothing_else() {
+    let browser = Browser::start().await;
+    let app = spawn_app().await;
+    for ns in ["team-a", "team-b"] {
+        let res = app.request(Method::POST, "/v1/namespaces", Some(json!({"name": ns}))).await;
+        assert_eq!(res.status(), StatusCode::CREATED);
+        let pool = json!({"name": format!("web-{ns}"), "replicas": 0, "version": "v1.29.2"});
+        let res = app.request(Method::POST, &format!("/v1/pools?namespace={ns}"), Some(pool)).await;
+        assert_eq!(res.status(), StatusCode::CREATED);
+    }
+    app.create_pool_ok("web-default", 0, json!({"image": "sim/app:1"})).await;
+    let grants = json!([{"namespace": "team-a", "role": "viewer"}]);
+    let res = app.request(Method::POST, "/v1/tokens", Some(json!({"name": "a-view", "grants": grants}))).await;
+    assert_eq!(res.status(), StatusCode::CREATED);
+    let made: Value = res.json().await.expect("the token");
+    let secret = made["token"].as_str().expect("the secret").to_owned();
+    let outcome = tokio::time::timeout(SCENARIO_LIMIT, namespace_scenario(&browser.session, &app, &secret)).await;
+    browser.finish(outcome, "ui-namespace-screenshot.png").await;
+}
+
+/// Signs in with a viewer token of team-a: the picker offers team-a alone,
+/// and the pools are team-a's.
+async fn namespace_scenario(s: &Session, app: &TestApp, token: &str) -> anyhow::Result<()> {
+    s.navigate(&app.url("/ui")).await?;
+    s.wait_until("the sign-in form", "return !document.getElementById('login').hidden").await?;
+    s.type_into("#token", token).await?;
+    s.click("#login-submit").await?;
+    s.wait_until(
+        "team-a's pool",
+        "return document.querySelector('[data-testid=pool-row][data-pool=web-team-a]') !== null",
+    )
+    .await?;
+    let offered =
+        s.script("return Array.from(document.querySelectorAll('#namespace-picker option')).map(o => o.value)").await?;
+    ensure!(offered == json!(["team-a"]), "the picker offers the token's namespaces only: {offered}");
+    let rows = s
+        .script("return Array.from(document.querySelectorAll('[data-testid=pool-row]')).map(r => r.dataset.pool)")
+        .await?;
+    ensure!(rows == json!(["web-team-a"]), "the pools of team-a alone: {rows}");
+    let problem = s.script("return document.getElementById('problem').hidden").await?;
+    ensure!(problem == json!(true), "no error shown for a token without `default`");
+    Ok(())
+}
+
+#[tokio::test]
+#[cfg_attr(skip_browser_tests, ignore = "DROVER_SKIP_BROWSER_TESTS is set")]
 async fn dashboard_sse_parser_follows_the_cli_parsers_rules() {
     let browser = Browser::start().await;
     let app = spawn_app().await;

@@ -6,7 +6,12 @@
 // good: the handler set with onUnauthorized() signs out.
 
 const TOKEN_KEY = 'drover.token';
+const NAMESPACE_KEY = 'drover.namespace';
 const MAX_PAGES = 20;
+
+// The paths whose objects belong to a namespace: every call to one names
+// the picked namespace (the server's list: NAMESPACED in src/http/openapi.rs).
+const NAMESPACED = ['/v1/pools', '/v1/clusters', '/v1/upgrades', '/v1/apply', '/v1/audit'];
 
 // Where the API is: the page's own origin, unless the page names another in
 // <meta name="drover-api" content="https://drover.example.com"> (the
@@ -16,7 +21,24 @@ const API_BASE = (document.querySelector('meta[name="drover-api"]')?.content || 
 
 export const token = () => sessionStorage.getItem(TOKEN_KEY);
 export const setToken = (value) => sessionStorage.setItem(TOKEN_KEY, value);
-export const forgetToken = () => sessionStorage.removeItem(TOKEN_KEY);
+export const forgetToken = () => {
+  sessionStorage.removeItem(TOKEN_KEY);
+  sessionStorage.removeItem(NAMESPACE_KEY);
+};
+
+// The namespace the views work in (the picker's); `default` until picked.
+export const namespace = () => sessionStorage.getItem(NAMESPACE_KEY) || 'default';
+export const setNamespace = (value) => sessionStorage.setItem(NAMESPACE_KEY, value);
+
+// `path` naming the picked namespace, when the path takes one and does not
+// name one already.
+export function inNamespace(path) {
+  const bare = path.split('?')[0];
+  const namespaced = NAMESPACED.some((p) => bare === p || bare.startsWith(`${p}/`));
+  if (!namespaced || /[?&]namespace=/.test(path)) return path;
+  const sep = path.includes('?') ? '&' : '?';
+  return `${path}${sep}namespace=${encodeURIComponent(namespace())}`;
+}
 
 let unauthorized = () => {};
 // Set by the router; a callback rather than an import keeps this module
@@ -54,7 +76,7 @@ export async function authorizedFetch(path, init = {}) {
     throw new Problem(401, 'Not signed in', '');
   }
   const headers = { ...(init.headers || {}), Authorization: `Bearer ${t}` };
-  const res = await fetch(API_BASE + path, { cache: 'no-store', ...init, headers });
+  const res = await fetch(API_BASE + inNamespace(path), { cache: 'no-store', ...init, headers });
   if (res.status === 401) {
     const p = await problemOf(res);
     unauthorized(`The server did not accept the token (${p.title}). Sign in again.`);

@@ -1,5 +1,3 @@
-use std::time::{Duration, Instant};
-
 use serde_json::json;
 
 use super::*;
@@ -102,9 +100,9 @@ fn broken_yaml_names_its_line() {
 
 #[test]
 fn a_billion_laughs_is_refused_at_once() {
-    let started = Instant::now();
+    // Refused by the alias budget, that is before anything was expanded (a
+    // time limit here would only measure the machine's load).
     let e = refused(&billion_laughs());
-    assert!(started.elapsed() < Duration::from_secs(2), "took {:?}", started.elapsed());
     assert_eq!(e.problem, Problem::AliasesTooLarge, "{e}");
 }
 
@@ -135,8 +133,7 @@ fn too_many_documents_and_too_large_text_are_refused() {
     let list = format!("[{}]", vec!["{}"; 101].join(","));
     assert_eq!(refused(&list).problem, Problem::TooManyDocuments(100));
     let big = vec![b' '; MAX_FILE_BYTES as usize + 1];
-    let started = Instant::now();
+    // Refused on its size, before parsing.
     let e = read(&big, 100).expect_err("too large");
     assert_eq!(e.problem, Problem::TooLarge { size: Some(MAX_FILE_BYTES + 1) }, "{e}");
-    assert!(started.elapsed() < Duration::from_millis(100));
 }
