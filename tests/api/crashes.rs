@@ -180,3 +180,80 @@ async fn an_engine_outage_during_a_scale_down_leaves_no_exited_container() {
     app.wait_converged(&pool, 5, LIMIT).await;
     proxy.down().await;
 }
+
+/// The containers of every pool named `pool`, by the namespace their
+/// label names (none: `default`, as machines made before namespaces).
+async fn by_namespace(d: &bollard::Docker, pool: &str) -> std::collections::BTreeMap<String, Vec<docker::Seen>> {
+    let mut out: std::collections::BTreeMap<String, Vec<docker::Seen>> = Default::default();
+    for c in docker::pool_containers(d, pool).await {
+        let ns = c.labels.get("drover.dev/namespace").cloned().unwrap_or_else(|| "default".to_owned());
+        out.entry(ns).or_default().push(c);
+    }
+    out
+}
+
+/// Waits until namespace `ns`'s pool `pool` has exactly `n` running
+/// containers of `image` and no other, and its status says so.
+async fn converged_in(served: &Served, d: &bollard::Docker, ns: &str, pool: &str, n: usize, image: &str) {
+    let what = format!("{ns}/{pool} on {n} running {image}");
+    wait_for(LIMIT, &what, async || {
+        let seen = by_namespace(d, pool).await.remove(ns).unwrap_or_default();
+        let url = format!("{}/v1/pools/{pool}?namespace={ns}", served.addr());
+        let p: Value = served.client.get(url).send().await.expect("get pool").json().await.unwrap_or(Value::Null);
+        let s = &p["status"];
+        seen.len() == n
+            && seen.iter().all(|c| c.running && c.image == image)
+            && s["ready_replicas"] == n
+            && s["terminating_replicas"] == 0
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(skip_docker_tests, ignore = "DROVER_SKIP_DOCKER_TESTS is set")]
+async fn two_pools_of_one_name_in_two_namespaces_keep_their_own_machines_across_a_sigkill() {
+    require_docker();
+    let pool = unique("twin");
+    let _cleanup = Cleanup(vec![pool.clone()]);
+    let d = docker::client().await;
+    let mut served = Served::start().await;
+    let post = reqwest::Method::POST;
+    assert_eq!(served.send(post.clone(), "/v1/namespaces", json!({"name": "team-b"})).await, StatusCode::CREATED);
+    for ns in ["default", "team-b"] {
+        let spec = json!({"name": pool, "replicas": 3, "version": "v1.29.2", "image": STUBBORN_V1,
+                          "strategy": {"max_surge": 2}});
+        let path = format!("/v1/pools?namespace={ns}");
+        assert_eq!(served.send(post.clone(), &path, spec).await, StatusCode::CREATED, "{ns}");
+    }
+    converged_in(&served, &d, "default", &pool, 3, STUBBORN_V1).await;
+    converged_in(&served, &d, "team-b", &pool, 3, STUBBORN_V1).await;
+
+    // Scale both, each its own way.
+    let patch = |ns: &str| format!("/v1/pools/{pool}?namespace={ns}");
+    let patched = served.send(reqwest::Method::PATCH, &patch("default"), json!({"replicas": 4})).await;
+    assert_eq!(patched, StatusCode::OK);
+    let patched = served.send(reqwest::Method::PATCH, &patch("team-b"), json!({"replicas": 2})).await;
+    assert_eq!(patched, StatusCode::OK);
+    converged_in(&served, &d, "default", &pool, 4, STUBBORN_V1).await;
+    converged_in(&served, &d, "team-b", &pool, 2, STUBBORN_V1).await;
+    let team_b: HashSet<String> =
+        by_namespace(&d, &pool).await.remove("team-b").unwrap_or_default().into_iter().map(|c| c.name).collect();
+
+    // Roll default's, and SIGKILL drover while its old machines stop.
+    let rolled = served.send(reqwest::Method::PATCH, &patch("default"), json!({"image": STUBBORN_V2})).await;
+    assert_eq!(rolled, StatusCode::OK);
+    until_stopping(&served, &pool).await;
+    served.kill_and_restart().await;
+    converged_in(&served, &d, "default", &pool, 4, STUBBORN_V2).await;
+    let still: HashSet<String> =
+        by_namespace(&d, &pool).await.remove("team-b").unwrap_or_default().into_iter().map(|c| c.name).collect();
+    assert_eq!(still, team_b, "team-b's machines are the same ones: none adopted, replaced or removed");
+
+    // Default's to 0: team-b's stay.
+    let zero = served.send(reqwest::Method::PATCH, &patch("default"), json!({"replicas": 0})).await;
+    assert_eq!(zero, StatusCode::OK);
+    converged_in(&served, &d, "default", &pool, 0, STUBBORN_V2).await;
+    converged_in(&served, &d, "team-b", &pool, 2, STUBBORN_V1).await;
+    let left: Vec<String> = by_namespace(&d, &pool).await.into_keys().collect();
+    assert_eq!(left, ["team-b"], "only team-b's machines are left");
+}

@@ -95,6 +95,13 @@ async fn team_b_state(app: &TestApp) -> Value {
         "/v1/tokens",
     ] {
         let mut body = admin(app, Method::GET, &format!("{path}?namespace=team-b"), None, 200).await;
+        if path == "/v1/upgrades" {
+            // And the events of each job.
+            for job in body["items"].as_array().cloned().unwrap_or_default() {
+                let events = format!("/v1/upgrades/{}/events?namespace=team-b", job["id"]);
+                state[events.as_str()] = admin(app, Method::GET, &events, None, 200).await;
+            }
+        }
         // What moves by itself: a pool's observed status, a token's last use.
         strip(&mut body, &["status", "last_used_at", "conditions", "observed_at"]);
         state[path] = body;
@@ -241,6 +248,32 @@ async fn no_credential_mints_or_widens_a_credential_beyond_what_it_holds() {
     let body = json!({"name": "lesser", "grants": [{"namespace": "team-a", "role": "viewer"}]});
     let (code, answer) = call(app, &operator, Method::POST, "/v1/tokens", Some(body)).await;
     assert_eq!(code, 403, "only a namespace's admin manages its tokens: {answer}");
+
+    // An apply whose documents name another namespace is refused whole.
+    let apply = json!({
+        "apply_set": "a-fleet",
+        "documents": [
+            {"kind": "Pool", "name": "mine", "spec": {"replicas": 0, "version": FROM}},
+            {"kind": "Pool", "name": "theirs", "namespace": "team-b", "spec": {"replicas": 0, "version": FROM}},
+        ],
+    });
+    let (code, answer) = call(app, &a, Method::POST, "/v1/apply?namespace=team-a", Some(apply)).await;
+    assert_eq!(code, 422, "{answer}");
+    assert!(answer.to_string().contains("namespace"), "the refusal names the namespace: {answer}");
+    for (ns, pool) in [("team-a", "mine"), ("team-b", "theirs")] {
+        let (code, _) = call(app, &app.client, Method::GET, &format!("/v1/pools/{pool}?namespace={ns}"), None).await;
+        assert_eq!(code, 404, "nothing of a refused apply was applied ({ns}/{pool})");
+    }
+
+    // A prune of a set of the same name in team-a never reaches default's.
+    let fleet = json!({"apply_set": "shared", "documents": [
+        {"kind": "Pool", "name": "keep", "spec": {"replicas": 0, "version": FROM}},
+    ]});
+    admin(app, Method::POST, "/v1/apply", Some(fleet), 200).await;
+    let empty = json!({"apply_set": "shared", "prune": true, "allow_empty": true, "documents": []});
+    let (code, answer) = call(app, &a, Method::POST, "/v1/apply?namespace=team-a", Some(empty)).await;
+    assert_eq!(code, 200, "{answer}");
+    admin(app, Method::GET, "/v1/pools/keep", None, 200).await;
 
     // What only a `*` admin does.
     for (method, path, body) in [
