@@ -92,7 +92,18 @@ impl Pools {
     pub async fn list(&self, access: &Access, across: bool, req: &PageRequest) -> Result<Page<Pool>, PoolError> {
         let rows = if across {
             let visible = access.visible_namespaces();
-            let after = req.after.as_deref().and_then(cursor_pool);
+            // A cursor that is not one of ours is refused: read as none, it
+            // would hand the first page again to a client that pages on.
+            let after = match req.after.as_deref() {
+                None => None,
+                Some(c) => Some(cursor_pool(c).ok_or_else(|| {
+                    PoolError::Invalid(ValidationErrors::single(
+                        "cursor",
+                        "cursor",
+                        "not a cursor of a list of every namespace; pass back next_cursor as it was given",
+                    ))
+                })?),
+            };
             db::pools::list_across(self.db.read(), visible.as_deref(), after.as_ref(), req.fetch()).await?
         } else {
             self.namespace_exists(access).await?;

@@ -214,6 +214,8 @@ async fn a_credential_of_one_namespace_reaches_nothing_of_another_through_any_op
     let namespaces: Vec<&str> =
         pools["items"].as_array().expect("items").iter().filter_map(|p| p["namespace"].as_str()).collect();
     assert_eq!(namespaces, ["team-a"], "{pools}");
+    let (code, answer) = call(app, &a, Method::GET, "/v1/pools?namespace=*&cursor=web", None).await;
+    assert_eq!(code, 422, "a cursor this server did not hand out is refused, not read as the start: {answer}");
 
     let after = team_b_state(app).await;
     for (path, was) in before.as_object().expect("an object") {

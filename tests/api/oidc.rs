@@ -460,3 +460,59 @@ async fn a_rule_scoped_to_a_namespace_reaches_only_it_and_changed_rules_apply_wi
     assert_eq!(scale("team-b").await, StatusCode::OK, "the previous rules stay in use");
     assert_eq!(metric(&app.metrics_text(), "drover_access_config_reloads_total{result=\"ok\"}"), 1.0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rule_changed_on_disk_takes_effect_on_two_replicas_within_3_s() {
+    let key = SigningKey::rsa("k");
+    let issuer = Issuer::start(&[&key]).await;
+    let store = drover::config::Location::parse(&crate::postgres::shared().fresh_database()).expect("a database URL");
+    let dir = TempDir::new().expect("shared config directory");
+    let access = dir.path().join("access.json");
+    let write = |namespace: &str| {
+        let rules = json!([{"claims": {"repository": "org/infra"}, "role": "operator", "namespaces": [namespace]}]);
+        let entry = json!({"issuer": issuer.url, "audience": ["drover"], "rules": rules});
+        std::fs::write(&access, json!({"oidc_issuer": [entry]}).to_string()).expect("access config");
+    };
+    write("team-a");
+    let mut replicas = Vec::new();
+    let mut admin: Option<String> = None;
+    for _ in 0..2 {
+        let tmp = TempDir::new().expect("data dir");
+        if let Some(token) = &admin {
+            std::fs::write(tmp.path().join("admin.token"), token).expect("copying the admin token");
+        }
+        let mut cfg = config(tmp.path(), RuntimeKind::Simulated);
+        cfg.database_url = Some(store.clone());
+        cfg.access_config = Some(access.clone());
+        let app = start(cfg, Some(tmp)).await;
+        admin = Some(app.admin_token.clone());
+        replicas.push(app);
+    }
+    let first = &replicas[0];
+    for ns in ["team-a", "team-b"] {
+        let res = first.request(Method::POST, "/v1/namespaces", Some(json!({"name": ns}))).await;
+        assert_eq!(res.status(), StatusCode::CREATED);
+        let pool = json!({"name": "web", "replicas": 0, "version": "v1.29.2"});
+        let res = first.request(Method::POST, &format!("/v1/pools?namespace={ns}"), Some(pool)).await;
+        assert_eq!(res.status(), StatusCode::CREATED);
+    }
+    let token = key.sign(&issuer.claims());
+    let scale = async |app: &TestApp, ns: &str| {
+        let path = format!("/v1/pools/web/scale?namespace={ns}");
+        call(app, Method::PUT, &path, &token, Some(json!({"replicas": 1}))).await.status()
+    };
+    for app in &replicas {
+        assert_eq!(scale(app, "team-a").await, StatusCode::OK);
+        assert_eq!(scale(app, "team-b").await, StatusCode::NOT_FOUND);
+    }
+    write("team-b");
+    for (i, app) in replicas.iter().enumerate() {
+        wait_for(Duration::from_secs(3), &format!("replica {i} to use the changed rule"), async || {
+            scale(app, "team-b").await == StatusCode::OK
+        })
+        .await;
+    }
+    for app in &replicas {
+        assert_eq!(scale(app, "team-a").await, StatusCode::NOT_FOUND, "the old rule is gone everywhere");
+    }
+}
