@@ -74,37 +74,20 @@ impl Application {
     /// unreachable is not an error here: readiness reports it and the worker
     /// retries.
     pub async fn build(config: ServeConfig) -> anyhow::Result<Self> {
-        create_private_dir(&config.data_dir)?;
-        let location = config.database();
-        let shared_store = matches!(location, db::Location::Postgres(_));
-        // One process per SQLite store; replicas share a PostgreSQL one.
-        let lock = if shared_store { None } else { Some(lock::DataDirLock::acquire(&config.data_dir)?) };
-        let replica: Arc<str> = crate::replicas::replica_id().into();
-        let db = db::connect_with_leases(&location, config.lease_duration, &replica).await?;
-        if let db::Location::Sqlite(path) = &location {
-            restrict_database_files(path)?;
-        }
-        let leases = shared_store.then(|| crate::replicas::Leases::new(replica.clone(), config.lease_duration));
-        crate::identity::bootstrap(&db, &config.data_dir).await?;
-        let tokens = Arc::new(crate::identity::cache::TokenCache::load(&db).await.context("loading the tokens")?);
+        let store = Store::open(&config).await?;
+        crate::identity::bootstrap(&store.db, &config.data_dir).await?;
+        let tokens = Arc::new(crate::identity::cache::TokenCache::load(&store.db).await.context("loading the tokens")?);
         let (queue, wakes) = PoolQueue::channel();
         let engine_settings = crate::engines::EngineSettings {
             max_parallel: config.max_parallel as usize,
             lost_after: config.engine_lost_after,
         };
         let set = EngineSet::new(queue.sender(), engine_settings);
-        let local = match config.runtime {
-            RuntimeKind::Docker => {
-                let endpoint = config.docker_host.clone().map_or(Endpoint::Default, Endpoint::Plain);
-                Backend::Docker(DockerBackend::new(endpoint))
-            }
-            RuntimeKind::Simulated => Backend::Simulated(SimulatedBackend::at("sim://local")),
-        };
-        let local = set.add(LOCAL_ENGINE, Default::default(), local);
+        let local = set.add(LOCAL_ENGINE, Default::default(), local_backend(&config));
         let refusals = Arc::new(crate::audit::refusals::RefusalAudit::new(config.audit_burst_window));
         let access = load_access(&config).await?;
         let metrics = Arc::new(crate::metrics::Metrics::default().with(|r| {
-            if let Some(fresh) = db.freshness() {
+            if let Some(fresh) = store.db.freshness() {
                 fresh.stats.register(r);
             }
             refusals.register(r);
@@ -114,28 +97,22 @@ impl Application {
         }));
         let engines = crate::engines::Engines {
             metrics: metrics.clone(),
-            db: db.clone(),
+            db: store.db.clone(),
             set: set.clone(),
             data_dir: config.data_dir.clone(),
             simulated: config.runtime == RuntimeKind::Simulated,
         };
         engines.load().await.context("loading the registered engines")?;
         let tls = load_tls(&config)?;
-        let listener = TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
-        let addr = listener.local_addr().context("reading the bound address")?;
-        let scheme = if tls.is_some() { "https" } else { "http" };
-        tracing::info!(%addr, "drover listening on {scheme}://{addr} (API docs at {scheme}://{addr}/docs)");
-        if let Some(warning) = plain_http_warning(addr, tls.is_some()) {
-            tracing::warn!(%addr, "{warning}");
-        }
-        tracing::info!(database = %location.shown(), "data stored in {}", location.shown());
+        let listener = listen(&config, tls.is_some()).await?;
+        tracing::info!(database = %store.location.shown(), "data stored in {}", store.location.shown());
         match local.kind() {
             "docker" => tracing::info!(endpoint = %local.address(), "local engine: docker"),
             _ => tracing::warn!("local engine: simulated (machines are not real containers)"),
         }
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
-        let (changes, notices) = if shared_store {
+        let (changes, notices) = if store.shared {
             let (changes, notices) = crate::events::notices::Changes::default().with_peers();
             (changes, Some(notices))
         } else {
@@ -144,7 +121,7 @@ impl Application {
         let reconcile = reconcile::Context {
             metrics: metrics.clone(),
             changes: changes.clone(),
-            db: db.clone(),
+            db: store.db.clone(),
             engines: set.clone(),
             timing: Timing { settle: config.machine_settle_time, ..Timing::default() },
             stop_timeout_secs: i64::try_from(config.stop_timeout.as_secs()).unwrap_or(i64::MAX),
@@ -155,51 +132,12 @@ impl Application {
             clock: crate::clock::Clock::System,
             limits: Arc::new(SpecLimits { max_replicas: config.max_replicas, host: host_policy(&config) }),
             tasks: tasks.clone(),
-            leases,
+            leases: store.leases,
             fence: crate::replicas::Fence::Sole,
         };
-        let inflight = Arc::new(Semaphore::new(config.max_concurrent_requests as usize));
-        let audit = crate::audit::log::AuditLog::start(db.clone(), &tasks);
-        let wake = crate::pools::Wake { queue: queue.clone(), changes: changes.clone() };
-        let pools = crate::pools::Pools::new(db.clone(), reconcile.limits.clone(), wake.clone(), reconcile.clone());
-        let machines = crate::pools::Machines::new(db.clone(), wake);
-        let clusters = crate::clusters::Clusters::new(db.clone(), crate::k8s::RetryPolicy::from_config(&config));
-        let upgrade_queue = crate::upgrade::UpgradeQueue::default();
-        let upgrades = crate::upgrade::service::Upgrades::new(db.clone(), clusters.clone(), upgrade_queue.clone());
-        let token_service = crate::identity::tokens::Tokens::new(db.clone(), tokens.clone());
-        let keys = crate::idempotency::Keys::new(db.clone(), config.request_timeout, tasks.clone());
-        let apply = crate::apply::Apply::new(db.clone(), pools.clone(), engines.clone(), clusters.clone());
-        let namespaces = crate::namespaces::Namespaces::new(db.clone(), pools.clone());
-        let state = AppState::new(Shared {
-            apply,
-            namespaces,
-            pools,
-            machines,
-            clusters,
-            upgrades,
-            token_service,
-            events: crate::events::history::Events::new(db.clone()),
-            keys,
-            upgrade_queue,
-            db,
-            store_health: Arc::default(),
-            engines,
-            queue,
-            reconcile,
-            inflight,
-            streams: Arc::new(Semaphore::new(config.max_streams as usize)),
-            tokens,
-            refusals,
-            audit,
-            changes,
-            replica,
-            config: Arc::new(config),
-            metrics,
-            tls,
-            access,
-            shutdown,
-        });
-        Ok(Self { listener, state, wakes, tasks, lock, notices })
+        let parts = Parts { db: store.db, engines, reconcile, queue, changes, tokens, refusals, metrics, tls, access };
+        let state = AppState::new(services(parts, store.replica, config, &tasks, shutdown));
+        Ok(Self { listener, state, wakes, tasks, lock: store.lock, notices })
     }
 
     pub fn local_addr(&self) -> anyhow::Result<SocketAddr> {
@@ -301,6 +239,123 @@ impl Application {
 
 /// The access config and the OIDC verifier it asks for; a file that
 /// cannot be used stops the start, naming it.
+/// The store as `build` opens it: where it is, whether replicas share
+/// it, this process's lock on it (SQLite) and its replica identity.
+struct Store {
+    location: db::Location,
+    shared: bool,
+    lock: Option<lock::DataDirLock>,
+    replica: Arc<str>,
+    db: db::Db,
+    leases: Option<Arc<crate::replicas::Leases>>,
+}
+
+impl Store {
+    /// Creates the data directory, takes its lock (one process per SQLite
+    /// store; replicas share a PostgreSQL one) and opens the store,
+    /// migrations applied.
+    async fn open(config: &ServeConfig) -> anyhow::Result<Self> {
+        create_private_dir(&config.data_dir)?;
+        let location = config.database();
+        let shared = matches!(location, db::Location::Postgres(_));
+        let lock = if shared { None } else { Some(lock::DataDirLock::acquire(&config.data_dir)?) };
+        let replica: Arc<str> = crate::replicas::replica_id().into();
+        let db = db::connect_with_leases(&location, config.lease_duration, &replica).await?;
+        if let db::Location::Sqlite(path) = &location {
+            restrict_database_files(path)?;
+        }
+        let leases = shared.then(|| crate::replicas::Leases::new(replica.clone(), config.lease_duration));
+        Ok(Self { location, shared, lock, replica, db, leases })
+    }
+}
+
+/// The engine drover's own machines run on: Docker at its endpoint, or
+/// the simulation.
+fn local_backend(config: &ServeConfig) -> Backend {
+    match config.runtime {
+        RuntimeKind::Docker => {
+            let endpoint = config.docker_host.clone().map_or(Endpoint::Default, Endpoint::Plain);
+            Backend::Docker(DockerBackend::new(endpoint))
+        }
+        RuntimeKind::Simulated => Backend::Simulated(SimulatedBackend::at("sim://local")),
+    }
+}
+
+/// Binds the listener, and says where it listens (and whether that is
+/// plain HTTP on an address others reach).
+async fn listen(config: &ServeConfig, tls: bool) -> anyhow::Result<TcpListener> {
+    let listener = TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
+    let addr = listener.local_addr().context("reading the bound address")?;
+    let scheme = if tls { "https" } else { "http" };
+    tracing::info!(%addr, "drover listening on {scheme}://{addr} (API docs at {scheme}://{addr}/docs)");
+    if let Some(warning) = plain_http_warning(addr, tls) {
+        tracing::warn!(%addr, "{warning}");
+    }
+    Ok(listener)
+}
+
+/// What the services are made of, once the store, the engines and the
+/// reconciler's context exist.
+struct Parts {
+    db: db::Db,
+    engines: crate::engines::Engines,
+    reconcile: reconcile::Context,
+    queue: PoolQueue,
+    changes: crate::events::notices::Changes,
+    tokens: Arc<crate::identity::cache::TokenCache>,
+    refusals: Arc<crate::audit::refusals::RefusalAudit>,
+    metrics: Arc<crate::metrics::Metrics>,
+    tls: Option<Arc<crate::tls::Tls>>,
+    access: Option<Arc<crate::identity::reload::AccessRules>>,
+}
+
+/// The services the handlers share, each over the store.
+fn services(
+    parts: Parts,
+    replica: Arc<str>,
+    config: ServeConfig,
+    tasks: &TaskTracker,
+    shutdown: CancellationToken,
+) -> Shared {
+    let Parts { db, engines, reconcile, queue, changes, tokens, refusals, metrics, tls, access } = parts;
+    let audit = crate::audit::log::AuditLog::start(db.clone(), tasks);
+    let wake = crate::pools::Wake { queue: queue.clone(), changes: changes.clone() };
+    let pools = crate::pools::Pools::new(db.clone(), reconcile.limits.clone(), wake.clone(), reconcile.clone());
+    let machines = crate::pools::Machines::new(db.clone(), wake);
+    let clusters = crate::clusters::Clusters::new(db.clone(), crate::k8s::RetryPolicy::from_config(&config));
+    let upgrade_queue = crate::upgrade::UpgradeQueue::default();
+    let upgrades = crate::upgrade::service::Upgrades::new(db.clone(), clusters.clone(), upgrade_queue.clone());
+    Shared {
+        apply: crate::apply::Apply::new(db.clone(), pools.clone(), engines.clone(), clusters.clone()),
+        namespaces: crate::namespaces::Namespaces::new(db.clone(), pools.clone()),
+        pools,
+        machines,
+        clusters,
+        upgrades,
+        token_service: crate::identity::tokens::Tokens::new(db.clone(), tokens.clone()),
+        events: crate::events::history::Events::new(db.clone()),
+        keys: crate::idempotency::Keys::new(db.clone(), config.request_timeout, tasks.clone()),
+        upgrade_queue,
+        db,
+        store_health: Arc::default(),
+        engines,
+        queue,
+        reconcile,
+        inflight: Arc::new(Semaphore::new(config.max_concurrent_requests as usize)),
+        streams: Arc::new(Semaphore::new(config.max_streams as usize)),
+        tokens,
+        refusals,
+        audit,
+        changes,
+        replica,
+        config: Arc::new(config),
+        metrics,
+        tls,
+        access,
+        shutdown,
+    }
+}
+
 async fn load_access(config: &ServeConfig) -> anyhow::Result<Option<Arc<crate::identity::reload::AccessRules>>> {
     let Some(path) = &config.access_config else { return Ok(None) };
     Ok(Some(Arc::new(crate::identity::reload::AccessRules::load(path).await?)))
