@@ -13,8 +13,8 @@
 //!
 //! Run: `cargo bench --bench edge` (needs `wrk`: apt-get install wrk).
 
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use axum::Json;
 use axum::routing::get;
@@ -25,21 +25,7 @@ use serde_json::{Value, json};
 
 #[path = "support/measure.rs"]
 mod measure;
-use measure::{percentile, wrk};
-
-struct Server {
-    child: Child,
-    base: String,
-    http: reqwest::Client,
-    token: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use measure::{Server, env_or, percentile, wrk};
 
 /// A CA and a certificate for 127.0.0.1 it signed, as PEM files in `dir`;
 /// returns the CA's PEM.
@@ -94,17 +80,7 @@ async fn start(dir: &std::path::Path, ca_pem: &str, issuer_url: &str) -> anyhow:
         .tls_certs_only([reqwest::Certificate::from_pem(ca_pem.as_bytes())?])
         .timeout(Duration::from_secs(10))
         .build()?;
-    let started = Instant::now();
-    while http.get(format!("{base}/healthz")).send().await.is_err() {
-        anyhow::ensure!(started.elapsed() < Duration::from_secs(30), "drover did not come up");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let token = std::fs::read_to_string(data.join("admin.token"))?.trim().to_owned();
-    Ok(Server { child, base, http, token })
-}
-
-fn env_or(name: &str, default: u32) -> u32 {
-    std::env::var(name).ok().and_then(|s| s.parse().ok()).unwrap_or(default)
+    Server::ready(child, base, http, &data).await
 }
 
 #[tokio::main]

@@ -19,32 +19,14 @@
 //! Run: `cargo bench --bench namespaces` (needs `wrk`: apt-get install wrk).
 //! `DROVER_BENCH_NAMESPACES` and `DROVER_BENCH_POOLS_EACH` change the fleet.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 #[path = "support/measure.rs"]
 mod measure;
-use measure::{bare, percentile, wrk};
-
-struct Server {
-    child: Child,
-    base: String,
-    http: reqwest::Client,
-    token: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn env_or(name: &str, default: u32) -> u32 {
-    std::env::var(name).ok().and_then(|s| s.parse().ok()).unwrap_or(default)
-}
+use measure::{Server, bare, env_or, percentile, wrk};
 
 async fn start(dir: &std::path::Path) -> anyhow::Result<Server> {
     let data = dir.join("data");
@@ -58,13 +40,7 @@ async fn start(dir: &std::path::Path) -> anyhow::Result<Server> {
         .spawn()?;
     let base = format!("http://127.0.0.1:{port}");
     let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build()?;
-    let started = Instant::now();
-    while http.get(format!("{base}/healthz")).send().await.is_err() {
-        anyhow::ensure!(started.elapsed() < Duration::from_secs(30), "drover did not come up");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let token = std::fs::read_to_string(data.join("admin.token"))?.trim().to_owned();
-    Ok(Server { child, base, http, token })
+    Server::ready(child, base, http, &data).await
 }
 
 impl Server {

@@ -93,3 +93,43 @@ pub async fn bare(body: Vec<u8>, path: &str) -> anyhow::Result<String> {
     tokio::spawn(async move { axum::serve(listener, app).await });
     Ok(format!("http://{addr}{path}"))
 }
+
+/// A `drover serve` process a benchmark started, with a client and the
+/// admin token it wrote; killed when dropped.
+pub struct Server {
+    pub child: std::process::Child,
+    pub base: String,
+    pub http: reqwest::Client,
+    pub token: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    /// Waits (up to 30 s) until `child`, serving at `base` with its data in
+    /// `data`, answers `/healthz`, and reads the admin token it wrote.
+    pub async fn ready(
+        child: std::process::Child,
+        base: String,
+        http: reqwest::Client,
+        data: &std::path::Path,
+    ) -> anyhow::Result<Self> {
+        let started = std::time::Instant::now();
+        while http.get(format!("{base}/healthz")).send().await.is_err() {
+            anyhow::ensure!(started.elapsed() < std::time::Duration::from_secs(30), "drover did not come up");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let token = std::fs::read_to_string(data.join("admin.token"))?.trim().to_owned();
+        Ok(Self { child, base, http, token })
+    }
+}
+
+/// A number from the environment, or `default`.
+pub fn env_or(name: &str, default: u32) -> u32 {
+    std::env::var(name).ok().and_then(|s| s.parse().ok()).unwrap_or(default)
+}
