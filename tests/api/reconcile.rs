@@ -145,6 +145,25 @@ async fn a_container_made_by_hand_with_the_pool_label_is_adopted() {
     assert_records_match(&app, &d, &pool, 2).await;
     assert!(app.machine_names(&pool).await.contains(&handmade), "the hand-made container became a machine");
     assert!(app.events(&pool).await.iter().any(|e| e["reason"] == "MachineFound"));
+
+    // Without a namespace label it is default's (as every machine made
+    // before namespaces): a pool of the same name elsewhere never takes it.
+    let res = app.request(Method::POST, "/v1/namespaces", Some(json!({"name": "team-b"}))).await;
+    assert_eq!(res.status(), StatusCode::CREATED);
+    let twin = json!({"name": pool, "replicas": 1, "version": V1});
+    let res = app.request(Method::POST, "/v1/pools?namespace=team-b", Some(twin)).await;
+    assert_eq!(res.status(), StatusCode::CREATED);
+    let theirs = crate::helpers::wait_some(CONVERGE, "team-b's pool to have its one machine", async || {
+        let res = app.get(&format!("/v1/pools/{pool}/machines?namespace=team-b")).await;
+        let page: Value = res.json().await.ok()?;
+        let names: Vec<String> =
+            page["items"].as_array()?.iter().filter_map(|m| m["name"].as_str().map(str::to_owned)).collect();
+        (names.len() == 1).then_some(names)
+    })
+    .await;
+    assert!(!theirs.contains(&handmade), "team-b's pool adopted default's machine: {theirs:?}");
+    app.wait_converged(&pool, 2, CONVERGE).await;
+    assert!(app.machine_names(&pool).await.contains(&handmade), "default's pool keeps it");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
