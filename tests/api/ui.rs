@@ -46,6 +46,14 @@ pub(crate) fn dashboard_files() -> Vec<(String, &'static str, PathBuf)> {
         .collect()
 }
 
+#[test]
+fn the_dashboard_names_the_namespace_on_the_paths_the_server_does() {
+    let api = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("ui/js/api.js")).expect("api.js");
+    let line = api.lines().find(|l| l.starts_with("const NAMESPACED = [")).expect("NAMESPACED in api.js");
+    let listed: Vec<&str> = line.split('\'').skip(1).step_by(2).collect();
+    assert_eq!(listed, drover::http::openapi::NAMESPACED, "ui/js/api.js and src/http/openapi.rs differ");
+}
+
 #[tokio::test]
 async fn dashboard_files_are_served_without_a_token_under_a_strict_csp() {
     let app = spawn_app().await;
