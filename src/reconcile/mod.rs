@@ -132,7 +132,7 @@ async fn look(ctx: &Context, pool: &Pool, now: DateTime<Utc>) -> Result<Look, Re
         containers = containers_of();
         unconfirmed
     };
-    let starting = ctx.starter.in_flight_ids();
+    let starting = ctx.starter.in_flight_among(containers.iter().map(|(_, c)| c.id.as_str()));
     let world = World {
         containers: &containers,
         records: &records,

@@ -37,9 +37,13 @@ impl Starter {
         self.in_flight.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The containers whose start is in flight now.
-    pub fn in_flight_ids(&self) -> HashSet<String> {
-        self.in_flight_set().clone()
+    /// Those of `ids` whose start is in flight now. Asked about one pool's
+    /// containers, never the whole set: while a large fleet is created,
+    /// tens of thousands of starts wait for their engine, and a pass that
+    /// copied them all made each pass cost O(fleet), convergence O(fleet²).
+    pub fn in_flight_among<'a>(&self, ids: impl IntoIterator<Item = &'a str>) -> HashSet<String> {
+        let in_flight = self.in_flight_set();
+        ids.into_iter().filter(|id| in_flight.contains(*id)).map(str::to_owned).collect()
     }
 
     /// Takes on the container's start, unless it is in flight (`false`).
