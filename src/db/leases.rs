@@ -329,12 +329,18 @@ pub async fn leave(db: &PgPool, me: &str) -> sqlx::Result<()> {
     tx.commit().await
 }
 
-/// A summary of the pools that exist (how many, and a checksum of their
-/// names): the pools are read again, and spread again, only when it moves.
-pub async fn pools_checksum(db: &PgPool) -> sqlx::Result<(i64, i64)> {
-    sqlx::query_as("select count(*), coalesce(sum(hashtext(namespace || '/' || name)), 0)::bigint from pools")
-        .fetch_one(db)
-        .await
+/// Those of `pools` that exist (by their keys: one index probe each).
+pub async fn existing(db: &PgPool, pools: &[PoolRef]) -> sqlx::Result<Vec<PoolRef>> {
+    let (namespaces, names) = arrays(pools);
+    let rows: Vec<(String, String)> = sqlx::query_as(
+        "select p.namespace, p.name from unnest($1::text[], $2::text[]) as w(namespace, name)
+         join pools p on p.namespace = w.namespace and p.name = w.name",
+    )
+    .bind(&namespaces)
+    .bind(&names)
+    .fetch_all(db)
+    .await?;
+    Ok(rows.into_iter().map(|(ns, name)| PoolRef::new(Namespace::stored(ns), name)).collect())
 }
 
 /// Every pool, for spreading them over the replicas.

@@ -21,8 +21,13 @@
 //! Bounded by the pools that exist: an entry is kept while it holds a pool
 //! or a read of it is under way, and dropped otherwise, so a deleted pool,
 //! a name nobody has, or a read cut short leaves nothing behind.
+//!
+//! The same invalidations feed a journal of the pools written, when the
+//! lease keeper asks for one ([`PoolCache::journal_writes`]): it keeps its
+//! set of pools current from them instead of reading every pool each
+//! round ([`PoolCache::take_written`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use super::pool_row::Pool;
@@ -39,6 +44,21 @@ struct Inner {
     /// Bumped by [`PoolCache::invalidate_all`]: a read that began before
     /// keeps nothing.
     epoch: u64,
+    /// Pools written since the journal was last taken; `None`: nobody
+    /// keeps a journal (SQLite, or a replica before its keeper started).
+    written: Option<HashSet<PoolRef>>,
+    /// Writes may have gone unheard since the journal was last taken.
+    unheard: bool,
+}
+
+/// The pools written since the journal was last taken.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Written {
+    /// Writes may have gone unheard (the journal has just started, or the
+    /// listener reconnected): every pool must be read again.
+    Unknown,
+    /// Exactly these pools' rows were written (created, changed, deleted).
+    Pools(Vec<PoolRef>),
 }
 
 #[derive(Default)]
@@ -107,7 +127,27 @@ impl PoolCache {
         let mut inner = self.lock();
         for pool in pools {
             invalidate(&mut inner.entries, pool);
+            inner.journal(pool);
         }
+    }
+
+    /// Starts a journal of the pools written (every invalidation notes its
+    /// pool); the first [`take_written`](Self::take_written) answers
+    /// [`Written::Unknown`].
+    pub fn journal_writes(&self) {
+        let mut inner = self.lock();
+        inner.written = Some(HashSet::new());
+        inner.unheard = true;
+    }
+
+    /// The pools written since the last call, and a fresh journal.
+    pub fn take_written(&self) -> Written {
+        let mut inner = self.lock();
+        let written = inner.written.as_mut().map(std::mem::take).unwrap_or_default();
+        if std::mem::take(&mut inner.unheard) {
+            return Written::Unknown;
+        }
+        Written::Pools(written.into_iter().collect())
     }
 
     /// A notice that `pool` was written at row version `version`: the
@@ -119,6 +159,7 @@ impl PoolCache {
         if !current {
             invalidate(&mut inner.entries, pool);
         }
+        inner.journal(pool);
     }
 
     /// Forgets every pool, and every read under way keeps nothing: for a
@@ -126,6 +167,7 @@ impl PoolCache {
     pub fn invalidate_all(&self) {
         let mut inner = self.lock();
         inner.epoch += 1;
+        inner.unheard = true;
         inner.entries.retain(|_, entry| {
             entry.pool = None;
             entry.reading > 0
@@ -136,6 +178,14 @@ impl PoolCache {
     #[cfg(test)]
     fn len(&self) -> usize {
         self.lock().entries.len()
+    }
+}
+
+impl Inner {
+    fn journal(&mut self, pool: &PoolRef) {
+        if let Some(written) = &mut self.written {
+            written.insert(pool.clone());
+        }
     }
 }
 
@@ -249,5 +299,23 @@ mod tests {
         cache.fill(reading, Some(&pool("b", 1)));
         assert!(cache.get(&"b".into()).is_err(), "a read begun before the clearing keeps nothing");
         assert_eq!(cache.len(), 0, "and leaves no entry");
+    }
+
+    #[test]
+    fn the_journal_names_each_pool_written_once_and_starts_unknown_and_after_a_reconnect() {
+        let cache = PoolCache::default();
+        cache.invalidate(&["before".into()]);
+        assert_eq!(cache.take_written(), Written::Unknown, "no journal kept: nothing is known");
+        cache.journal_writes();
+        cache.invalidate(&["a".into()]);
+        assert_eq!(cache.take_written(), Written::Unknown, "the first take reads everything");
+        cache.invalidate(&["a".into(), "b".into()]);
+        cache.invalidate_older(&"b".into(), 3);
+        let Written::Pools(mut written) = cache.take_written() else { panic!("a journal was kept") };
+        written.sort_by(|x, y| x.name.cmp(&y.name));
+        assert_eq!(written, [PoolRef::in_default("a"), PoolRef::in_default("b")]);
+        assert_eq!(cache.take_written(), Written::Pools(vec![]), "taken: empty again");
+        cache.invalidate_all();
+        assert_eq!(cache.take_written(), Written::Unknown, "notices may have been missed");
     }
 }

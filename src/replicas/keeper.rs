@@ -6,7 +6,9 @@
 //! 1. heartbeat and renewal, one transaction: the leases renewed are the
 //!    ones still held; any other this replica thought it held is lost;
 //! 2. the replicas alive and the pools: each pool's share is its
-//!    rendezvous owner among the replicas alive;
+//!    rendezvous owner among the replicas alive; the pools are kept in
+//!    memory, from the pools written since the last round ([`Spread`]),
+//!    not read in full each round;
 //! 3. leases of this replica's share that nobody holds are taken (each
 //!    gained pool is woken for a pass); a dead replica's leases are free
 //!    once they expire, and the round is timed to that moment;
@@ -28,6 +30,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::lease::{Held, Key, Kind, Leases};
 use super::owner;
+use crate::db::pool_cache::Written;
 use crate::db::{self, Db};
 use crate::domain::object::PoolRef;
 use crate::runtime::Wake;
@@ -50,17 +53,31 @@ pub struct Round {
     pub handed_over: usize,
 }
 
-/// Kept from round to round: reading every pool's name and hashing it
-/// against every replica alive is most of a round's work, and is redone
-/// only when the replicas alive or the pools change.
+/// Kept from round to round: the pools that exist and this replica's
+/// share of them, kept current from the pools written (the cache's
+/// journal, fed by this replica's commits and the other replicas' row
+/// notices), so that a round reads only the pools written since the last
+/// one, never the whole fleet. Every pool is read again only when writes
+/// may have gone unheard (the first round, a listener that reconnected, a
+/// round that failed) and every [`RESYNC`], as a safety net.
 #[derive(Default)]
 struct Spread {
     alive: Vec<String>,
-    pools: (i64, i64),
+    pools: HashSet<PoolRef>,
     /// The pools whose rendezvous owner is this replica.
     share: HashSet<PoolRef>,
     rounds: u64,
+    /// When every pool was last read; `None`: read them at the next round.
+    read_all_at: Option<Instant>,
 }
+
+/// How often every pool is read again although the journal says what
+/// changed: a safety net against a notice lost without a reconnect, not
+/// the way changes are noticed. Costs one scan of the pools' keys.
+const RESYNC: Duration = Duration::from_secs(300);
+/// More pools written than this in one round: reading them all is as
+/// cheap as looking each up.
+const LOOKUP_AT_MOST: usize = 10_000;
 
 /// Every this many rounds the renewal lists every pool lease it renewed;
 /// in between it only counts them (see [`db::leases::Renewal`]).
@@ -68,11 +85,12 @@ const LIST_EVERY: u64 = 16;
 
 pub async fn run(leases: Arc<Leases>, db: Db, wakes: mpsc::UnboundedSender<Wake>, cancel: CancellationToken) {
     let Some(store) = db.shared_store().cloned() else { return };
+    db.pool_cache().journal_writes();
     let tick = leases.duration / 3;
     let mut failing = false;
     let mut spread = Spread::default();
     loop {
-        let next = match round(&leases, &store, &wakes, &mut spread).await {
+        let next = match round(&leases, &db, &store, &wakes, &mut spread).await {
             Ok((r, next)) => {
                 if failing || r.gained + r.lost + r.handed_over > 0 {
                     tracing::info!(replica = %leases.me, alive = r.alive, held = r.held, gained = r.gained,
@@ -82,6 +100,9 @@ pub async fn run(leases: Arc<Leases>, db: Db, wakes: mpsc::UnboundedSender<Wake>
                 next.map_or(tick, |n| n.min(tick))
             }
             Err(e) => {
+                // The pools written that this round took from the journal
+                // may not have been applied: read them all next time.
+                spread.read_all_at = None;
                 if !failing {
                     tracing::warn!(replica = %leases.me, error = %e,
                         "renewing the leases failed; this replica stops acting on its pools when they run out");
@@ -101,6 +122,7 @@ pub async fn run(leases: Arc<Leases>, db: Db, wakes: mpsc::UnboundedSender<Wake>
 /// One round; answers when the next should come, if sooner than a tick.
 async fn round(
     leases: &Leases,
+    db: &Db,
     store: &sqlx::PgPool,
     wakes: &mpsc::UnboundedSender<Wake>,
     spread: &mut Spread,
@@ -174,13 +196,7 @@ async fn round(
         // Now and then (every ~256 rounds of each replica) is plenty.
         db::leases::forget_deleted(store).await?;
     }
-    let checksum = db::leases::pools_checksum(store).await?;
-    if spread.alive != alive || spread.pools != checksum {
-        let pools = db::leases::pools(store).await?;
-        spread.share = pools.into_iter().filter(|p| owner(&alive, p) == Some(&*leases.me)).collect();
-        spread.alive = alive;
-        spread.pools = checksum;
-    }
+    spread.follow(db, store, &alive, &leases.me).await?;
     let share = &spread.share;
     let (wanted, leaving) = {
         let mut held = leases.lock();
@@ -232,6 +248,51 @@ async fn round(
     let next_death = next_death.map(|s| Duration::from_secs_f64(s.max(0.0)));
     let next = [next_expiry, next_death].into_iter().flatten().min();
     Ok((r, next.map(|d| d + Duration::from_millis(50))))
+}
+
+impl Spread {
+    /// Brings the pools and this replica's share up to date with the pools
+    /// written since the last round and the replicas `alive` now.
+    async fn follow(&mut self, db: &Db, store: &sqlx::PgPool, alive: &[String], me: &str) -> sqlx::Result<()> {
+        let written = db.pool_cache().take_written();
+        let due = self.read_all_at.is_none_or(|at| at.elapsed() >= RESYNC);
+        let written = match written {
+            Written::Pools(written) if !due && written.len() <= LOOKUP_AT_MOST => written,
+            _ => {
+                let started = Instant::now();
+                self.pools = db::leases::pools(store).await?.into_iter().collect();
+                self.read_all_at = Some(started);
+                self.alive.clear();
+                Vec::new()
+            }
+        };
+        if !written.is_empty() {
+            let existing: HashSet<PoolRef> = db::leases::existing(store, &written).await?.into_iter().collect();
+            for pool in written {
+                if existing.contains(&pool) {
+                    self.pools.insert(pool);
+                } else {
+                    self.pools.remove(&pool);
+                    self.share.remove(&pool);
+                }
+            }
+            // Spread below, with the others, when the replicas changed.
+            if self.alive == alive {
+                for pool in &existing {
+                    if owner(alive, pool) == Some(me) {
+                        self.share.insert(pool.clone());
+                    } else {
+                        self.share.remove(pool);
+                    }
+                }
+            }
+        }
+        if self.alive != alive {
+            self.share = self.pools.iter().filter(|p| owner(alive, p) == Some(me)).cloned().collect();
+            self.alive = alive.to_vec();
+        }
+        Ok(())
+    }
 }
 
 /// Stopping: waits (briefly) for passes in flight, then gives every lease
