@@ -143,7 +143,7 @@ impl PoolCache {
     /// The pools written since the last call, and a fresh journal.
     pub fn take_written(&self) -> Written {
         let mut inner = self.lock();
-        let written = inner.written.as_mut().map(std::mem::take).unwrap_or_default();
+        let Some(written) = inner.written.as_mut().map(std::mem::take) else { return Written::Unknown };
         if std::mem::take(&mut inner.unheard) {
             return Written::Unknown;
         }
