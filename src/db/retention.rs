@@ -39,8 +39,12 @@ const JOBS_FINISHED_BEFORE: &str = "delete from upgrade_jobs where id in
      (select id from upgrade_jobs where finished_at is not null and finished_at < $1
         and state in ('succeeded', 'failed', 'cancelled') order by finished_at limit $2)";
 /// A pool's current revision is always kept, with the given number before it.
-const REVISIONS_OVER: &str = "delete from pool_revisions where (pool, revision) in
-     (select r.pool, r.revision from pool_revisions r join pools p on p.name = r.pool
+/// Joined by the pools' key (namespace and name): by name alone a pool's
+/// revisions went by another namespace's pool of that name, and the join
+/// could not use the key, a scan of every pool for each revision.
+const REVISIONS_OVER: &str = "delete from pool_revisions where (namespace, pool, revision) in
+     (select r.namespace, r.pool, r.revision from pool_revisions r
+        join pools p on p.namespace = r.namespace and p.name = r.pool
        where r.revision < p.revision - $1 limit $2)";
 const KEYS_BEFORE: &str = "delete from idempotency where (token_name, key) in
      (select token_name, key from idempotency where created_at < $1 order by created_at limit $2)";
