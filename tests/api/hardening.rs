@@ -184,6 +184,13 @@ async fn the_pruner_removes_what_is_past_its_retention() {
     })
     .await;
     app.create_pool_ok("hist", 0, json!({"image": "sim/app:1", "paused": true})).await;
+    // A pool of the same name in another namespace, at its first revision:
+    // the other's six revisions say nothing about it.
+    let made = app.request(Method::POST, "/v1/namespaces", Some(json!({"name": "team-b"}))).await;
+    assert_eq!(made.status(), StatusCode::CREATED);
+    let other = json!({"name": "hist", "replicas": 0, "version": "v1.29.2", "image": "sim/app:1", "paused": true});
+    let made = app.request(Method::POST, "/v1/pools?namespace=team-b", Some(other)).await;
+    assert_eq!(made.status(), StatusCode::CREATED);
     for i in 2..=6 {
         assert_eq!(
             app.patch_pool("hist", json!({"image": format!("sim/app:{i}")}), None).await.status(),
@@ -234,8 +241,12 @@ async fn the_pruner_removes_what_is_past_its_retention() {
         (1, 1, 1, 3, 1),
         "{pruned:?}"
     );
-    let revisions = db.integers("select revision from pool_revisions where pool = 'hist' order by revision").await;
+    let revisions = db
+        .integers("select revision from pool_revisions where namespace = 'default' and pool = 'hist' order by revision")
+        .await;
     assert_eq!(revisions, [4, 5, 6], "the current revision and the two before it");
+    let theirs = db.integers("select revision from pool_revisions where namespace = 'team-b' and pool = 'hist'").await;
+    assert_eq!(theirs, [1], "another namespace's pool of that name keeps its revision");
     assert_eq!(count(&app, "select count(*) from audit where path = '/old'").await, 0);
 
     let capped = drover::retention::Settings { audit_max_rows: 2, ..settings };
