@@ -7,7 +7,7 @@
 //!    ones still held; any other this replica thought it held is lost;
 //! 2. the replicas alive and the pools: each pool's share is its
 //!    rendezvous owner among the replicas alive; the pools are kept in
-//!    memory, from the pools written since the last round ([`Spread`]),
+//!    memory, from the pools written since the last round (`Spread`),
 //!    not read in full each round;
 //! 3. leases of this replica's share that nobody holds are taken (each
 //!    gained pool is woken for a pass); a dead replica's leases are free
