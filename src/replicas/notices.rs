@@ -35,8 +35,8 @@ use crate::runtime::Wake;
 
 /// Hints sent in one statement, at most.
 const BATCH: usize = 512;
-/// The first wait before connecting again, doubled at each failure up to
-/// [`MAX_BACKOFF`].
+/// The wait before connecting again, by `domain::backoff` (the one formula
+/// of every retry): from this, doubled at each failure, up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// A barrier sent this long ago and still unheard means the connection
@@ -54,7 +54,8 @@ pub struct Listener {
 /// Runs the listener and sends this replica's hints until `cancel`.
 pub async fn run(l: Listener, mut outgoing: mpsc::UnboundedReceiver<Subject>, cancel: CancellationToken) {
     let (Some(store), Some(fresh)) = (l.db.shared_store().cloned(), l.db.freshness().cloned()) else { return };
-    let mut backoff = FIRST_BACKOFF;
+    // Failed tries since the listener last worked: the wait before the next.
+    let mut failures = 0u32;
     let mut batch = Vec::new();
     loop {
         let Some(pool) = l.db.listener_pool() else { return };
@@ -64,7 +65,7 @@ pub async fn run(l: Listener, mut outgoing: mpsc::UnboundedReceiver<Subject>, ca
         };
         match listening {
             Ok(listener) => {
-                backoff = FIRST_BACKOFF;
+                failures = 0;
                 // Notices sent before the LISTEN were lost: nothing cached
                 // may be trusted, and every pool may have changed.
                 l.db.pool_cache().invalidate_all();
@@ -86,17 +87,17 @@ pub async fn run(l: Listener, mut outgoing: mpsc::UnboundedReceiver<Subject>, ca
                 }
             }
             Err(e) => {
-                tracing::warn!(replica = %l.me, error = %e, retry_in = ?backoff,
+                tracing::warn!(replica = %l.me, error = %e, failures = failures + 1,
                     "listening for other replicas' changes failed; reading the store until it works");
             }
         }
         pool.close().await;
-        let jitter = backoff.mul_f64(rand::random::<f64>() * 0.2);
+        failures = failures.saturating_add(1);
+        let wait = crate::domain::backoff::jittered(FIRST_BACKOFF, failures, MAX_BACKOFF);
         tokio::select! {
             () = cancel.cancelled() => return,
-            () = tokio::time::sleep(backoff + jitter) => {}
+            () = tokio::time::sleep(wait) => {}
         }
-        backoff = (backoff * 2).min(MAX_BACKOFF);
     }
 }
 
