@@ -310,3 +310,38 @@ async fn otlp_over_grpc_is_refused_at_startup_with_the_reason() {
     assert!(!status.success());
     assert!(drover.output().contains("gRPC is not supported"), "{}", drover.output());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_trace_id_ratio_sampler_keeps_its_share_of_1000_requests() {
+    let collector = Collector::start().await;
+    let dir = tempfile::TempDir::new().expect("data dir");
+    let drover = Process::spawn_env(
+        dir.path(),
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", collector.url.as_str()),
+            ("OTEL_TRACES_SAMPLER", "traceidratio"),
+            ("OTEL_TRACES_SAMPLER_ARG", "0.25"),
+        ],
+        &["--runtime", "simulated"],
+    );
+    drover.wait_up().await;
+    let client = client_with_token(&admin_token(dir.path()));
+    for _ in 0..1000 {
+        let res = client.get(format!("{}/v1/pools", drover.addr)).send().await.expect("listing pools");
+        assert_eq!(res.status(), 200);
+    }
+    let listed = |spans: &[Exported]| {
+        spans.iter().filter(|s| s.str_attr("http.route") == Some("/v1/pools") && s.span.name == "GET /v1/pools").count()
+    };
+    // 250 expected; the binomial's standard deviation is about 14, so
+    // five of them either way fail only on a broken sampler. Export is
+    // once a second, so wait until the count settles.
+    let mut last = usize::MAX;
+    wait_for(Duration::from_secs(15), "the sampled spans to stop arriving", async || {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let now = listed(&collector.spans());
+        std::mem::replace(&mut last, now) == now && now > 0
+    })
+    .await;
+    assert!((180..=320).contains(&last), "{last} of 1000 requests sampled at 0.25");
+}
