@@ -345,3 +345,65 @@ async fn the_trace_id_ratio_sampler_keeps_its_share_of_1000_requests() {
     .await;
     assert!((180..=320).contains(&last), "{last} of 1000 requests sampled at 0.25");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_job_exports_its_steps_with_their_kubernetes_calls_and_never_the_cluster_token() {
+    use crate::kube_sim::{KubeSim, SimSettings};
+    use crate::upgrade_env::{CLUSTER, FROM, SIM_TOKEN};
+    let sim = KubeSim::start(SimSettings { token: Some(SIM_TOKEN.into()), ..SimSettings::default() }).await;
+    sim.seed_control_plane(FROM);
+    let collector = Collector::start().await;
+    let dir = tempfile::TempDir::new().expect("data dir");
+    let drover = Process::spawn_env(
+        dir.path(),
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", collector.url.as_str())],
+        &[
+            "--runtime",
+            "simulated",
+            "--upgrade-retry-backoff",
+            "5ms",
+            "--upgrade-wait-timeout",
+            "4s",
+            "--upgrade-poll-interval",
+            "15ms",
+        ],
+    );
+    drover.wait_up().await;
+    let client = client_with_token(&admin_token(dir.path()));
+    let at = |path: &str| format!("{}{path}", drover.addr);
+    let body = json!({"name": CLUSTER, "server": sim.url(), "token": SIM_TOKEN});
+    assert_eq!(client.post(at("/v1/clusters")).json(&body).send().await.expect("registering").status(), 201);
+    let res = client.post(at(&format!("/v1/clusters/{CLUSTER}/upgrades"))).json(&json!({"version": "v1.30.0"})).send();
+    let job: Value = res.await.expect("starting the upgrade").json().await.expect("job JSON");
+    let url = at(&format!("/v1/upgrades/{}", job["id"]));
+    let mut state = Value::Null;
+    wait_for(Duration::from_secs(60), "the upgrade job to end", async || {
+        let job: Value = client.get(&url).send().await.expect("reading the job").json().await.unwrap_or_default();
+        state = job["state"].clone();
+        !matches!(state.as_str(), Some("pending" | "running"))
+    })
+    .await;
+    assert_eq!(state, "succeeded", "{}", drover.output());
+
+    // The job's span, its steps below it, and Kubernetes calls below the steps.
+    wait_for(Duration::from_secs(15), "the job's steps and their Kubernetes calls at the collector", async || {
+        let spans = collector.spans();
+        let by_id: HashMap<Vec<u8>, &Exported> = spans.iter().map(|s| (s.span.span_id.clone(), s)).collect();
+        let Some(job) = spans.iter().find(|s| s.span.name == "upgrade job") else { return false };
+        let steps: Vec<&Exported> =
+            spans.iter().filter(|s| s.span.name == "upgrade step" && descends(&by_id, s, &job.span.span_id)).collect();
+        let calls = spans
+            .iter()
+            .filter(|s| s.span.name == "kubernetes call")
+            .filter(|c| steps.iter().any(|st| descends(&by_id, c, &st.span.span_id)))
+            .count();
+        // Eight steps for each of the three components.
+        steps.len() >= 24 && calls >= 24
+    })
+    .await;
+    for s in collector.spans() {
+        for text in strings(&s.span) {
+            assert!(!text.contains(SIM_TOKEN), "span {:?} carries the cluster's token", s.span.name);
+        }
+    }
+}
