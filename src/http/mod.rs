@@ -182,9 +182,7 @@ fn request_span<B>(req: &Request<B>) -> tracing::Span {
         trace_id = tracing::field::Empty,
     );
     crate::telemetry::context::continue_from(req.headers(), &span);
-    if let Some(trace_id) = crate::telemetry::context::span_context(&span).map(|sc| format!("{:032x}", sc.trace_id())) {
-        span.record("trace_id", tracing::field::display(trace_id));
-    }
+    crate::telemetry::context::record_trace_id(&span);
     span
 }
 
@@ -299,4 +297,49 @@ pub fn router(state: AppState) -> anyhow::Result<Router> {
         Some(cors) => router.layer(cors),
         None => router,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use opentelemetry::trace::TracerProvider as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+
+    #[test]
+    fn json_log_lines_inside_a_request_carry_the_trace_id_it_continued() {
+        let lines: Arc<Mutex<Vec<u8>>> = Arc::default();
+        let sink = lines.clone();
+        let writer = move || SharedBuffer(sink.clone());
+        let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
+        let subscriber = tracing_subscriber::registry()
+            .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("test")))
+            .with(
+                tracing_subscriber::fmt::layer().json().flatten_event(true).with_current_span(true).with_writer(writer),
+            );
+        let req = axum::http::Request::builder()
+            .uri("/v1/pools")
+            .header("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+            .body(())
+            .unwrap();
+        tracing::subscriber::with_default(subscriber, || {
+            let _in = super::request_span(&req).entered();
+            tracing::info!("inside the request");
+        });
+        let out = String::from_utf8(lines.lock().unwrap().clone()).unwrap();
+        assert!(out.contains(r#""trace_id":"4bf92f3577b34da6a3ce929d0e0e4736""#), "{out}");
+    }
+
+    #[derive(Clone)]
+    struct SharedBuffer(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for SharedBuffer {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap_or_else(|p| p.into_inner()).extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
 }

@@ -347,10 +347,12 @@ fn pass_span(pool: &PoolRef, links: Vec<SpanContext>) -> tracing::Span {
         namespace = %pool.namespace,
         pool = %pool.name,
         woken_by = i64::try_from(links.len()).unwrap_or(i64::MAX),
+        trace_id = tracing::field::Empty,
     );
     for link in links {
         span.add_link(link);
     }
+    crate::telemetry::context::record_trace_id(&span);
     span
 }
 

@@ -41,6 +41,15 @@ pub fn span_context(span: &tracing::Span) -> Option<SpanContext> {
     sc.is_valid().then_some(sc)
 }
 
+/// Records the trace id of `span` in its `trace_id` field (declared
+/// empty), so that every JSON log line written inside it names the trace.
+/// Call it after the span's parent and links are set: it starts the span.
+pub fn record_trace_id(span: &tracing::Span) {
+    if let Some(sc) = span_context(span) {
+        span.record("trace_id", tracing::field::display(TraceId(sc.trace_id().to_bytes())));
+    }
+}
+
 /// Renames the OpenTelemetry span of `span` (once it has started, its
 /// `otel.name` field no longer renames it): a request's span is named
 /// after its route, known only once the router matched it.
