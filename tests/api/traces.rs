@@ -256,6 +256,12 @@ async fn a_pool_created_under_a_traceparent_leads_to_the_pass_it_woke_and_its_en
     let pass = pass.expect("found above");
     let spans = collector.spans();
     let by_id: HashMap<Vec<u8>, &Exported> = spans.iter().map(|s| (s.span.span_id.clone(), s)).collect();
+    let committed = spans.iter().find(|s| {
+        s.span.name == "db transaction"
+            && s.str_attr("outcome") == Some("committed")
+            && descends(&by_id, s, &request.span.span_id)
+    });
+    assert!(committed.is_some_and(|t| t.str_attr("db.system.name") == Some("sqlite")), "the request's transaction");
     let reconcile = spans
         .iter()
         .find(|s| s.span.name == "reconcile" && s.span.parent_span_id == pass.span.span_id)
