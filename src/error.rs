@@ -33,6 +33,15 @@ pub struct Problem {
     /// Each broken rule, for validation problems.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<FieldError>,
+    /// The W3C trace id of the request (32 hex digits), when drover exports
+    /// traces: paste it into a bug report, or look the trace up.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::telemetry::context::lenient_trace_id"
+    )]
+    #[schema(value_type = Option<String>, pattern = "^[0-9a-f]{32}$")]
+    pub trace_id: Option<crate::telemetry::context::TraceId>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -192,6 +201,7 @@ impl ApiError {
             status: self.status().as_u16(),
             detail,
             errors,
+            trace_id: crate::telemetry::context::current_trace_id(),
         }
     }
 }

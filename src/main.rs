@@ -46,9 +46,11 @@ async fn main() -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Serve(config) => {
-            drover::telemetry::init(&config.log_level, config.log_format)?;
+            let telemetry = drover::telemetry::init(&config.log_level, config.log_format, &config.traces)?;
             let app = drover::app::Application::build(*config).await?;
-            app.run_until_stopped(drover::app::shutdown_signal()).await?;
+            let ran = app.run_until_stopped(drover::app::shutdown_signal()).await;
+            telemetry.shutdown().await;
+            ran?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Client(command) => Ok(drover::cli::run(cli.client, *command).await),

@@ -219,6 +219,11 @@ impl Default for Metrics {
         );
         r.register("drover_http_connections", "Open client connections", m.connections.clone());
         r.register(
+            "drover_trace_spans_dropped",
+            "Finished spans not exported: the export queue was full, or the collector failed or did not answer",
+            crate::telemetry::otlp::spans_dropped(),
+        );
+        r.register(
             "drover_http_connections_refused",
             "Connections refused because --max-connections were open",
             m.connections_refused.clone(),

@@ -85,6 +85,10 @@ pub struct ServeConfig {
     #[arg(long, env = "DROVER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 
+    /// Trace export to an OpenTelemetry collector (off by default).
+    #[command(flatten)]
+    pub traces: crate::telemetry::otlp::TraceSettings,
+
     /// Which container runtime drives the machines.
     #[arg(long, env = "DROVER_RUNTIME", value_enum, default_value_t = RuntimeKind::Docker)]
     pub runtime: RuntimeKind,
@@ -414,6 +418,7 @@ mod tests {
         assert_eq!(cfg.header_read_timeout, Duration::from_secs(10));
         assert_eq!(cfg.resync_interval, Duration::from_secs(300));
         assert!(cfg.tls_cert.is_none() && cfg.cors_allowed_origins.is_empty() && cfg.access_config.is_none());
+        assert!(cfg.traces.endpoint.is_none(), "no trace export unless a collector is named");
         let embedded = ServeConfig::for_data_dir(PathBuf::from("/tmp/d"));
         assert_eq!((embedded.data_dir, embedded.listen.to_string()), (PathBuf::from("/tmp/d"), "127.0.0.1:0".into()));
         assert_eq!((embedded.max_replicas, embedded.runtime), (1000, RuntimeKind::Docker));
@@ -426,6 +431,7 @@ mod tests {
         ("DROVER_DATA_DIR", "/elsewhere"),
         ("DROVER_MAX_REPLICAS", "7"),
         ("DROVER_RUNTIME", "simulated"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318"),
         ("DROVER_ALLOWED_MOUNT_PATHS", "/"),
         ("DROVER_ALLOWED_IMAGES", "evil/*"),
         ("DROVER_MAX_CONNECTIONS", "3"),

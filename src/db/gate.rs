@@ -97,6 +97,9 @@ pub struct WriteTx {
     /// Pools this transaction wrote, invalidated in the cache once it commits.
     touched: Vec<crate::domain::object::PoolRef>,
     cache: Option<Arc<super::pool_cache::PoolCache>>,
+    /// The transaction's span, from the wait for the writer to the commit
+    /// (or the rollback of a drop): ends when the transaction does.
+    span: tracing::Span,
 }
 
 enum Inner {
@@ -119,7 +122,12 @@ impl WriteTx {
         origin: Arc<str>,
         cache: Arc<super::pool_cache::PoolCache>,
     ) -> Self {
-        Self { inner: Inner::Postgres { tx, origin }, touched: Vec::new(), cache: Some(cache) }
+        Self {
+            inner: Inner::Postgres { tx, origin },
+            touched: Vec::new(),
+            cache: Some(cache),
+            span: tracing::Span::none(),
+        }
     }
 
     /// The transaction's connection, to run statements in.
@@ -130,8 +138,21 @@ impl WriteTx {
         }
     }
 
+    /// Makes `span` the transaction's span.
+    pub(super) fn in_span(mut self, span: tracing::Span) -> Self {
+        self.span = span;
+        self
+    }
+
     pub async fn commit(self) -> sqlx::Result<()> {
-        let Self { inner, touched, cache } = self;
+        let span = self.span.clone();
+        let result = tracing::Instrument::instrument(self.commit_untraced(), span.clone()).await;
+        span.record("outcome", if result.is_ok() { "committed" } else { "error" });
+        result
+    }
+
+    async fn commit_untraced(self) -> sqlx::Result<()> {
+        let Self { inner, touched, cache, span: _ } = self;
         match inner {
             Inner::Sqlite { tx, _permit } => tx.commit().await?,
             Inner::Postgres { mut tx, origin } => {
@@ -178,7 +199,12 @@ pub async fn begin(
 ) -> sqlx::Result<WriteTx> {
     let permit = gate.acquire(priority).await;
     let tx = writer.begin_with("BEGIN IMMEDIATE").await?;
-    Ok(WriteTx { inner: Inner::Sqlite { tx, _permit: permit }, touched: Vec::new(), cache: Some(cache) })
+    Ok(WriteTx {
+        inner: Inner::Sqlite { tx, _permit: permit },
+        touched: Vec::new(),
+        cache: Some(cache),
+        span: tracing::Span::none(),
+    })
 }
 
 #[cfg(test)]

@@ -167,7 +167,33 @@ impl Db {
         self.begin(Priority::Background).await
     }
 
+    /// A write transaction in a span of its own (a child of the request's
+    /// or the pass's), so a trace shows the wait for the writer and the
+    /// commit; rolled back (dropped) ones end without an outcome.
+    /// Outside any span, none.
     async fn begin(&self, priority: Priority) -> sqlx::Result<WriteTx> {
+        let system = match &*self.stores {
+            Stores::Sqlite { .. } => "sqlite",
+            Stores::Postgres { .. } => "postgresql",
+        };
+        // Only inside other work: a background writer's transaction
+        // (leases, audit, retention) alone would be a trace of its own
+        // every few seconds, noise in every tracing UI.
+        if tracing::Span::current().is_none() {
+            return self.begin_untraced(priority).await;
+        }
+        let span = tracing::info_span!(
+            "db",
+            otel.name = "db transaction",
+            otel.kind = "client",
+            db.system.name = system,
+            outcome = tracing::field::Empty,
+        );
+        let tx = tracing::Instrument::instrument(self.begin_untraced(priority), span.clone()).await?;
+        Ok(tx.in_span(span))
+    }
+
+    async fn begin_untraced(&self, priority: Priority) -> sqlx::Result<WriteTx> {
         match &*self.stores {
             Stores::Sqlite { writer, gate, .. } => gate::begin(gate, writer, self.pools.clone(), priority).await,
             Stores::Postgres { api, background, replica, .. } => {

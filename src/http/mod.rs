@@ -111,6 +111,11 @@ async fn guard(
     let started = std::time::Instant::now();
     let method = req.method().clone();
     let route = matched.as_ref().map(MatchedPath::as_str);
+    if let Some(route) = route {
+        let span = tracing::Span::current();
+        span.record("http.route", route);
+        crate::telemetry::context::rename(&span, format!("{method} {route}"));
+    }
     // Probes must answer even under load, or an orchestrator would restart
     // a busy but healthy server. They also get a short deadline of their
     // own: a probe that hangs is a failed probe.
@@ -154,6 +159,48 @@ fn keep_sane_request_id<B>(mut req: Request<B>) -> Request<B> {
     req
 }
 
+/// The span of one request, with OpenTelemetry's HTTP server attributes
+/// (the route and status are recorded by [`guard`] and [`stamp_trace`]),
+/// continuing the client's `traceparent` if it sent one. The path goes to
+/// logs only: it may name objects, and the route says the same with less.
+/// No header but `traceparent` is read, so no token reaches a span.
+fn request_span<B>(req: &Request<B>) -> tracing::Span {
+    let id = req.headers().get(REQUEST_ID).and_then(|v| v.to_str().ok()).unwrap_or("-");
+    let path = crate::telemetry::Clipped(req.uri().path(), MAX_LOGGED_PATH);
+    let method = req.method().as_str();
+    let span = tracing::info_span!(
+        "http",
+        request_id = %id,
+        method = %method,
+        path = %path,
+        otel.name = %method,
+        otel.kind = "server",
+        otel.status_code = tracing::field::Empty,
+        http.request.method = %method,
+        http.route = tracing::field::Empty,
+        http.response.status_code = tracing::field::Empty,
+        trace_id = tracing::field::Empty,
+    );
+    crate::telemetry::context::continue_from(req.headers(), &span);
+    crate::telemetry::context::record_trace_id(&span);
+    span
+}
+
+/// Records the answer's status on the request span and names its trace in
+/// `traceresponse`.
+fn stamp_trace<B>(mut res: axum::http::Response<B>) -> axum::http::Response<B> {
+    let span = tracing::Span::current();
+    let status = res.status();
+    span.record("http.response.status_code", i64::from(status.as_u16()));
+    if status.is_server_error() {
+        span.record("otel.status_code", "ERROR");
+    }
+    if let Some(value) = crate::telemetry::context::traceresponse(&span) {
+        res.headers_mut().insert(crate::telemetry::context::TRACERESPONSE, value);
+    }
+    res
+}
+
 /// Longest path written in a log line; the rest is counted, not written.
 const MAX_LOGGED_PATH: usize = 200;
 
@@ -171,10 +218,11 @@ impl MakeRequestId for RandomRequestId {
 }
 
 /// Headers a browser page may send: those drover reads.
-const CORS_REQUEST_HEADERS: [&str; 6] =
-    ["authorization", "content-type", "if-match", "idempotency-key", "last-event-id", REQUEST_ID];
+const CORS_REQUEST_HEADERS: [&str; 7] =
+    ["authorization", "content-type", "if-match", "idempotency-key", "last-event-id", REQUEST_ID, "traceparent"];
 /// Headers a browser page may read: those drover's answers carry.
-const CORS_EXPOSED_HEADERS: [&str; 5] = ["etag", "location", "retry-after", REQUEST_ID, "idempotent-replayed"];
+const CORS_EXPOSED_HEADERS: [&str; 6] =
+    ["etag", "location", "retry-after", REQUEST_ID, "idempotent-replayed", crate::telemetry::context::TRACERESPONSE];
 /// How long a browser may reuse a preflight answer.
 const CORS_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(600);
 
@@ -219,13 +267,10 @@ pub fn router(state: AppState) -> anyhow::Result<Router> {
         .layer(SetRequestIdLayer::new(request_id.clone(), RandomRequestId))
         .layer(
             TraceLayer::new_for_http()
-                .make_span_with(|req: &Request<_>| {
-                    let id = req.headers().get(REQUEST_ID).and_then(|v| v.to_str().ok()).unwrap_or("-");
-                    let path = crate::telemetry::Clipped(req.uri().path(), MAX_LOGGED_PATH);
-                    tracing::info_span!("http", request_id = %id, method = %req.method(), path = %path)
-                })
+                .make_span_with(request_span)
                 .on_response(DefaultOnResponse::new().level(Level::INFO)),
         )
+        .map_response(stamp_trace)
         .layer(PropagateRequestIdLayer::new(request_id))
         .layer(HandleErrorLayer::new(|err: tower::BoxError| async move {
             if err.is::<tower::timeout::error::Elapsed>() {
@@ -252,4 +297,49 @@ pub fn router(state: AppState) -> anyhow::Result<Router> {
         Some(cors) => router.layer(cors),
         None => router,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use opentelemetry::trace::TracerProvider as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+
+    #[test]
+    fn json_log_lines_inside_a_request_carry_the_trace_id_it_continued() {
+        let lines: Arc<Mutex<Vec<u8>>> = Arc::default();
+        let sink = lines.clone();
+        let writer = move || SharedBuffer(sink.clone());
+        let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
+        let subscriber = tracing_subscriber::registry()
+            .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("test")))
+            .with(
+                tracing_subscriber::fmt::layer().json().flatten_event(true).with_current_span(true).with_writer(writer),
+            );
+        let req = axum::http::Request::builder()
+            .uri("/v1/pools")
+            .header("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+            .body(())
+            .unwrap();
+        tracing::subscriber::with_default(subscriber, || {
+            let _in = super::request_span(&req).entered();
+            tracing::info!("inside the request");
+        });
+        let out = String::from_utf8(lines.lock().unwrap().clone()).unwrap();
+        assert!(out.contains(r#""trace_id":"4bf92f3577b34da6a3ce929d0e0e4736""#), "{out}");
+    }
+
+    #[derive(Clone)]
+    struct SharedBuffer(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for SharedBuffer {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap_or_else(|p| p.into_inner()).extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
 }

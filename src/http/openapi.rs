@@ -6,8 +6,9 @@
 //! - header parameters as plain optional strings (`If-Match`,
 //!   `Last-Event-ID`), and `Idempotency-Key` on every POST the idempotency
 //!   middleware serves;
-//! - response headers: `X-Request-Id` on every answer, `Retry-After` on
-//!   every 503, `Idempotent-Replayed` on POST successes;
+//! - response headers: `X-Request-Id` (and `traceresponse`, when traces
+//!   are exported) on every answer, `Retry-After` on every 503,
+//!   `Idempotent-Replayed` on POST successes;
 //! - optional request bodies (plan, rollback) as optional, without a `null`
 //!   branch a client would have to send;
 //! - `required` on every property of a schema only responses use: the
@@ -240,6 +241,12 @@ fn problem_response(description: &str) -> Value {
 }
 
 fn headers(doc: &mut Value) {
+    // Defined once and referenced from every answer (inline, it would be
+    // repeated on each of them).
+    doc["components"]["headers"]["traceresponse"] = json!({
+        "description": "W3C Trace Context: `00-<trace id>-<span id>-<flags>` of this request, when drover exports traces (a `traceparent` sent with the request is continued)",
+        "schema": {"type": "string", "pattern": "^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"}
+    });
     for (path, method, op) in operations(doc) {
         let keyed = method == "post" && !SECRET_ANSWERS.contains(&("POST", path.as_str()));
         let params = op.entry("parameters").or_insert_with(|| json!([]));
@@ -284,6 +291,7 @@ fn headers(doc: &mut Value) {
                 "description": "The request's id, as sent (when short and printable) or made up; it is on every log line of the request",
                 "schema": {"type": "string"}
             });
+            headers["traceresponse"] = json!({"$ref": "#/components/headers/traceresponse"});
             if status == "503" {
                 headers["Retry-After"] =
                     json!({"description": "Seconds to wait before retrying", "schema": {"type": "string"}});

@@ -207,8 +207,37 @@ impl ClusterApi {
         self.retries.swap(0, Ordering::Relaxed)
     }
 
-    /// Runs `f` until it succeeds, fails for good, or runs out of tries.
-    pub(super) async fn call<T, F, Fut>(&self, op: KubeOp, mut f: F) -> Result<T, CallError>
+    /// Runs `f` until it succeeds, fails for good, or runs out of tries,
+    /// in one span (a child of the upgrade step that asked) that says the
+    /// operation, the tries and the outcome.
+    pub(super) async fn call<T, F, Fut>(&self, op: KubeOp, f: F) -> Result<T, CallError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, Failure>>,
+    {
+        let span = tracing::info_span!(
+            "kube",
+            otel.name = "kubernetes call",
+            otel.kind = "client",
+            otel.status_code = tracing::field::Empty,
+            k8s.operation = op.kind(),
+            k8s.call = %op,
+            tries = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
+        let result = tracing::Instrument::instrument(self.call_with_retries(op, f), span.clone()).await;
+        match &result {
+            Ok(_) => span.record("outcome", "ok"),
+            Err(e) => {
+                span.record("tries", i64::from(e.tries));
+                span.record("otel.status_code", "ERROR");
+                span.record("outcome", "error")
+            }
+        };
+        result
+    }
+
+    async fn call_with_retries<T, F, Fut>(&self, op: KubeOp, mut f: F) -> Result<T, CallError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, Failure>>,

@@ -182,11 +182,38 @@ pub async fn live_counts(ctx: &Context, pool: &Pool) -> Result<Counts, Reconcile
 /// One pass over one pool: observe, decide, act, observe again if it
 /// acted, decide the status, write it. The worker guarantees no two passes
 /// of the same pool run at once.
-#[tracing::instrument(skip(ctx), fields(namespace = %name.namespace, pool = %name.name))]
+///
+/// Its span says what the pass saw and decided: the pool's generation, the
+/// machines it planned to create, delete and repair, and what comes next.
+#[tracing::instrument(skip(ctx), fields(
+    namespace = %name.namespace,
+    pool = %name.name,
+    otel.name = "reconcile",
+    pool.generation = tracing::field::Empty,
+    plan.create = tracing::field::Empty,
+    plan.delete = tracing::field::Empty,
+    plan.repair = tracing::field::Empty,
+    decision = tracing::field::Empty,
+))]
 pub async fn reconcile_once(ctx: &Context, name: &PoolRef) -> Result<Outcome, ReconcileError> {
+    let result = pass(ctx, name).await;
+    tracing::Span::current().record(
+        "decision",
+        match &result {
+            Ok(Outcome::Idle) => "converged",
+            Ok(Outcome::Requeue(_)) => "progressing",
+            Ok(Outcome::Gone) => "gone",
+            Err(_) => "error",
+        },
+    );
+    result
+}
+
+async fn pass(ctx: &Context, name: &PoolRef) -> Result<Outcome, ReconcileError> {
     let Some(pool) = ctx.db.pool_for_worker(name).await? else {
         return Ok(Outcome::Gone);
     };
+    tracing::Span::current().record("pool.generation", pool.generation);
     if ctx.fence.needs_fresh_look() {
         ctx.engines.relist_pool(name).await?;
         ctx.fence.looked();
@@ -202,6 +229,12 @@ pub async fn reconcile_once(ctx: &Context, name: &PoolRef) -> Result<Outcome, Re
     let first = decide::decide(&seen.inputs(ctx, &pool, cluster.clone(), &failing, now));
     let plan = &first.plan;
     let acted = !(plan.delete.is_empty() && plan.repair.is_empty() && plan.create.is_empty());
+    let span = tracing::Span::current();
+    // As i64: OpenTelemetry's integers are signed (a u64 would be text).
+    let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+    span.record("plan.create", count(plan.create.len()));
+    span.record("plan.delete", count(plan.delete.len()));
+    span.record("plan.repair", count(plan.repair.len()));
     // Records as the executor will find them: synced just now.
     let synced: Vec<db::machines::Machine> = seen.obs.machines.iter().map(|s| s.record.clone()).collect();
     let executed = execute::execute(ctx, &pool, plan, &synced).await;

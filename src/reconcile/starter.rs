@@ -63,6 +63,8 @@ impl Starter {
 
     /// Runs a start in the background, tracked so shutdown waits for it.
     pub(super) fn spawn(&self, work: impl Future<Output = ()> + Send + 'static) {
-        self.tasks.spawn(work);
+        // In the span of the pass that handed it over: its engine calls
+        // belong to that pass's trace.
+        self.tasks.spawn(tracing::Instrument::in_current_span(work));
     }
 }

@@ -18,11 +18,14 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use opentelemetry::trace::SpanContext;
 use rand::RngExt;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tokio_util::time::{DelayQueue, delay_queue};
+use tracing::Instrument as _;
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 use super::context::{Context, ReconcileError};
 use super::{Outcome, reconcile_once, record_failure};
@@ -42,8 +45,13 @@ impl PoolQueue {
     }
 
     pub fn enqueue(&self, pool: &PoolRef) {
+        let pool = pool.clone();
+        let wake = match crate::telemetry::context::span_context(&tracing::Span::current()) {
+            Some(by) => Wake::Traced { pool, by },
+            None => Wake::Pool(pool),
+        };
         // Only fails once the worker has stopped, when nothing is left to do.
-        let _ = self.tx.send(Wake::Pool(pool.clone()));
+        let _ = self.tx.send(wake);
     }
 
     pub fn sender(&self) -> mpsc::UnboundedSender<Wake> {
@@ -220,7 +228,14 @@ struct Scheduler<P: Passes> {
     resyncs: Timers,
     tasks: JoinSet<(PoolRef, Result<Outcome, ReconcileError>)>,
     task_pools: HashMap<tokio::task::Id, PoolRef>,
+    /// The spans (requests) that woke a pool since its last pass began:
+    /// that pass links to them.
+    woken_by: HashMap<PoolRef, Vec<SpanContext>>,
 }
+
+/// Most links one pass keeps; a pool woken by a burst of requests links
+/// to the first ones.
+const MAX_LINKS: usize = 16;
 
 impl<P: Passes> Scheduler<P> {
     fn wake(&mut self, pool: PoolRef, priority: Priority) {
@@ -255,14 +270,26 @@ impl<P: Passes> Scheduler<P> {
         }
     }
 
+    fn woken_by(&mut self, pool: PoolRef, by: SpanContext) {
+        let links = self.woken_by.entry(pool.clone()).or_default();
+        if links.len() < MAX_LINKS {
+            links.push(by);
+        }
+        self.wake(pool, Priority::Wake);
+    }
+
     fn start(&mut self, pool: PoolRef) {
         let passes = self.passes.clone();
         self.running.insert(pool.clone());
         let task_pool = pool.clone();
-        let handle = self.tasks.spawn(async move {
-            let result = passes.pass(&task_pool).await;
-            (task_pool, result)
-        });
+        let span = pass_span(&pool, self.woken_by.remove(&pool).unwrap_or_default());
+        let handle = self.tasks.spawn(
+            async move {
+                let result = passes.pass(&task_pool).await;
+                (task_pool, result)
+            }
+            .instrument(span),
+        );
         self.task_pools.insert(handle.id(), pool);
     }
 
@@ -310,6 +337,25 @@ impl<P: Passes> Scheduler<P> {
     }
 }
 
+/// The root span of one pass: a trace of its own (a pass is not part of
+/// the request that woke it, which has long answered), linked to the spans
+/// of the requests that woke it.
+fn pass_span(pool: &PoolRef, links: Vec<SpanContext>) -> tracing::Span {
+    let span = tracing::info_span!(
+        parent: None,
+        "reconcile pass",
+        namespace = %pool.namespace,
+        pool = %pool.name,
+        woken_by = i64::try_from(links.len()).unwrap_or(i64::MAX),
+        trace_id = tracing::field::Empty,
+    );
+    for link in links {
+        span.add_link(link);
+    }
+    crate::telemetry::context::record_trace_id(&span);
+    span
+}
+
 /// Runs until `cancel`, then waits for passes in flight to finish.
 pub async fn run<P: Passes>(
     passes: P,
@@ -328,6 +374,7 @@ pub async fn run<P: Passes>(
         resyncs: Timers::new(),
         tasks: JoinSet::new(),
         task_pools: HashMap::new(),
+        woken_by: HashMap::new(),
     };
     // Every pool gets a first look; the engines' first lists wake them again.
     s.wake_all(Priority::Resync).await;
@@ -351,6 +398,7 @@ pub async fn run<P: Passes>(
             },
             wake = wakes.recv() => match wake {
                 Some(Wake::Pool(pool)) => s.wake(pool, Priority::Wake),
+                Some(Wake::Traced { pool, by }) => s.woken_by(pool, by),
                 Some(Wake::All) => s.wake_all(Priority::Wake).await,
                 Some(Wake::Engine { name, change, message }) => {
                     s.passes.engine_changed(&name, change, message);

@@ -158,6 +158,12 @@ pub enum RuntimeError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Wake {
     Pool(PoolRef),
+    /// A pool, woken by the work of a traced span (a request): its next
+    /// pass links to that span, so the trace shows what the change led to.
+    Traced {
+        pool: PoolRef,
+        by: opentelemetry::trace::SpanContext,
+    },
     /// Look at every pool (the engines or their settings changed).
     All,
     /// An engine's reachability changed: every pool is looked at, and the

@@ -35,8 +35,9 @@ use crate::k8s::ClusterApi;
 /// and the lost claim: anything the cluster does ends the job with a
 /// reason, while a store error leaves the job where it was, for the runner
 /// to try again later.
-#[tracing::instrument(skip(ctx, stop))]
+#[tracing::instrument(skip(ctx, stop), fields(otel.name = "upgrade job", trace_id = tracing::field::Empty))]
 pub async fn run_job(ctx: &Context, id: i64, stop: &CancellationToken) -> Result<(), JobError> {
+    crate::telemetry::context::record_trace_id(&tracing::Span::current());
     let claimed = JobClaim::claim(&ctx.db, ctx.leases.as_ref(), id, &ctx.owner, ctx.settings.claims).await?;
     let Some((lease, job)) = claimed else { return Ok(()) };
     let mut driver = Driver { ctx, lease, job, api: None, stop };
@@ -201,6 +202,7 @@ impl Driver<'_> {
     /// what follows from the end (the next position, a state, an event).
     /// `None` when shutdown stopped the step: it did not end, and runs
     /// again on the next start.
+    #[tracing::instrument(skip(self), fields(otel.name = "upgrade step", job = self.job.id))]
     async fn step(&self, position: usize, step: Step) -> Result<Option<(Ended, Tx)>, JobError> {
         let target = self.target(position).await?;
         let mut tx = self.lease.begin().await?;

@@ -49,6 +49,7 @@ mod security;
 mod soak;
 mod streams;
 mod tls;
+mod traces;
 mod ui;
 mod upgrade_crash;
 mod upgrade_env;

@@ -24,7 +24,13 @@ impl Process {
     /// `drover serve` on `data_dir` with `extra` flags; a `--stop-timeout`
     /// among them replaces the default of 2 s.
     pub fn spawn_with(data_dir: &Path, extra: &[&str]) -> Self {
-        Self::spawn_clocked(data_dir, None, extra)
+        Self::spawn_clocked(data_dir, None, &[], extra)
+    }
+
+    /// [`spawn_with`](Self::spawn_with) with environment variables set for
+    /// drover (settings read from the environment, as operators set them).
+    pub fn spawn_env(data_dir: &Path, env: &[(&str, &str)], extra: &[&str]) -> Self {
+        Self::spawn_clocked(data_dir, None, env, extra)
     }
 
     /// [`spawn_with`](Self::spawn_with) with the process's wall clock moved
@@ -32,10 +38,10 @@ impl Process {
     /// monotonic clock is left alone. The test fails, saying why, when
     /// `faketime` is missing (scripts/test.sh installs it).
     pub fn spawn_faked(data_dir: &Path, offset: &str, extra: &[&str]) -> Self {
-        Self::spawn_clocked(data_dir, Some(offset), extra)
+        Self::spawn_clocked(data_dir, Some(offset), &[], extra)
     }
 
-    fn spawn_clocked(data_dir: &Path, offset: Option<&str>, extra: &[&str]) -> Self {
+    fn spawn_clocked(data_dir: &Path, offset: Option<&str>, env: &[(&str, &str)], extra: &[&str]) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port();
         std::fs::create_dir_all(data_dir).expect("creating the data directory");
         let log = data_dir.join(format!("serve-{port}.log"));
@@ -52,6 +58,7 @@ impl Process {
                 .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
                 .env("FAKETIME_NO_CACHE", "1");
         }
+        command.envs(env.iter().copied());
         command
             .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--log-level", "warn"])
             .args(stop)

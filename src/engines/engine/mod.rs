@@ -13,6 +13,7 @@ pub mod identity;
 mod informer;
 pub mod placement;
 pub mod simulation;
+mod span;
 
 use crate::domain::object::PoolRef;
 use std::collections::BTreeMap;
@@ -28,6 +29,7 @@ use crate::runtime::cache::ContainerCache;
 use crate::runtime::{Backend, Container, ContainerState, CreateContainer, Gate, RuntimeError, Wake, labels};
 use health::{EngineHealth, Reachability};
 use identity::Identity;
+use span::{EngineOp, traced};
 
 /// Settings every engine shares.
 #[derive(Debug, Clone, Copy)]
@@ -201,7 +203,7 @@ impl Engine {
     /// (the slow half, which a pass hands over); the simulated engine
     /// starts it at once.
     pub async fn create(&self, spec: &CreateContainer, gate: Gate<'_>) -> Result<Container, RuntimeError> {
-        self.op(gate, async {
+        let call = self.op(gate, async {
             match &self.backend {
                 Backend::Docker(d) => {
                     let ticket = self.cache.ticket();
@@ -211,8 +213,13 @@ impl Engine {
                 }
                 Backend::Simulated(s) => s.create(&self.cache, spec),
             }
-        })
-        .await
+        });
+        traced(EngineOp::Create, &self.name, self.kind(), &spec.name, call).await
+    }
+
+    /// The name of a container, for spans; its id when the cache has none.
+    fn name_of(&self, id: &str) -> String {
+        self.cache.get(id).map_or_else(|| id.to_owned(), |c| c.name)
     }
 
     /// Reads one pool's containers from the engine again, so that what the
@@ -233,13 +240,21 @@ impl Engine {
     /// simulated engine (its cache is the engine).
     pub async fn reread(&self, id: &str) -> Result<(), RuntimeError> {
         match &self.backend {
-            Backend::Docker(d) => self.refresh(d, id).await.map(drop),
+            Backend::Docker(d) => {
+                traced(EngineOp::Inspect, &self.name, self.kind(), &self.name_of(id), self.refresh(d, id))
+                    .await
+                    .map(drop)
+            }
             Backend::Simulated(_) => Ok(()),
         }
     }
 
     /// Starts a created or exited container: a restart in place.
     pub async fn start(&self, id: &str, gate: Gate<'_>) -> Result<(), RuntimeError> {
+        traced(EngineOp::Start, &self.name, self.kind(), &self.name_of(id), self.start_untraced(id, gate)).await
+    }
+
+    async fn start_untraced(&self, id: &str, gate: Gate<'_>) -> Result<(), RuntimeError> {
         match &self.backend {
             Backend::Docker(d) => {
                 self.op(gate, d.start(id)).await?;
@@ -260,7 +275,8 @@ impl Engine {
     }
 
     pub async fn unpause(&self, id: &str, gate: Gate<'_>) -> Result<(), RuntimeError> {
-        self.op(gate, async {
+        let name = self.name_of(id);
+        let call = self.op(gate, async {
             match &self.backend {
                 Backend::Docker(d) => {
                     d.unpause(id).await?;
@@ -269,14 +285,20 @@ impl Engine {
                 }
                 Backend::Simulated(s) => s.unpause(&self.cache, id),
             }
-        })
-        .await
+        });
+        traced(EngineOp::Unpause, &self.name, self.kind(), &name, call).await
     }
 
     /// Stops (grace period first) and removes a container. The stop runs
     /// outside the parallelism limit: a machine taking its whole grace
     /// period must not hold up creations.
     pub async fn remove(&self, id: &str, stop_timeout_secs: i64, gate: Gate<'_>) -> Result<(), RuntimeError> {
+        let name = self.name_of(id);
+        traced(EngineOp::Remove, &self.name, self.kind(), &name, self.remove_untraced(id, stop_timeout_secs, gate))
+            .await
+    }
+
+    async fn remove_untraced(&self, id: &str, stop_timeout_secs: i64, gate: Gate<'_>) -> Result<(), RuntimeError> {
         if !gate() {
             return Err(RuntimeError::Fenced);
         }

@@ -4,12 +4,22 @@
 //! ids). In text logs every field is escaped, so that a value holding a
 //! newline or a terminal escape can neither forge a log line nor reach the
 //! reader's terminal; JSON logs are escaped by their encoding.
+//!
+//! Spans also go to an OpenTelemetry collector when one is configured
+//! ([`otlp`]); the log filter does not decide which spans are exported
+//! (drover's own, at `info` and above, always are).
+
+pub mod context;
+pub mod export;
+pub mod otlp;
 
 use std::fmt::Write as _;
 
 use clap::ValueEnum;
-use tracing_subscriber::EnvFilter;
 use tracing_subscriber::field::MakeExt as _;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::{EnvFilter, Layer as _, Registry};
 
 /// How log lines are written (`--log-format`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -20,16 +30,45 @@ pub enum LogFormat {
     Json,
 }
 
-pub fn init(filter: &str, format: LogFormat) -> anyhow::Result<()> {
+type BoxedLayer = Box<dyn tracing_subscriber::Layer<Registry> + Send + Sync>;
+
+/// Installs the log subscriber and, when `traces` names a collector, the
+/// span export. Keep the answer until shutdown and call
+/// [`Telemetry::shutdown`] so that the last spans are sent.
+pub fn init(filter: &str, format: LogFormat, traces: &otlp::TraceSettings) -> anyhow::Result<Telemetry> {
     let filter = EnvFilter::try_new(filter).map_err(|e| anyhow::anyhow!("bad log filter {filter:?}: {e}"))?;
     // Colours only for a person at a terminal; a file or a pipe gets plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
-    let result = match format {
-        LogFormat::Text => builder.fmt_fields(escaped_fields()).try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).with_current_span(true).try_init(),
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(ansi);
+    let logs: BoxedLayer = match format {
+        LogFormat::Text => fmt.fmt_fields(escaped_fields()).with_filter(filter).boxed(),
+        LogFormat::Json => fmt.json().flatten_event(true).with_current_span(true).with_filter(filter).boxed(),
     };
-    result.map_err(|e| anyhow::anyhow!("installing the log subscriber: {e}"))
+    let mut layers = vec![logs];
+    let export = otlp::Export::start(traces)?.map(|(export, tracer)| {
+        let spans = tracing_subscriber::filter::Targets::new().with_target("drover", tracing::Level::INFO);
+        layers.push(tracing_opentelemetry::layer().with_tracer(tracer).with_filter(spans).boxed());
+        export
+    });
+    tracing_subscriber::registry()
+        .with(layers)
+        .try_init()
+        .map_err(|e| anyhow::anyhow!("installing the log subscriber: {e}"))?;
+    Ok(Telemetry { export })
+}
+
+/// What [`init`] started that shutdown must finish.
+pub struct Telemetry {
+    export: Option<otlp::Export>,
+}
+
+impl Telemetry {
+    /// Sends the spans still queued (a bounded wait).
+    pub async fn shutdown(self) {
+        if let Some(export) = self.export {
+            export.shutdown().await;
+        }
+    }
 }
 
 /// Formats every field of a text log line as `name=value`, with control

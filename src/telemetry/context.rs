@@ -1,0 +1,127 @@
+//! W3C trace context at drover's edges: a client's `traceparent` continued,
+//! the `traceresponse` header on answers, and the trace id users paste into
+//! bug reports. Without an exporter no span carries a trace id and every
+//! function here answers `None`.
+
+use axum::http::{HeaderMap, HeaderValue};
+use opentelemetry::propagation::{Extractor, TextMapPropagator as _};
+use opentelemetry::trace::{SpanContext, TraceContextExt as _};
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+
+/// The response header naming the trace of the request (W3C Trace Context
+/// Level 2).
+pub const TRACERESPONSE: &str = "traceresponse";
+
+struct Headers<'a>(&'a HeaderMap);
+
+impl Extractor for Headers<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|v| v.to_str().ok())
+    }
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(|k| k.as_str()).collect()
+    }
+}
+
+/// Makes `span` a child of the client's `traceparent`, when it sent a
+/// valid one (an invalid one is ignored: the request starts a trace).
+pub fn continue_from(headers: &HeaderMap, span: &tracing::Span) {
+    let parent = TraceContextPropagator::new().extract(&Headers(headers));
+    if parent.span().span_context().is_valid() {
+        // Fails only when no OpenTelemetry layer is installed.
+        let _ = span.set_parent(parent);
+    }
+}
+
+/// The OpenTelemetry span context of `span`, when it has a valid one.
+pub fn span_context(span: &tracing::Span) -> Option<SpanContext> {
+    let cx = span.context();
+    let sc = cx.span().span_context().clone();
+    sc.is_valid().then_some(sc)
+}
+
+/// Records the trace id of `span` in its `trace_id` field (declared
+/// empty), so that every JSON log line written inside it names the trace.
+/// Call it after the span's parent and links are set: it starts the span.
+pub fn record_trace_id(span: &tracing::Span) {
+    if let Some(sc) = span_context(span) {
+        span.record("trace_id", tracing::field::display(TraceId(sc.trace_id().to_bytes())));
+    }
+}
+
+/// Renames the OpenTelemetry span of `span` (once it has started, its
+/// `otel.name` field no longer renames it): a request's span is named
+/// after its route, known only once the router matched it.
+pub fn rename(span: &tracing::Span, name: String) {
+    span.context().span().update_name(name);
+}
+
+/// A W3C trace id, written (and read) as 32 lowercase hex digits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TraceId(pub [u8; 16]);
+
+impl std::fmt::Display for TraceId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+    }
+}
+
+impl std::str::FromStr for TraceId {
+    type Err = ();
+
+    fn from_str(s: &str) -> Result<Self, ()> {
+        let valid = s.len() == 32 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+        let mut id = [0u8; 16];
+        for (i, byte) in id.iter_mut().enumerate() {
+            *byte = s.get(2 * i..2 * i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()).ok_or(())?;
+        }
+        if valid { Ok(Self(id)) } else { Err(()) }
+    }
+}
+
+impl serde::Serialize for TraceId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// Reads a trace id leniently: a value that is not one (an older or a
+/// foreign server's) is `None`, not a failure to read the whole document.
+pub fn lenient_trace_id<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<TraceId>, D::Error> {
+    let text: Option<String> = serde::Deserialize::deserialize(d)?;
+    Ok(text.and_then(|t| t.parse().ok()))
+}
+
+/// The trace id of the current span.
+pub fn current_trace_id() -> Option<TraceId> {
+    span_context(&tracing::Span::current()).map(|sc| TraceId(sc.trace_id().to_bytes()))
+}
+
+/// `traceresponse` for the request whose span is `span`:
+/// `00-<trace id>-<span id>-<flags>`.
+pub fn traceresponse(span: &tracing::Span) -> Option<HeaderValue> {
+    let sc = span_context(span)?;
+    let value = format!("00-{:032x}-{:016x}-{:02x}", sc.trace_id(), sc.span_id(), sc.trace_flags().to_u8());
+    HeaderValue::from_str(&value).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_trace_id_reads_back_what_it_writes_and_refuses_anything_else() {
+        let text = "4bf92f3577b34da6a3ce929d0e0e4736";
+        let id: TraceId = text.parse().unwrap();
+        assert_eq!(id.to_string(), text);
+        for bad in [
+            "",
+            "4BF92F3577B34DA6A3CE929D0E0E4736",
+            "4bf92f3577b34da6a3ce929d0e0e473",
+            "+bf92f3577b34da6a3ce929d0e0e4736",
+        ] {
+            assert!(bad.parse::<TraceId>().is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,415 @@
+//! OpenTelemetry traces, end to end: drover as a child process configured
+//! by the standard `OTEL_*` variables (the tracer is process-wide, and the
+//! variables are what operators set), exporting over OTLP/HTTP to a
+//! collector of this test's own that decodes every request with
+//! `opentelemetry-proto` and keeps the spans.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
+use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue};
+use opentelemetry_proto::tonic::trace::v1::Span;
+use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
+use prost::Message as _;
+use serde_json::{Value, json};
+
+use crate::helpers::{admin_token, client_with_token, metric, wait_for};
+use crate::process::Process;
+
+/// One exported span and the `service.name` of the resource it came with.
+#[derive(Clone, Debug)]
+struct Exported {
+    service: String,
+    span: Span,
+}
+
+impl Exported {
+    fn attr(&self, key: &str) -> Option<&Any> {
+        attr(&self.span.attributes, key)
+    }
+    fn str_attr(&self, key: &str) -> Option<&str> {
+        match self.attr(key)? {
+            Any::StringValue(s) => Some(s),
+            _ => None,
+        }
+    }
+    fn int_attr(&self, key: &str) -> Option<i64> {
+        match self.attr(key)? {
+            Any::IntValue(i) => Some(*i),
+            Any::StringValue(s) => s.parse().ok(),
+            _ => None,
+        }
+    }
+    fn trace_id(&self) -> String {
+        hex(&self.span.trace_id)
+    }
+}
+
+fn attr<'a>(attrs: &'a [KeyValue], key: &str) -> Option<&'a Any> {
+    attrs.iter().find(|kv| kv.key == key)?.value.as_ref()?.value.as_ref()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Every string an attribute, event or link of a span carries.
+fn strings(span: &Span) -> Vec<String> {
+    fn of(v: &AnyValue, out: &mut Vec<String>) {
+        match &v.value {
+            Some(Any::StringValue(s)) => out.push(s.clone()),
+            Some(Any::ArrayValue(a)) => a.values.iter().for_each(|v| of(v, out)),
+            Some(Any::KvlistValue(l)) => l.values.iter().filter_map(|kv| kv.value.as_ref()).for_each(|v| of(v, out)),
+            Some(other) => out.push(format!("{other:?}")),
+            None => {}
+        }
+    }
+    let mut out = vec![span.name.clone()];
+    let kvs = span
+        .attributes
+        .iter()
+        .chain(span.events.iter().flat_map(|e| e.attributes.iter()))
+        .chain(span.links.iter().flat_map(|l| l.attributes.iter()));
+    for kv in kvs {
+        out.push(kv.key.clone());
+        if let Some(v) = &kv.value {
+            of(v, &mut out);
+        }
+    }
+    out.extend(span.events.iter().map(|e| e.name.clone()));
+    out
+}
+
+/// An OTLP/HTTP (protobuf) trace receiver on loopback.
+struct Collector {
+    url: String,
+    spans: Arc<Mutex<Vec<Exported>>>,
+    stop: tokio_util::sync::CancellationToken,
+}
+
+impl Collector {
+    async fn start() -> Self {
+        let spans: Arc<Mutex<Vec<Exported>>> = Arc::default();
+        let kept = spans.clone();
+        let app = axum::Router::new().route(
+            "/v1/traces",
+            axum::routing::post(move |body: Bytes| {
+                let kept = kept.clone();
+                async move {
+                    let req = ExportTraceServiceRequest::decode(body).expect("an ExportTraceServiceRequest");
+                    let mut kept = kept.lock().expect("collector lock");
+                    for rs in req.resource_spans {
+                        let service = rs
+                            .resource
+                            .as_ref()
+                            .and_then(|r| match attr(&r.attributes, "service.name") {
+                                Some(Any::StringValue(s)) => Some(s.clone()),
+                                _ => None,
+                            })
+                            .unwrap_or_default();
+                        for span in rs.scope_spans.into_iter().flat_map(|s| s.spans) {
+                            kept.push(Exported { service: service.clone(), span });
+                        }
+                    }
+                    (
+                        [("content-type", "application/x-protobuf")],
+                        ExportTraceServiceResponse::default().encode_to_vec(),
+                    )
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binding the collector");
+        let url = format!("http://{}", listener.local_addr().expect("collector address"));
+        let stop = tokio_util::sync::CancellationToken::new();
+        let until = stop.clone();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).with_graceful_shutdown(until.cancelled_owned()).await;
+        });
+        Self { url, spans, stop }
+    }
+
+    fn spans(&self) -> Vec<Exported> {
+        self.spans.lock().expect("collector lock").clone()
+    }
+}
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+fn traced_drover(dir: &std::path::Path, endpoint: &str) -> Process {
+    Process::spawn_env(
+        dir,
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+            ("OTEL_SERVICE_NAME", "drover-under-test"),
+            ("OTEL_TRACES_SAMPLER", "parentbased_always_on"),
+            ("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment.name=test"),
+        ],
+        &["--runtime", "simulated"],
+    )
+}
+
+const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const PARENT_ID: &str = "00f067aa0ba902b7";
+
+/// Whether `span` descends from `ancestor` through parent ids among `all`.
+fn descends(all: &HashMap<Vec<u8>, &Exported>, span: &Exported, ancestor: &[u8]) -> bool {
+    let mut parent = span.span.parent_span_id.clone();
+    for _ in 0..32 {
+        if parent == ancestor {
+            return true;
+        }
+        match all.get(&parent) {
+            Some(p) => parent = p.span.parent_span_id.clone(),
+            None => return false,
+        }
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_created_under_a_traceparent_leads_to_the_pass_it_woke_and_its_engine_calls() {
+    let collector = Collector::start().await;
+    let dir = tempfile::TempDir::new().expect("data dir");
+    let drover = traced_drover(dir.path(), &collector.url);
+    drover.wait_up().await;
+    let token = admin_token(dir.path());
+    let client = client_with_token(&token);
+    let traceparent = format!("00-{TRACE_ID}-{PARENT_ID}-01");
+
+    let body = json!({"name": "traced", "replicas": 2, "version": "v1.29.2"});
+    let res = client
+        .post(format!("{}/v1/pools", drover.addr))
+        .header("traceparent", &traceparent)
+        .json(&body)
+        .send()
+        .await
+        .expect("creating the pool");
+    assert_eq!(res.status(), 201, "{}", drover.output());
+    let answered = res.headers().get("traceresponse").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+    assert!(answered.starts_with(&format!("00-{TRACE_ID}-")), "traceresponse continues the trace: {answered:?}");
+
+    // A problem names the trace, for bug reports.
+    let res = client
+        .get(format!("{}/v1/pools/nothing-here", drover.addr))
+        .header("traceparent", &traceparent)
+        .send()
+        .await
+        .expect("reading a missing pool");
+    assert_eq!(res.status(), 404);
+    let problem: Value = res.json().await.expect("problem JSON");
+    assert_eq!(problem["trace_id"], TRACE_ID, "{problem:#}");
+
+    drover
+        .wait_pool(&client, "traced", Duration::from_secs(20), "two ready machines", |p| {
+            p["status"]["ready_replicas"] == 2
+        })
+        .await;
+
+    // The request span, continuing the client's trace.
+    let mut request = None;
+    wait_for(Duration::from_secs(15), "the POST /v1/pools span at the collector", async || {
+        request = collector.spans().into_iter().find(|s| {
+            s.span.kind == SpanKind::Server as i32
+                && s.str_attr("http.route") == Some("/v1/pools")
+                && s.str_attr("http.request.method") == Some("POST")
+        });
+        request.is_some()
+    })
+    .await;
+    let request = request.expect("found above");
+    assert_eq!(request.trace_id(), TRACE_ID);
+    assert_eq!(hex(&request.span.parent_span_id), PARENT_ID, "the client's span is the parent");
+    assert_eq!(request.int_attr("http.response.status_code"), Some(201));
+    assert_eq!(request.span.name, "POST /v1/pools");
+    assert_eq!(request.service, "drover-under-test");
+
+    // The pass it woke: a trace of its own, linked to the request's, and
+    // the engine's create of each machine under that pass.
+    let mut pass = None;
+    wait_for(Duration::from_secs(15), "a reconcile pass linked to the request, with two creates", async || {
+        let spans = collector.spans();
+        let by_id: HashMap<Vec<u8>, &Exported> = spans.iter().map(|s| (s.span.span_id.clone(), s)).collect();
+        pass = spans
+            .iter()
+            .filter(|s| s.span.name == "reconcile pass" && s.str_attr("pool") == Some("traced"))
+            .find(|s| s.span.links.iter().any(|l| hex(&l.trace_id) == TRACE_ID))
+            .filter(|p| {
+                let creates = spans
+                    .iter()
+                    .filter(|s| s.span.name == "engine create" && descends(&by_id, s, &p.span.span_id))
+                    .count();
+                creates == 2
+            })
+            .cloned();
+        pass.is_some()
+    })
+    .await;
+    let pass = pass.expect("found above");
+    let spans = collector.spans();
+    let by_id: HashMap<Vec<u8>, &Exported> = spans.iter().map(|s| (s.span.span_id.clone(), s)).collect();
+    let committed = spans.iter().find(|s| {
+        s.span.name == "db transaction"
+            && s.str_attr("outcome") == Some("committed")
+            && descends(&by_id, s, &request.span.span_id)
+    });
+    assert!(committed.is_some_and(|t| t.str_attr("db.system.name") == Some("sqlite")), "the request's transaction");
+    let reconcile = spans
+        .iter()
+        .find(|s| s.span.name == "reconcile" && s.span.parent_span_id == pass.span.span_id)
+        .expect("the pass's reconcile span");
+    assert_eq!(reconcile.int_attr("pool.generation"), Some(1), "{:?}", reconcile.span.attributes);
+    assert_eq!(reconcile.int_attr("plan.create"), Some(2), "{:?}", reconcile.span.attributes);
+    let machines = drover.machine_names(&client, "traced").await;
+    for create in spans.iter().filter(|s| s.span.name == "engine create" && descends(&by_id, s, &pass.span.span_id)) {
+        assert_eq!(create.str_attr("engine.kind"), Some("simulated"));
+        assert_eq!(create.str_attr("outcome"), Some("ok"));
+        let name = create.str_attr("container.name").unwrap_or_default();
+        assert!(machines.contains(name), "{name:?} is one of the pool's machines {machines:?}");
+    }
+
+    // No span carries the admin token, whatever it describes.
+    for s in &spans {
+        for text in strings(&s.span) {
+            assert!(!text.contains(&token), "span {:?} carries the admin token", s.span.name);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_collector_down_requests_answer_and_dropped_spans_are_counted() {
+    // A port nobody listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port();
+    let dir = tempfile::TempDir::new().expect("data dir");
+    let drover = traced_drover(dir.path(), &format!("http://127.0.0.1:{port}"));
+    drover.wait_up().await;
+    let client = client_with_token(&admin_token(dir.path()));
+    for _ in 0..20 {
+        let res = client.get(format!("{}/v1/pools", drover.addr)).send().await.expect("listing pools");
+        assert_eq!(res.status(), 200);
+    }
+    let metrics = format!("{}/metrics", drover.addr);
+    wait_for(Duration::from_secs(15), "drover_trace_spans_dropped to count the lost spans", async || {
+        let text = client.get(&metrics).send().await.expect("/metrics").text().await.unwrap_or_default();
+        metric(&text, "drover_trace_spans_dropped") >= 20.0
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn otlp_over_grpc_is_refused_at_startup_with_the_reason() {
+    let dir = tempfile::TempDir::new().expect("data dir");
+    let mut drover = Process::spawn_env(
+        dir.path(),
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317"), ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")],
+        &["--runtime", "simulated"],
+    );
+    let status = drover.wait_exit(Duration::from_secs(20)).await.expect("drover exits");
+    assert!(!status.success());
+    assert!(drover.output().contains("gRPC is not supported"), "{}", drover.output());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_trace_id_ratio_sampler_keeps_its_share_of_1000_requests() {
+    let collector = Collector::start().await;
+    let dir = tempfile::TempDir::new().expect("data dir");
+    let drover = Process::spawn_env(
+        dir.path(),
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", collector.url.as_str()),
+            ("OTEL_TRACES_SAMPLER", "traceidratio"),
+            ("OTEL_TRACES_SAMPLER_ARG", "0.25"),
+        ],
+        &["--runtime", "simulated"],
+    );
+    drover.wait_up().await;
+    let client = client_with_token(&admin_token(dir.path()));
+    for _ in 0..1000 {
+        let res = client.get(format!("{}/v1/pools", drover.addr)).send().await.expect("listing pools");
+        assert_eq!(res.status(), 200);
+    }
+    let listed = |spans: &[Exported]| {
+        spans.iter().filter(|s| s.str_attr("http.route") == Some("/v1/pools") && s.span.name == "GET /v1/pools").count()
+    };
+    // 250 expected; the binomial's standard deviation is about 14, so
+    // five of them either way fail only on a broken sampler. Export is
+    // once a second, so wait until the count settles.
+    let mut last = usize::MAX;
+    wait_for(Duration::from_secs(15), "the sampled spans to stop arriving", async || {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let now = listed(&collector.spans());
+        std::mem::replace(&mut last, now) == now && now > 0
+    })
+    .await;
+    assert!((180..=320).contains(&last), "{last} of 1000 requests sampled at 0.25");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_job_exports_its_steps_with_their_kubernetes_calls_and_never_the_cluster_token() {
+    use crate::kube_sim::{KubeSim, SimSettings};
+    use crate::upgrade_env::{CLUSTER, FROM, SIM_TOKEN};
+    let sim = KubeSim::start(SimSettings { token: Some(SIM_TOKEN.into()), ..SimSettings::default() }).await;
+    sim.seed_control_plane(FROM);
+    let collector = Collector::start().await;
+    let dir = tempfile::TempDir::new().expect("data dir");
+    let drover = Process::spawn_env(
+        dir.path(),
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", collector.url.as_str())],
+        &[
+            "--runtime",
+            "simulated",
+            "--upgrade-retry-backoff",
+            "5ms",
+            "--upgrade-wait-timeout",
+            "4s",
+            "--upgrade-poll-interval",
+            "15ms",
+        ],
+    );
+    drover.wait_up().await;
+    let client = client_with_token(&admin_token(dir.path()));
+    let at = |path: &str| format!("{}{path}", drover.addr);
+    let body = json!({"name": CLUSTER, "server": sim.url(), "token": SIM_TOKEN});
+    assert_eq!(client.post(at("/v1/clusters")).json(&body).send().await.expect("registering").status(), 201);
+    let res = client.post(at(&format!("/v1/clusters/{CLUSTER}/upgrades"))).json(&json!({"version": "v1.30.0"})).send();
+    let job: Value = res.await.expect("starting the upgrade").json().await.expect("job JSON");
+    let url = at(&format!("/v1/upgrades/{}", job["id"]));
+    let mut state = Value::Null;
+    wait_for(Duration::from_secs(60), "the upgrade job to end", async || {
+        let job: Value = client.get(&url).send().await.expect("reading the job").json().await.unwrap_or_default();
+        state = job["state"].clone();
+        !matches!(state.as_str(), Some("pending" | "running"))
+    })
+    .await;
+    assert_eq!(state, "succeeded", "{}", drover.output());
+
+    // The job's span, its steps below it, and Kubernetes calls below the steps.
+    wait_for(Duration::from_secs(15), "the job's steps and their Kubernetes calls at the collector", async || {
+        let spans = collector.spans();
+        let by_id: HashMap<Vec<u8>, &Exported> = spans.iter().map(|s| (s.span.span_id.clone(), s)).collect();
+        let Some(job) = spans.iter().find(|s| s.span.name == "upgrade job") else { return false };
+        let steps: Vec<&Exported> =
+            spans.iter().filter(|s| s.span.name == "upgrade step" && descends(&by_id, s, &job.span.span_id)).collect();
+        let calls = spans
+            .iter()
+            .filter(|s| s.span.name == "kubernetes call")
+            .filter(|c| steps.iter().any(|st| descends(&by_id, c, &st.span.span_id)))
+            .count();
+        // Eight steps for each of the three components.
+        steps.len() >= 24 && calls >= 24
+    })
+    .await;
+    for s in collector.spans() {
+        for text in strings(&s.span) {
+            assert!(!text.contains(SIM_TOKEN), "span {:?} carries the cluster's token", s.span.name);
+        }
+    }
+}
