@@ -142,6 +142,42 @@ async fn a_pool_spreads_evenly_over_engines_and_scale_down_takes_from_the_fulles
 }
 
 #[tokio::test]
+async fn a_namespace_fenced_to_some_engines_places_only_there_and_says_so_when_none_matches() {
+    let app = simulated(Duration::from_secs(30)).await;
+    for zone in ["a", "b"] {
+        let body = json!({"name": zone, "endpoint": format!("sim://{zone}"), "labels": {"zone": zone}});
+        assert_eq!(register(&app, body).await.status(), StatusCode::CREATED);
+    }
+    let pool_in = async |ns: &str| -> Value {
+        app.get(&format!("/v1/pools/web?namespace={ns}")).await.json().await.unwrap_or(Value::Null)
+    };
+    for (ns, zone) in [("team-a", "a"), ("team-c", "nowhere")] {
+        let body = json!({"name": ns, "engine_selector": {"zone": zone}});
+        assert_eq!(app.request(Method::POST, "/v1/namespaces", Some(body)).await.status(), StatusCode::CREATED);
+        let pool = json!({"name": "web", "replicas": 4, "version": "v1.29.2"});
+        let res = app.request(Method::POST, &format!("/v1/pools?namespace={ns}"), Some(pool)).await;
+        assert_eq!(res.status(), StatusCode::CREATED);
+    }
+    // Only engine a carries zone=a: all four there, none on local or b.
+    wait_for(LIMIT, "team-a's pool on engine a alone", async || {
+        let p = pool_in("team-a").await;
+        per_engine(&p) == BTreeMap::from([("a".to_owned(), 4)]) && p["status"]["ready_replicas"] == 4
+    })
+    .await;
+    // No engine matches team-c's selector: nothing placed, and the pool says why.
+    let p = crate::helpers::wait_some(LIMIT, "team-c's pool to say it is fenced", async || {
+        let p = pool_in("team-c").await;
+        let said = p["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .any(|c| c["message"].as_str().is_some_and(|m| m.contains("namespace team-c is fenced")));
+        said.then_some(p)
+    })
+    .await;
+    assert_eq!(p["status"]["replicas"], 0, "nothing placed outside the fence: {p:#}");
+}
+
+#[tokio::test]
 async fn losing_an_engine_replaces_its_machines_and_its_return_trims_the_surplus() {
     let app = simulated(Duration::from_secs(1)).await;
     register_ok(&app, "a", "sim://a").await;
