@@ -119,7 +119,9 @@ pub async fn run(leases: Arc<Leases>, db: Db, wakes: mpsc::UnboundedSender<Wake>
     leave(&leases, &store).await;
 }
 
-/// One round; answers when the next should come, if sooner than a tick.
+/// One round; answers when the next should come, if sooner than a tick:
+/// renew what this replica holds, follow the pools and its share, hand
+/// over what is no longer its share, take what is.
 async fn round(
     leases: &Leases,
     db: &Db,
@@ -127,6 +129,40 @@ async fn round(
     wakes: &mpsc::UnboundedSender<Wake>,
     spread: &mut Spread,
 ) -> sqlx::Result<(Round, Option<Duration>)> {
+    spread.rounds += 1;
+    let renewed = renew(leases, store, spread.rounds.is_multiple_of(LIST_EVERY)).await?;
+    let mut r = Round { alive: renewed.alive.len(), lost: renewed.lost, ..Round::default() };
+    if rand::random::<u8>() == 0 {
+        // Now and then (every ~256 rounds of each replica) is plenty.
+        db::leases::forget_deleted(store).await?;
+    }
+    spread.follow(db, store, &renewed.alive, &leases.me).await?;
+    let (wanted, leaving) = hand_over(leases, &spread.share);
+    if !leaving.is_empty() {
+        r.handed_over = db::leases::release(store, &leases.me, &leaving).await? as usize;
+    }
+    let (gained, held, next_expiry) = take(leases, store, wakes, &wanted).await?;
+    (r.gained, r.held) = (gained, held);
+    // A lease another holds, or another replica's life, that ends before
+    // the next tick: look again just after, to take over at once if its
+    // holder is gone.
+    let next_death = renewed.next_death.map(|s| Duration::from_secs_f64(s.max(0.0)));
+    let next = [next_expiry, next_death].into_iter().flatten().min();
+    Ok((r, next.map(|d| d + Duration::from_millis(50))))
+}
+
+/// What a renewal left: the replicas alive, how many leases were lost, and
+/// when the first other replica dies unless it renews (seconds).
+struct Renewed {
+    alive: Vec<String>,
+    lost: usize,
+    next_death: Option<f64>,
+}
+
+/// Renews every lease held here (`list`: reading the pools' leases in
+/// full), drops those the store no longer gives this replica, and gives up
+/// pools held in the store but not here.
+async fn renew(leases: &Leases, store: &sqlx::PgPool, list: bool) -> sqlx::Result<Renewed> {
     let sent = Instant::now();
     let (jobs, pool_count, pool_tokens) = {
         let held = leases.lock();
@@ -141,8 +177,6 @@ async fn round(
         let (count, tokens) = pools.fold((0i64, 0i64), |(n, t), (_, h)| (n + 1, t.wrapping_add(h.token)));
         (jobs, count, tokens)
     };
-    spread.rounds += 1;
-    let list = spread.rounds.is_multiple_of(LIST_EVERY);
     let (mut renewal, alive) = db::leases::renew(store, &leases.me, leases.duration, &jobs, list).await?;
     // The pool leases renewed are the ones held here, unless their count
     // or tokens differ (a lease lost, or one held in the store only):
@@ -151,14 +185,12 @@ async fn round(
         (renewal, _) = db::leases::renew(store, &leases.me, leases.duration, &jobs, true).await?;
     }
     let valid_until = sent + leases.act_for();
-    // When the first other replica dies unless it renews: its share is
-    // then spread again (its leases expire at that very moment).
     let next_death = alive.iter().filter(|a| *a.id != *leases.me).map(|a| a.remaining).reduce(f64::min);
     let alive: Vec<String> = alive.into_iter().map(|a| a.id).collect();
     let pools: Option<HashMap<Key, i64>> =
         renewal.pools.map(|pools| pools.into_iter().map(|h| (h.key, h.token)).collect());
     let jobs: HashMap<Key, i64> = renewal.jobs.into_iter().map(|h| (h.key, h.token)).collect();
-    let mut r = Round { alive: alive.len(), ..Round::default() };
+    let mut lost = 0;
     let stray: Vec<PoolRef> = {
         let mut held = leases.lock();
         held.retain(|key, h| {
@@ -171,7 +203,7 @@ async fn round(
                 h.valid_until = valid_until;
                 return true;
             }
-            r.lost += 1;
+            lost += 1;
             tracing::warn!(lease = %key, "lease lost: another replica drives it now");
             false
         });
@@ -191,63 +223,62 @@ async fn round(
     if !stray.is_empty() {
         db::leases::release(store, &leases.me, &stray).await?;
     }
+    Ok(Renewed { alive, lost, next_death })
+}
 
-    if rand::random::<u8>() == 0 {
-        // Now and then (every ~256 rounds of each replica) is plenty.
-        db::leases::forget_deleted(store).await?;
-    }
-    spread.follow(db, store, &alive, &leases.me).await?;
-    let share = &spread.share;
-    let (wanted, leaving) = {
-        let mut held = leases.lock();
-        let wanted: Vec<PoolRef> = share.iter().filter(|p| !held.contains_key(&Key::pool(p))).cloned().collect();
-        let pools = held.keys().filter(|k| k.kind() == Kind::Pool).count();
-        let cap = ((pools as f64 * HANDOVER_SHARE) as usize).max(HANDOVER_MIN);
-        let mut leaving = Vec::new();
-        // Jobs are not spread: the replica that claimed one keeps it.
-        for (key, h) in held.iter_mut() {
-            let Key::Pool(pool) = key else { continue };
-            if share.contains(pool) {
-                h.leaving = false;
-                continue;
-            }
-            h.leaving = true;
-            // Idle: no fence of it is in use, so no pass is in flight.
-            if Arc::strong_count(&h.in_use) == 1 && leaving.len() < cap {
-                leaving.push(pool.clone());
-            }
+/// The pools of `share` not held yet, and the idle ones held outside it,
+/// a bounded number a round, given up here (the caller releases them in
+/// the store). Jobs are not spread: the replica that claimed one keeps it.
+fn hand_over(leases: &Leases, share: &HashSet<PoolRef>) -> (Vec<PoolRef>, Vec<PoolRef>) {
+    let mut held = leases.lock();
+    let wanted: Vec<PoolRef> = share.iter().filter(|p| !held.contains_key(&Key::pool(p))).cloned().collect();
+    let pools = held.keys().filter(|k| k.kind() == Kind::Pool).count();
+    let cap = ((pools as f64 * HANDOVER_SHARE) as usize).max(HANDOVER_MIN);
+    let mut leaving = Vec::new();
+    for (key, h) in held.iter_mut() {
+        let Key::Pool(pool) = key else { continue };
+        if share.contains(pool) {
+            h.leaving = false;
+            continue;
         }
-        for pool in &leaving {
-            held.remove(&Key::pool(pool));
+        h.leaving = true;
+        // Idle: no fence of it is in use, so no pass is in flight.
+        if Arc::strong_count(&h.in_use) == 1 && leaving.len() < cap {
+            leaving.push(pool.clone());
         }
-        (wanted, leaving)
-    };
-    if !leaving.is_empty() {
-        r.handed_over = db::leases::release(store, &leases.me, &leaving).await? as usize;
     }
+    for pool in &leaving {
+        held.remove(&Key::pool(pool));
+    }
+    (wanted, leaving)
+}
 
+/// Takes the leases of `wanted` that nobody holds, and wakes their pools:
+/// how many were taken, how many pools are held now, and when the first
+/// lease another holds expires.
+async fn take(
+    leases: &Leases,
+    store: &sqlx::PgPool,
+    wakes: &mpsc::UnboundedSender<Wake>,
+    wanted: &[PoolRef],
+) -> sqlx::Result<(usize, usize, Option<Duration>)> {
     let sent = Instant::now();
-    let (taken, next_expiry) = db::leases::acquire(store, &leases.me, &wanted, leases.duration).await?;
+    let (taken, next_expiry) = db::leases::acquire(store, &leases.me, wanted, leases.duration).await?;
     let valid_until = sent + leases.act_for();
-    r.gained = taken.len();
-    {
+    let gained = taken.len();
+    let held = {
         let mut held = leases.lock();
         for t in &taken {
             held.insert(t.key.clone(), Held::new(t.token, valid_until));
         }
-        r.held = held.keys().filter(|k| k.kind() == Kind::Pool).count();
-    }
+        held.keys().filter(|k| k.kind() == Kind::Pool).count()
+    };
     for t in taken {
         if let Key::Pool(pool) = t.key {
             let _ = wakes.send(Wake::Pool(pool));
         }
     }
-    // A lease another holds, or another replica's life, that ends before
-    // the next tick: look again just after, to take over at once if its
-    // holder is gone.
-    let next_death = next_death.map(|s| Duration::from_secs_f64(s.max(0.0)));
-    let next = [next_expiry, next_death].into_iter().flatten().min();
-    Ok((r, next.map(|d| d + Duration::from_millis(50))))
+    Ok((gained, held, next_expiry))
 }
 
 impl Spread {
