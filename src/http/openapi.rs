@@ -75,17 +75,24 @@ pub const NAMESPACED: &[&str] = &["/v1/pools", "/v1/clusters", "/v1/upgrades", "
 
 /// Adds [`NamespaceParam`](crate::http::extract::NamespaceParam), as utoipa
 /// writes it, to every operation of a [`NAMESPACED`] path that does not
-/// declare it already, with the 404 a missing namespace answers.
+/// declare it already, with the 404 a missing namespace answers and the
+/// 422 a malformed one (or `*` outside a list) does.
 fn namespace_params(doc: &mut Value) -> anyhow::Result<()> {
     use anyhow::Context as _;
     use utoipa::IntoParams as _;
     let params = crate::http::extract::NamespaceParam::into_params(|| Some(utoipa::openapi::path::ParameterIn::Query));
     let param = params.first().context("NamespaceParam declares no parameter")?;
     let param = serde_json::to_value(param).context("the namespace parameter does not serialize")?;
-    let not_found = json!({
-        "description": "No such namespace, or no such object in it",
-        "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}},
-    });
+    let problem = |description: &str| {
+        json!({
+            "description": description,
+            "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}},
+        })
+    };
+    let not_found = problem("No such namespace, or no such object in it");
+    let bad_namespace = problem(
+        "The namespace is not a DNS label, or is `*` on an operation that is not a list; `errors` names the rule",
+    );
     let Some(paths) = doc.pointer_mut("/paths").and_then(Value::as_object_mut) else { return Ok(()) };
     for (path, item) in paths.iter_mut() {
         let namespaced =
@@ -103,6 +110,7 @@ fn namespace_params(doc: &mut Value) -> anyhow::Result<()> {
             }
             if let Some(responses) = op.get_mut("responses").and_then(Value::as_object_mut) {
                 responses.entry("404").or_insert_with(|| not_found.clone());
+                responses.entry("422").or_insert_with(|| bad_namespace.clone());
             }
         }
     }
