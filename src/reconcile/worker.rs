@@ -173,12 +173,22 @@ impl Timers {
 /// one of their own under paused time.
 pub trait Passes: Clone + Send + Sync + 'static {
     fn pass(&self, pool: &PoolRef) -> impl Future<Output = Result<Outcome, ReconcileError>> + Send;
+    /// Whether this process drives `pool` now (with replicas: holds its
+    /// lease). A pass of a pool it does not drive does nothing, and leaves
+    /// the spans that woke the pool to the pass that will.
+    fn drives(&self, _pool: &PoolRef) -> bool {
+        true
+    }
     fn failed(&self, pool: &PoolRef, error: &ReconcileError) -> impl Future<Output = ()> + Send;
     fn pools(&self) -> impl Future<Output = sqlx::Result<Vec<PoolRef>>> + Send;
     fn engine_changed(&self, engine: &str, change: EngineChange, message: String);
 }
 
 impl Passes for Context {
+    fn drives(&self, pool: &PoolRef) -> bool {
+        self.for_pool(pool).is_some()
+    }
+
     async fn pass(&self, pool: &PoolRef) -> Result<Outcome, ReconcileError> {
         // Another replica drives the pool: nothing to do here, and no
         // timers to keep for it (the keeper wakes it if it comes back).
@@ -228,14 +238,26 @@ struct Scheduler<P: Passes> {
     resyncs: Timers,
     tasks: JoinSet<(PoolRef, Result<Outcome, ReconcileError>)>,
     task_pools: HashMap<tokio::task::Id, PoolRef>,
-    /// The spans (requests) that woke a pool since its last pass began:
-    /// that pass links to them.
-    woken_by: HashMap<PoolRef, Vec<SpanContext>>,
+    /// The spans (requests) that woke a pool since its last pass driving
+    /// it began: that pass links to them.
+    woken_by: HashMap<PoolRef, Woken>,
+}
+
+/// The spans that woke a pool, since when.
+struct Woken {
+    since: tokio::time::Instant,
+    links: Vec<SpanContext>,
 }
 
 /// Most links one pass keeps; a pool woken by a burst of requests links
 /// to the first ones.
 const MAX_LINKS: usize = 16;
+/// How long the spans that woke a pool this process does not drive (yet:
+/// the keeper takes a new pool's lease on its next round) wait for the
+/// pass that will; the links of a pool another replica drives are dropped
+/// after it, once [`PRUNE_LINKS_AT`] pools hold some.
+const KEEP_LINKS: Duration = Duration::from_secs(60);
+const PRUNE_LINKS_AT: usize = 4096;
 
 impl<P: Passes> Scheduler<P> {
     fn wake(&mut self, pool: PoolRef, priority: Priority) {
@@ -271,9 +293,13 @@ impl<P: Passes> Scheduler<P> {
     }
 
     fn woken_by(&mut self, pool: PoolRef, by: SpanContext) {
-        let links = self.woken_by.entry(pool.clone()).or_default();
-        if links.len() < MAX_LINKS {
-            links.push(by);
+        let now = tokio::time::Instant::now();
+        if self.woken_by.len() >= PRUNE_LINKS_AT {
+            self.woken_by.retain(|_, w| now.duration_since(w.since) < KEEP_LINKS);
+        }
+        let woken = self.woken_by.entry(pool.clone()).or_insert_with(|| Woken { since: now, links: Vec::new() });
+        if woken.links.len() < MAX_LINKS {
+            woken.links.push(by);
         }
         self.wake(pool, Priority::Wake);
     }
@@ -282,7 +308,12 @@ impl<P: Passes> Scheduler<P> {
         let passes = self.passes.clone();
         self.running.insert(pool.clone());
         let task_pool = pool.clone();
-        let span = pass_span(&pool, self.woken_by.remove(&pool).unwrap_or_default());
+        let links = if self.passes.drives(&pool) {
+            self.woken_by.remove(&pool).map(|w| w.links).unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        let span = pass_span(&pool, links);
         let handle = self.tasks.spawn(
             async move {
                 let result = passes.pass(&task_pool).await;
