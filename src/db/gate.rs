@@ -100,6 +100,9 @@ pub struct WriteTx {
     /// The transaction's span, from the wait for the writer to the commit
     /// (or the rollback of a drop): ends when the transaction does.
     span: tracing::Span,
+    /// The span whose work this is (a request's, a pass's), named in the
+    /// row notices of the commit: another replica's pass links to it.
+    by: Option<opentelemetry::trace::SpanContext>,
 }
 
 enum Inner {
@@ -127,6 +130,7 @@ impl WriteTx {
             touched: Vec::new(),
             cache: Some(cache),
             span: tracing::Span::none(),
+            by: None,
         }
     }
 
@@ -138,9 +142,10 @@ impl WriteTx {
         }
     }
 
-    /// Makes `span` the transaction's span.
-    pub(super) fn in_span(mut self, span: tracing::Span) -> Self {
+    /// Makes `span` the transaction's span, for the work of span `by`.
+    pub(super) fn in_span(mut self, span: tracing::Span, by: Option<opentelemetry::trace::SpanContext>) -> Self {
         self.span = span;
+        self.by = by;
         self
     }
 
@@ -152,14 +157,14 @@ impl WriteTx {
     }
 
     async fn commit_untraced(self) -> sqlx::Result<()> {
-        let Self { inner, touched, cache, span: _ } = self;
+        let Self { inner, touched, cache, span: _, by } = self;
         match inner {
             Inner::Sqlite { tx, _permit } => tx.commit().await?,
             Inner::Postgres { mut tx, origin } => {
                 // Sent inside the transaction: delivered when it commits,
                 // in commit order, and never for a write rolled back.
                 if !touched.is_empty() {
-                    super::notices::rows(&mut tx, &origin, &touched).await?;
+                    super::notices::rows(&mut tx, &origin, &touched, by.as_ref()).await?;
                 }
                 tx.commit().await?
             }
@@ -204,6 +209,7 @@ pub async fn begin(
         touched: Vec::new(),
         cache: Some(cache),
         span: tracing::Span::none(),
+        by: None,
     })
 }
 

@@ -179,9 +179,16 @@ impl Db {
         // Only inside other work: a background writer's transaction
         // (leases, audit, retention) alone would be a trace of its own
         // every few seconds, noise in every tracing UI.
-        if tracing::Span::current().is_none() {
+        let current = tracing::Span::current();
+        if current.is_none() {
             return self.begin_untraced(priority).await;
         }
+        let by = {
+            use opentelemetry::trace::TraceContextExt as _;
+            use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+            let sc = current.context().span().span_context().clone();
+            sc.is_valid().then_some(sc)
+        };
         let span = tracing::info_span!(
             "db",
             otel.name = "db transaction",
@@ -190,7 +197,7 @@ impl Db {
             outcome = tracing::field::Empty,
         );
         let tx = tracing::Instrument::instrument(self.begin_untraced(priority), span.clone()).await?;
-        Ok(tx.in_span(span))
+        Ok(tx.in_span(span, by))
     }
 
     async fn begin_untraced(&self, priority: Priority) -> sqlx::Result<WriteTx> {

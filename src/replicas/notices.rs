@@ -5,7 +5,8 @@
 //! or a request needs. What it hears it applies in order:
 //! - a row notice from another replica drops the pool from this
 //!   replica's cache (unless the cache holds that version already), then
-//!   wakes the pool's event streams and its driver;
+//!   wakes the pool's event streams and its driver (whose pass links to
+//!   the span that wrote the row, when the notice names one);
 //! - a hint wakes the streams and the driver (a pass of a pool this
 //!   replica does not drive ends at once);
 //! - this replica's own barriers mark how far the cache has caught up,
@@ -169,19 +170,25 @@ fn apply(l: &Listener, payload: &str) {
     if origin == &*l.me {
         return;
     }
-    let pool = match notice {
-        Notice::Row { pool, version } => {
+    let (pool, by) = match notice {
+        Notice::Row { pool, version, by } => {
             l.db.pool_cache().invalidate_older(&pool, version.unwrap_or(i64::MAX));
-            pool
+            (pool, by)
         }
-        Notice::Pool(pool) => pool,
+        Notice::Pool(pool) => (pool, None),
         Notice::Job(id) => {
             l.changes.heard(&Subject::Job(id));
             return;
         }
     };
     l.changes.heard(&Subject::Pool(pool.clone()));
-    let _ = l.wakes.send(Wake::Pool(pool));
+    // The pass (here, if this replica drives the pool) links to the work
+    // on the other replica that wrote the row: one story in the traces.
+    let wake = match by {
+        Some(by) => Wake::Traced { pool, by },
+        None => Wake::Pool(pool),
+    };
+    let _ = l.wakes.send(wake);
 }
 
 async fn send_hints(store: &PgPool, me: &str, batch: &mut Vec<Subject>) {

@@ -4,7 +4,7 @@
 //! collector of this test's own that decodes every request with
 //! `opentelemetry-proto` and keeps the spans.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -414,4 +414,89 @@ async fn an_upgrade_job_exports_its_steps_with_their_kubernetes_calls_and_never_
             assert!(!text.contains(SIM_TOKEN), "span {:?} carries the cluster's token", s.span.name);
         }
     }
+}
+
+/// One story across replicas: a rolling update accepted by replica A of a
+/// pool replica B drives. B's pass links to A's request (the row notice of
+/// A's commit carries its trace context), and the new machines' creates
+/// are under that pass; the old machines' removals follow on B.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_update_across_replicas_links_the_drivers_pass_to_the_request() {
+    use crate::rig::{LIMIT, Replica, names_split, patch, token};
+    let collector = Collector::start().await;
+    let db = crate::rig::database();
+    let a = Replica::start(&db, false, &["--otlp-endpoint", &collector.url, "--otel-service-name", "replica-a"]).await;
+    let b = Replica::start(&db, false, &["--otlp-endpoint", &collector.url, "--otel-service-name", "replica-b"]).await;
+    let client = client_with_token(&token(&[&a, &b]));
+    let (_, of_b) = names_split(&client, &a, &b, "xr", 2).await;
+    let name = of_b[0].clone();
+    let spec = json!({"name": name, "replicas": 2, "version": "v1.29.2", "image": "sim/node:1"});
+    assert_eq!(client.post(a.url("/v1/pools")).json(&spec).send().await.expect("creating").status(), 201);
+    let before = a
+        .proc
+        .wait_pool(&client, &name, LIMIT, "two ready machines, driven by b", |p| {
+            p["status"]["ready_replicas"] == 2 && b.is(&p["status"]["driver"])
+        })
+        .await;
+    let old = a.proc.machine_names(&client, &name).await;
+    assert_eq!(old.len(), 2, "{before:#}");
+
+    const ROLLOUT_TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
+    let res = patch(&client, a.url(&format!("/v1/pools/{name}")), json!({"image": "sim/node:2"}))
+        .header("traceparent", format!("00-{ROLLOUT_TRACE}-{PARENT_ID}-01"))
+        .send()
+        .await
+        .expect("updating the image through a");
+    assert_eq!(res.status(), 200, "{}", a.proc.output());
+    a.proc
+        .wait_pool(&client, &name, LIMIT, "the rollout to finish", |p| {
+            p["status"]["updated_replicas"] == 2 && p["status"]["ready_replicas"] == 2 && p["status"]["replicas"] == 2
+        })
+        .await;
+
+    wait_for(
+        Duration::from_secs(20),
+        "a's request, and b's pass linked to it with the new machines' creates",
+        async || {
+            let spans = collector.spans();
+            let by_id: HashMap<Vec<u8>, &Exported> = spans.iter().map(|s| (s.span.span_id.clone(), s)).collect();
+            let request = spans.iter().any(|s| {
+                s.service == "replica-a" && s.span.name == "PATCH /v1/pools/{name}" && s.trace_id() == ROLLOUT_TRACE
+            });
+            let linked: Vec<&Exported> = spans
+                .iter()
+                .filter(|s| {
+                    s.service == "replica-b" && s.span.name == "reconcile pass" && s.str_attr("pool") == Some(&name)
+                })
+                .filter(|s| s.span.links.iter().any(|l| hex(&l.trace_id) == ROLLOUT_TRACE))
+                .collect();
+            let creates = spans
+                .iter()
+                .filter(|s| s.span.name == "engine create" && s.str_attr("outcome") == Some("ok"))
+                .filter(|s| linked.iter().any(|p| descends(&by_id, s, &p.span.span_id)))
+                .count();
+            request && creates >= 1
+        },
+    )
+    .await;
+    // A's side of the story stays on A: it drove nothing of the pool.
+    let spans = collector.spans();
+    assert!(
+        !spans.iter().any(|s| s.service == "replica-a" && s.span.name == "engine create"),
+        "replica a created no machine"
+    );
+    // The old machines went, each by an engine call of b.
+    let mut removed = HashSet::new();
+    wait_for(Duration::from_secs(20), "b's removals of the old machines at the collector", async || {
+        removed = collector
+            .spans()
+            .iter()
+            .filter(|s| {
+                s.service == "replica-b" && s.span.name == "engine remove" && s.str_attr("outcome") == Some("ok")
+            })
+            .filter_map(|s| s.str_attr("container.name").map(str::to_owned))
+            .collect();
+        old.is_subset(&removed)
+    })
+    .await;
 }
