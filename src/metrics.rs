@@ -9,6 +9,12 @@
 //! the pool: `drover_pool_reconcile_failures_total` has a `pool` label, and
 //! its series goes when the pool does ([`Metrics::forget_pool`]).
 //!
+//! The duration histograms keep, for each bucket, the trace id of the
+//! last sampled request or pass that fell in it: exemplars, rendered when
+//! the scraper asks for OpenMetrics (Prometheus with
+//! `--enable-feature=exemplar-storage` does), so that a slow bucket in
+//! Grafana leads to a trace of it.
+//!
 //! Each server (and each test's server) has its own registry, passed
 //! around like the database.
 
@@ -19,13 +25,29 @@ use std::time::{Duration, Instant};
 use axum::http::{Method, StatusCode};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::exemplar::HistogramWithExemplars;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+
+use crate::telemetry::context::TraceId;
 
 /// Upper bounds of the duration histograms, in seconds.
 const BUCKETS: &[f64] = &[0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+
+/// The label of an exemplar: the trace of the observation.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Exemplar {
+    trace_id: String,
+}
+
+impl Exemplar {
+    fn of(trace: Option<TraceId>) -> Option<Self> {
+        trace.map(|t| Self { trace_id: t.to_string() })
+    }
+}
+
+type Histogram = HistogramWithExemplars<Exemplar>;
 
 fn duration_histogram() -> Histogram {
     Histogram::new(BUCKETS.iter().copied())
@@ -35,6 +57,49 @@ type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
 
 fn histograms<L: Clone + std::hash::Hash + Eq>() -> Histograms<L> {
     Family::new_with_constructor(duration_histogram as fn() -> Histogram)
+}
+
+/// How `/metrics` is written, as the scraper asked (its `Accept` header).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Prometheus' text format 0.0.4: no exemplars.
+    Prometheus,
+    /// OpenMetrics 1.0 text: exemplars on the duration histograms.
+    OpenMetrics,
+}
+
+impl Format {
+    /// OpenMetrics when `accept` names it, else Prometheus' text format.
+    pub fn negotiate(accept: Option<&str>) -> Self {
+        let asks = accept.is_some_and(|a| {
+            a.split(',').any(|t| t.split(';').next().is_some_and(|m| m.trim() == "application/openmetrics-text"))
+        });
+        if asks { Self::OpenMetrics } else { Self::Prometheus }
+    }
+
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Self::Prometheus => prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
+            Self::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        }
+    }
+
+    /// Writes `registry` (without OpenMetrics' `# EOF`: the answer is
+    /// several registries, and [`Format::finish`] ends it).
+    fn encode(self, out: &mut String, registry: &Registry) -> std::fmt::Result {
+        match self {
+            Self::Prometheus => prometheus_client::encoding::prometheus_text::encode(out, registry),
+            Self::OpenMetrics => prometheus_client::encoding::text::encode_registry(out, registry),
+        }
+    }
+
+    /// Ends an answer: OpenMetrics' `# EOF` line.
+    pub fn finish(self, out: &mut String) -> std::fmt::Result {
+        match self {
+            Self::Prometheus => Ok(()),
+            Self::OpenMetrics => prometheus_client::encoding::text::encode_eof(out),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -298,19 +363,32 @@ fn method_label(m: &Method) -> &'static str {
 
 impl Metrics {
     /// One answered request. `route` is the matched route pattern (never
-    /// the path, which would make one series per pool).
-    pub fn http_request(&self, method: &Method, route: Option<&str>, status: StatusCode, took: Duration) {
+    /// the path, which would make one series per pool); `trace`, the
+    /// request's trace when it was sampled (the bucket's exemplar).
+    pub fn http_request(
+        &self,
+        method: &Method,
+        route: Option<&str>,
+        status: StatusCode,
+        took: Duration,
+        trace: Option<TraceId>,
+    ) {
         let method = method_label(method);
         let route = route.unwrap_or("unmatched").to_owned();
         self.http_requests.get_or_create(&HttpLabels { method, route: route.clone(), status: status.as_u16() }).inc();
-        self.http_duration.get_or_create(&RouteLabels { method, route }).observe(took.as_secs_f64());
+        self.http_duration.get_or_create(&RouteLabels { method, route }).observe(
+            took.as_secs_f64(),
+            Exemplar::of(trace),
+            None,
+        );
     }
 
-    /// One finished reconcile pass of `pool`.
-    pub fn reconcile_pass(&self, pool: &PoolRef, outcome: PassOutcome, took: Duration) {
+    /// One finished reconcile pass of `pool`, of trace `trace` when it was
+    /// sampled.
+    pub fn reconcile_pass(&self, pool: &PoolRef, outcome: PassOutcome, took: Duration, trace: Option<TraceId>) {
         let labels = OutcomeLabels { outcome: outcome.as_str() };
         self.reconcile_passes.get_or_create(&labels).inc();
-        self.reconcile_duration.get_or_create(&labels).observe(took.as_secs_f64());
+        self.reconcile_duration.get_or_create(&labels).observe(took.as_secs_f64(), Exemplar::of(trace), None);
         match outcome {
             PassOutcome::Error => {
                 self.pool_failures.get_or_create(&PoolLabels::of(pool)).inc();
@@ -393,9 +471,9 @@ impl Metrics {
         self.pruned.get_or_create(&TableLabels { table }).inc_by(rows);
     }
 
-    /// The recorded families in Prometheus text format.
-    pub fn render(&self, out: &mut String) -> std::fmt::Result {
-        prometheus_client::encoding::prometheus_text::encode(out, &self.registry)
+    /// The recorded families, in `format`.
+    pub fn render(&self, out: &mut String, format: Format) -> std::fmt::Result {
+        format.encode(out, &self.registry)
     }
 }
 
@@ -426,14 +504,16 @@ pub struct PassTimer {
 impl PassTimer {
     pub fn finish(mut self, outcome: PassOutcome) {
         self.done = true;
-        self.metrics.reconcile_pass(&self.pool, outcome, self.started.elapsed());
+        // Inside the pass's span: its trace is the exemplar.
+        let trace = crate::telemetry::context::sampled_trace_id(&tracing::Span::current());
+        self.metrics.reconcile_pass(&self.pool, outcome, self.started.elapsed(), trace);
     }
 }
 
 impl Drop for PassTimer {
     fn drop(&mut self) {
         if !self.done {
-            self.metrics.reconcile_pass(&self.pool, PassOutcome::Cancelled, self.started.elapsed());
+            self.metrics.reconcile_pass(&self.pool, PassOutcome::Cancelled, self.started.elapsed(), None);
         }
     }
 }
@@ -462,8 +542,8 @@ impl ScrapeGauges {
         self.registry.register(name, help, family);
     }
 
-    pub fn render(&self, out: &mut String) -> std::fmt::Result {
-        prometheus_client::encoding::prometheus_text::encode(out, &self.registry)
+    pub fn render(&self, out: &mut String, format: Format) -> std::fmt::Result {
+        format.encode(out, &self.registry)
     }
 }
 
@@ -473,7 +553,7 @@ mod tests {
 
     fn rendered(m: &Metrics) -> String {
         let mut out = String::new();
-        m.render(&mut out).unwrap();
+        m.render(&mut out, Format::Prometheus).unwrap();
         out
     }
 
@@ -481,9 +561,9 @@ mod tests {
     fn renders_prometheus_text_with_bounded_labels() {
         let m = Arc::new(Metrics::default());
         for _ in 0..2 {
-            m.http_request(&Method::GET, Some("/v1/pools"), StatusCode::OK, Duration::from_millis(3));
+            m.http_request(&Method::GET, Some("/v1/pools"), StatusCode::OK, Duration::from_millis(3), None);
         }
-        m.http_request(&Method::from_bytes(b"BREW").unwrap(), None, StatusCode::NOT_FOUND, Duration::ZERO);
+        m.http_request(&Method::from_bytes(b"BREW").unwrap(), None, StatusCode::NOT_FOUND, Duration::ZERO, None);
         m.kube_call("list pods on node", true);
         m.kube_call("evict pod", false);
         m.kube_call("list pods", true);
@@ -500,16 +580,47 @@ mod tests {
     }
 
     #[test]
+    fn exemplars_name_the_trace_of_a_buckets_last_sampled_request_in_openmetrics_only() {
+        let m = Arc::new(Metrics::default());
+        let trace: TraceId = "4bf92f3577b34da6a3ce929d0e0e4736".parse().unwrap();
+        m.http_request(&Method::GET, Some("/v1/pools"), StatusCode::OK, Duration::from_millis(3), Some(trace));
+        m.http_request(&Method::GET, Some("/v1/pools"), StatusCode::OK, Duration::from_millis(300), None);
+        m.reconcile_pass(&"web".into(), PassOutcome::Converged, Duration::from_millis(40), Some(trace));
+
+        let mut open = String::new();
+        m.render(&mut open, Format::OpenMetrics).unwrap();
+        Format::OpenMetrics.finish(&mut open).unwrap();
+        let bucket = |out: &str, prefix: &str| out.lines().find(|l| l.starts_with(prefix)).unwrap_or("").to_owned();
+        let fast = bucket(&open, "drover_http_request_duration_seconds_bucket{le=\"0.005\",method=\"GET\"");
+        assert!(fast.ends_with(" 1 # {trace_id=\"4bf92f3577b34da6a3ce929d0e0e4736\"} 0.003"), "{open}");
+        let slow = bucket(&open, "drover_http_request_duration_seconds_bucket{le=\"0.5\",method=\"GET\"");
+        assert!(slow.ends_with(" 2"), "a request not sampled leaves no exemplar: {open}");
+        let pass = bucket(&open, "drover_reconcile_duration_seconds_bucket{le=\"0.05\"");
+        assert!(pass.contains("# {trace_id=\"4bf92f3577b34da6a3ce929d0e0e4736\"} 0.04"), "{open}");
+        assert!(open.ends_with("# EOF\n"), "{open}");
+        assert_eq!(
+            Format::negotiate(Some("application/openmetrics-text;version=1.0.0,text/plain;q=0.5")),
+            Format::OpenMetrics
+        );
+        assert_eq!(Format::negotiate(Some("text/plain")), Format::Prometheus);
+        assert_eq!(Format::negotiate(None), Format::Prometheus);
+
+        let text = rendered(&m);
+        assert!(!text.contains("trace_id"), "Prometheus' text format has no exemplars: {text}");
+        assert!(!text.contains("# EOF"), "{text}");
+    }
+
+    #[test]
     fn a_pools_series_go_with_the_pool() {
         let m = Arc::new(Metrics::default());
-        m.reconcile_pass(&"web".into(), PassOutcome::Error, Duration::from_millis(30));
+        m.reconcile_pass(&"web".into(), PassOutcome::Error, Duration::from_millis(30), None);
         m.reconcile_timer(&"web".into()).finish(PassOutcome::Converged);
         drop(m.reconcile_timer(&"web".into()));
         let out = rendered(&m);
         assert!(out.contains("drover_pool_reconcile_failures_total{namespace=\"default\",pool=\"web\"} 1"), "{out}");
         assert!(out.contains("drover_reconcile_passes_total{outcome=\"cancelled\"} 1"), "{out}");
         assert!(out.contains("drover_reconcile_duration_seconds_bucket{outcome=\"error\",le=\"0.05\"} 1"), "{out}");
-        m.reconcile_pass(&"web".into(), PassOutcome::Gone, Duration::ZERO);
+        m.reconcile_pass(&"web".into(), PassOutcome::Gone, Duration::ZERO, None);
         assert!(!rendered(&m).contains("pool=\"web\""), "the pool's series outlived it");
     }
 

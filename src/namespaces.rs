@@ -45,6 +45,7 @@ impl Namespaces {
         Self { db, pools }
     }
 
+    #[tracing::instrument(name = "namespaces.create", skip_all)]
     pub async fn create(
         &self,
         access: &Access,
@@ -67,6 +68,7 @@ impl Namespaces {
     }
 
     /// The namespaces the caller has a role in (every one for a `*` grant).
+    #[tracing::instrument(name = "namespaces.list", skip_all)]
     pub async fn list(&self, access: &Access) -> Result<Vec<NamespaceRecord>, NamespaceError> {
         let mut all = db::namespaces::all(self.db.read()).await?;
         if let Some(visible) = access.visible_namespaces() {
@@ -75,6 +77,7 @@ impl Namespaces {
         Ok(all)
     }
 
+    #[tracing::instrument(name = "namespaces.get", skip_all)]
     pub async fn get(&self, access: &Access, name: &Namespace) -> Result<NamespaceRecord, NamespaceError> {
         let found = db::namespaces::get(self.db.read(), name).await?;
         access.may(Action::READ, &Target::namespace(name))?;
@@ -83,6 +86,7 @@ impl Namespaces {
 
     /// Fences the namespace's pools to the engines whose labels match
     /// `engine_selector` (empty: any engine), and wakes them to move.
+    #[tracing::instrument(name = "namespaces.set_engine_selector", skip_all)]
     pub async fn set_engine_selector(
         &self,
         access: &Access,
@@ -107,6 +111,7 @@ impl Namespaces {
     }
 
     /// Deletes an empty namespace; `default` always exists.
+    #[tracing::instrument(name = "namespaces.delete", skip_all)]
     pub async fn delete(&self, access: &Access, name: &Namespace) -> Result<(), NamespaceError> {
         self.get(access, name).await?;
         access.may(Action::CHANGE, &Target::namespace(name))?;

@@ -143,6 +143,7 @@ impl Apply {
     }
 
     /// Checks, plans and (unless a dry run) applies.
+    #[tracing::instrument(name = "apply.apply", skip_all)]
     pub async fn apply(&self, req: Request) -> Result<Applied, ApplyError> {
         let access = &req.access;
         let set = SetRef::new(access.namespace.clone(), req.apply_set.clone());

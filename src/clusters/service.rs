@@ -106,6 +106,7 @@ impl Clusters {
     /// The cluster `name` of the request's namespace, if the caller may do
     /// `action` to it (looked up first, so that one the caller may not see
     /// answers as a missing one, at the same cost).
+    #[tracing::instrument(name = "clusters.get", skip_all)]
     pub async fn get(&self, access: &Access, action: Action, name: &str) -> Result<ClusterRecord, ClusterError> {
         let id = ClusterRef::new(access.namespace.clone(), name);
         let found = db::clusters::get(self.db.read(), &id).await?;
@@ -116,6 +117,7 @@ impl Clusters {
     /// Registers a cluster in the request's namespace once its credentials
     /// check out (they parse, every value can be sent, a client can be
     /// built; no network is used).
+    #[tracing::instrument(name = "clusters.register", skip_all)]
     pub async fn register(&self, access: &Access, input: NewCluster) -> Result<ClusterRecord, ClusterError> {
         self.namespace_exists(access).await?;
         access.may(Action::CHANGE, &Target::in_namespace(&access.namespace, "cluster", input.name.as_str()))?;
@@ -203,6 +205,7 @@ impl Clusters {
     }
 
     /// A page of the clusters of the request's namespace, in name order.
+    #[tracing::instrument(name = "clusters.list", skip_all)]
     pub async fn list(&self, access: &Access, req: &PageRequest) -> Result<Page<ClusterRecord>, ClusterError> {
         self.namespace_exists(access).await?;
         let rows = db::clusters::list(self.db.read(), &access.namespace, req.after.as_deref(), req.fetch()).await?;
@@ -226,6 +229,7 @@ impl Clusters {
 
     /// Forgets a cluster and its job history; refused while a job runs on
     /// it or a pool names it.
+    #[tracing::instrument(name = "clusters.delete", skip_all)]
     pub async fn delete(&self, access: &Access, name: &str) -> Result<(), ClusterError> {
         let found = self.get(access, Action::CHANGE, name).await?;
         let id = ClusterRef::new(found.namespace, found.name);
@@ -233,6 +237,7 @@ impl Clusters {
     }
 
     /// Probes the cluster's control plane (each call tried once).
+    #[tracing::instrument(name = "clusters.status", skip_all)]
     pub async fn status(&self, access: &Access, name: &str) -> Result<ClusterStatus, ClusterError> {
         let found = self.get(access, Action::READ, name).await?;
         let api = self.connect(&ClusterRef::new(found.namespace, found.name.clone()), 1).await?;

@@ -247,6 +247,7 @@ impl Engines {
     }
 
     /// The engine, with whether it has a TLS identity.
+    #[tracing::instrument(name = "engines.get", skip_all)]
     pub async fn get(&self, access: &Access, name: &str) -> Result<EngineInfo, EngineError> {
         let engine = self.set.get(name);
         allow(access, Action::READ, name)?;
@@ -260,6 +261,7 @@ impl Engines {
     }
 
     /// A page of engines in name order, `local` among them.
+    #[tracing::instrument(name = "engines.list", skip_all)]
     pub async fn list(&self, access: &Access, req: &PageRequest) -> Result<Page<EngineInfo>, EngineError> {
         allow(access, Action::READ, "*")?;
         let with_tls = self.with_tls().await?;
@@ -276,6 +278,7 @@ impl Engines {
     }
 
     /// A page of the engine's events, newest first.
+    #[tracing::instrument(name = "engines.events", skip_all)]
     pub async fn events(
         &self,
         access: &Access,
@@ -290,6 +293,7 @@ impl Engines {
 
     /// Registers an engine and starts its informer. The daemon at its
     /// endpoint, when it answers, must not be registered already.
+    #[tracing::instrument(name = "engines.register", skip_all)]
     pub async fn register(&self, access: &Access, raw: RawEngine) -> Result<EngineInfo, EngineError> {
         allow(access, Action::CHANGE, raw.name.as_str())?;
         let spec = spec::validate(raw, self.simulated).map_err(EngineError::Invalid)?;
@@ -404,6 +408,7 @@ impl Engines {
     }
 
     /// Starts (or stops) moving every machine off the engine.
+    #[tracing::instrument(name = "engines.drain", skip_all)]
     pub async fn drain(&self, access: &Access, name: &str, on: bool) -> Result<EngineInfo, EngineError> {
         allow(access, Action::CHANGE, name)?;
         let reg = self;
@@ -434,6 +439,7 @@ impl Engines {
     /// host is gone for good, so its machines can neither be drained nor
     /// stopped): then its machines are forgotten with it, each pool records them
     /// as vanished on its next pass, and a pool being deleted can finish.
+    #[tracing::instrument(name = "engines.remove", skip_all)]
     pub async fn remove(&self, access: &Access, name: &str) -> Result<(), EngineError> {
         allow(access, Action::CHANGE, name)?;
         let mut tx = self.db.begin_write().await?;

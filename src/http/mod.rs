@@ -133,7 +133,8 @@ async fn guard(
         }
     };
     drop(permit);
-    state.metrics.http_request(&method, route, res.status(), started.elapsed());
+    let trace = crate::telemetry::context::sampled_trace_id(&tracing::Span::current());
+    state.metrics.http_request(&method, route, res.status(), started.elapsed(), trace);
     res
 }
 

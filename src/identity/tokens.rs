@@ -61,6 +61,7 @@ impl Tokens {
     /// Creates a token with `grants`, each of which the caller must be an
     /// admin of (a namespace's admin gives grants in that namespace; only
     /// a `*` admin gives `*`) and hold itself.
+    #[tracing::instrument(name = "tokens.create", skip_all)]
     pub async fn create(&self, access: &Access, name: &DnsLabel, grants: Grants) -> Result<Created, TokenError> {
         check_grants(&grants).map_err(TokenError::Invalid)?;
         for grant in &grants.0 {
@@ -100,6 +101,7 @@ impl Tokens {
     /// The tokens the caller manages (names and grants; never the
     /// secrets): every one for a `*` admin, else those of the namespaces
     /// it is an admin of.
+    #[tracing::instrument(name = "tokens.list", skip_all)]
     pub async fn list(&self, access: &Access) -> Result<Vec<TokenInfo>, TokenError> {
         let mut items = match access.grants() {
             Some(g) if g.global_role() != Some(Role::Admin) => {
@@ -122,6 +124,7 @@ impl Tokens {
 
     /// Revokes a token the caller manages; the last token with the admin
     /// role on `*` cannot be revoked.
+    #[tracing::instrument(name = "tokens.delete", skip_all)]
     pub async fn delete(&self, access: &Access, name: &str) -> Result<(), TokenError> {
         let managed_in = db::tokens::namespace_of(self.db.read(), name)
             .await?
@@ -147,6 +150,7 @@ impl Tokens {
 
     /// A page of the audit trail, newest first: of one namespace (its
     /// admins), or all of it (`None`: a `*` admin).
+    #[tracing::instrument(name = "tokens.audit", skip_all)]
     pub async fn audit(
         &self,
         access: &Access,

@@ -67,6 +67,7 @@ impl Pools {
     /// `action` to it. Decided before the lookup (the decision depends on
     /// the caller and the namespace, never on the pool): a refusal costs
     /// the same whether the pool exists or not, and answers the same.
+    #[tracing::instrument(name = "pools.get", skip_all)]
     pub async fn get(&self, access: &Access, action: Action, name: &str) -> Result<Pool, PoolError> {
         let id = PoolRef::new(access.namespace.clone(), name);
         access.may(action, &target(&id))?;
@@ -80,6 +81,7 @@ impl Pools {
     }
 
     /// A pool as last committed, shared, with room for its rendered answer.
+    #[tracing::instrument(name = "pools.shared", skip_all)]
     pub async fn shared(&self, access: &Access, name: &str) -> Result<Arc<Cached>, PoolError> {
         let id = PoolRef::new(access.namespace.clone(), name);
         access.may(Action::READ, &target(&id))?;
@@ -89,6 +91,7 @@ impl Pools {
 
     /// A page of the pools of the request's namespace (of every namespace
     /// the caller sees, with `across`), in (namespace, name) order.
+    #[tracing::instrument(name = "pools.list", skip_all)]
     pub async fn list(&self, access: &Access, across: bool, req: &PageRequest) -> Result<Page<Pool>, PoolError> {
         let rows = if across {
             let visible = access.visible_namespaces();
@@ -115,6 +118,7 @@ impl Pools {
     /// The request's namespace exists and the caller sees it: what a list
     /// of its objects needs (a namespace it does not see answers as a
     /// missing one).
+    #[tracing::instrument(name = "pools.namespace_exists", skip_all)]
     pub async fn namespace_exists(&self, access: &Access) -> Result<(), PoolError> {
         let found = db::namespaces::get(self.db.read(), &access.namespace).await?;
         access.may(Action::READ, &Target::namespace(&access.namespace))?;
@@ -122,12 +126,14 @@ impl Pools {
     }
 
     /// A page of the pool's events, newest first.
+    #[tracing::instrument(name = "pools.events", skip_all)]
     pub async fn events(&self, access: &Access, name: &str, req: &PageRequest<i64>) -> Result<Page<Event>, PoolError> {
         let pool = self.get(access, Action::READ, name).await?;
         Ok(db::events::page(self.db.read(), &ObjectRef::Pool(pool.id), req).await?)
     }
 
     /// Every desired image the pool has had, newest first, and its current revision.
+    #[tracing::instrument(name = "pools.revisions", skip_all)]
     pub async fn revisions(&self, access: &Access, name: &str) -> Result<(i64, Vec<Revision>), PoolError> {
         let pool = self.get(access, Action::READ, name).await?;
         Ok((pool.revision, db::revisions::list(self.db.read(), &pool.id).await?))
@@ -135,6 +141,7 @@ impl Pools {
 
     /// A new pool from a create body: a `name` beside the spec's fields.
     /// Every rule both break is reported in one answer.
+    #[tracing::instrument(name = "pools.create", skip_all)]
     pub async fn create(&self, access: &Access, body: Value) -> Result<Pool, PoolError> {
         let (name, spec) = parse_new(body, &self.limits)?;
         let id = PoolRef::new(access.namespace.clone(), name.into_string());
@@ -252,6 +259,7 @@ impl Pools {
 
     /// A JSON merge patch of the spec, by a caller whose role in the pool's
     /// namespace may make that change (`domain::pool::change_role`).
+    #[tracing::instrument(name = "pools.patch", skip_all)]
     pub async fn patch(
         &self,
         access: &Access,
@@ -264,6 +272,7 @@ impl Pools {
     }
 
     /// Sets only `replicas`.
+    #[tracing::instrument(name = "pools.scale", skip_all)]
     pub async fn scale(
         &self,
         access: &Access,
@@ -331,6 +340,7 @@ impl Pools {
 
     /// Flags the pool for deletion (the reconciler removes its machines,
     /// then the pool). Repeating it is harmless.
+    #[tracing::instrument(name = "pools.delete", skip_all)]
     pub async fn delete(&self, access: &Access, name: &str) -> Result<Pool, PoolError> {
         let found = self.get(access, Action::CHANGE, name).await?;
         let mut tx = self.db.begin_write().await?;
@@ -345,6 +355,7 @@ impl Pools {
     }
 
     /// The pool's rollout, counted now.
+    #[tracing::instrument(name = "pools.rollout", skip_all)]
     pub async fn rollout(&self, access: &Access, name: &str) -> Result<Rollout, PoolError> {
         let pool = self.get(access, Action::READ, name).await?;
         self.counted(pool).await
@@ -358,6 +369,7 @@ impl Pools {
     }
 
     /// Approves the next batch of a rollout with `strategy.batch_approval`.
+    #[tracing::instrument(name = "pools.approve_batch", skip_all)]
     pub async fn approve_batch(&self, access: &Access, name: &str) -> Result<Rollout, PoolError> {
         let pool = self.get(access, Action::OPERATE, name).await?;
         if !pool.spec.strategy().batch_approval {
@@ -383,6 +395,7 @@ impl Pools {
     /// may make that change (`domain::pool::change_role`: on a pool with
     /// host mounts another custom image is an admin's, as for a PATCH).
     /// The image must still be allowed.
+    #[tracing::instrument(name = "pools.rollback", skip_all)]
     pub async fn rollback(&self, access: &Access, name: &str, revision: Option<i64>) -> Result<Pool, PoolError> {
         let pool = self.get(access, Action::OPERATE, name).await?;
         if pool.deleting {
@@ -425,6 +438,7 @@ impl Pools {
 
     /// What the reconciler would do now, for the pool as it is or with a
     /// merge patch of its spec. Nothing is changed.
+    #[tracing::instrument(name = "pools.plan", skip_all)]
     pub async fn plan(&self, access: &Access, name: &str, patch: Option<&Value>) -> Result<Planned, PoolError> {
         let pool = self.get(access, Action::READ, name).await?;
         let Some(patch) = patch else { return self.plan_with(pool, None).await };

@@ -98,6 +98,13 @@ pub fn current_trace_id() -> Option<TraceId> {
     span_context(&tracing::Span::current()).map(|sc| TraceId(sc.trace_id().to_bytes()))
 }
 
+/// The trace id of `span` when its trace is sampled (exported): what a
+/// histogram's exemplar names, since one naming a trace no collector holds
+/// would lead nowhere.
+pub fn sampled_trace_id(span: &tracing::Span) -> Option<TraceId> {
+    span_context(span).filter(SpanContext::is_sampled).map(|sc| TraceId(sc.trace_id().to_bytes()))
+}
+
 /// `traceresponse` for the request whose span is `span`:
 /// `00-<trace id>-<span id>-<flags>`.
 pub fn traceresponse(span: &tracing::Span) -> Option<HeaderValue> {

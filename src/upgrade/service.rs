@@ -118,6 +118,7 @@ impl Upgrades {
     /// What an upgrade of `cluster` (of the request's namespace) would do:
     /// the checks of a start, against what the cluster runs now. Stores
     /// and changes nothing.
+    #[tracing::instrument(name = "upgrades.plan", skip_all)]
     pub async fn plan(&self, access: &Access, cluster: &str, body: &NewUpgrade) -> Result<UpgradePlan, UpgradeError> {
         let prepared = self.checked(access, cluster, body, Asked::Plan).await?;
         Ok(UpgradePlan {
@@ -130,6 +131,7 @@ impl Upgrades {
 
     /// Starts an upgrade of `cluster` (of the request's namespace): a
     /// pending job, which a runner claims.
+    #[tracing::instrument(name = "upgrades.create", skip_all)]
     pub async fn create(&self, access: &Access, cluster: &str, body: &NewUpgrade) -> Result<JobDetail, UpgradeError> {
         let prepared = self.checked(access, cluster, body, Asked::Job).await?;
         let job = start(&self.db, &prepared).await.map_err(|e| match e {
@@ -176,6 +178,7 @@ impl Upgrades {
 
     /// A page of the request's namespace's jobs, newest first, optionally
     /// of one cluster and in one state.
+    #[tracing::instrument(name = "upgrades.list", skip_all)]
     pub async fn list(
         &self,
         access: &Access,
@@ -198,6 +201,7 @@ impl Upgrades {
 
     /// A job of the request's namespace by its id as the API names it (a
     /// number; anything else is no job).
+    #[tracing::instrument(name = "upgrades.get", skip_all)]
     pub async fn get(&self, access: &Access, id: &str) -> Result<JobDetail, UpgradeError> {
         let job = self.job(access, Action::READ, id).await?;
         self.detail(job).await
@@ -231,6 +235,7 @@ impl Upgrades {
     }
 
     /// A page of the job's events, newest first.
+    #[tracing::instrument(name = "upgrades.events", skip_all)]
     pub async fn events(&self, access: &Access, id: &str, req: &PageRequest<i64>) -> Result<Page<Event>, UpgradeError> {
         let job = self.job(access, Action::READ, id).await?;
         Ok(db::events::page(self.db.read(), &ObjectRef::Job(job.id), req).await?)
@@ -238,6 +243,7 @@ impl Upgrades {
 
     /// Cancels a job: a pending one at once, a running one at its next safe
     /// point. Answers the job as it now stands.
+    #[tracing::instrument(name = "upgrades.cancel", skip_all)]
     pub async fn cancel(&self, access: &Access, id: &str) -> Result<JobDetail, UpgradeError> {
         let number = self.job(access, Action::OPERATE, id).await?.id;
         let (job, outcome) = cancel(&self.db, number).await?.ok_or_else(|| UpgradeError::NotFound(id.to_owned()))?;

@@ -240,7 +240,10 @@ impl TestApp {
     /// no connection, so it works while a test holds every slot.
     pub fn metrics_text(&self) -> String {
         let mut out = String::new();
-        self.state.metrics.render(&mut out).expect("rendering the metrics into a String");
+        self.state
+            .metrics
+            .render(&mut out, drover::metrics::Format::Prometheus)
+            .expect("rendering the metrics into a String");
         out
     }
 

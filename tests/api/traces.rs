@@ -256,10 +256,16 @@ async fn a_pool_created_under_a_traceparent_leads_to_the_pass_it_woke_and_its_en
     let pass = pass.expect("found above");
     let spans = collector.spans();
     let by_id: HashMap<Vec<u8>, &Exported> = spans.iter().map(|s| (s.span.span_id.clone(), s)).collect();
+    // The service call under the request (and its handler's span), and
+    // the transaction under the service call.
+    let service = spans
+        .iter()
+        .find(|s| s.span.name == "pools.create" && descends(&by_id, s, &request.span.span_id))
+        .expect("the service call's span, under the request's");
     let committed = spans.iter().find(|s| {
         s.span.name == "db transaction"
             && s.str_attr("outcome") == Some("committed")
-            && descends(&by_id, s, &request.span.span_id)
+            && descends(&by_id, s, &service.span.span_id)
     });
     // The store the run selected (scripts/test.sh runs the suite on both).
     let system = if crate::postgres::selected() { "postgresql" } else { "sqlite" };
@@ -277,6 +283,44 @@ async fn a_pool_created_under_a_traceparent_leads_to_the_pass_it_woke_and_its_en
         let name = create.str_attr("container.name").unwrap_or_default();
         assert!(machines.contains(name), "{name:?} is one of the pool's machines {machines:?}");
     }
+
+    // Exemplars: a scrape that asks for OpenMetrics leads from a latency
+    // bucket to a trace, of a request or of a pass.
+    let res = client
+        .get(format!("{}/metrics", drover.addr))
+        .header("accept", "application/openmetrics-text; version=1.0.0")
+        .send()
+        .await
+        .expect("scraping /metrics");
+    let kind = res.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+    assert!(kind.starts_with("application/openmetrics-text"), "{kind}");
+    let scraped = res.text().await.expect("metrics text");
+    assert!(scraped.ends_with("# EOF\n"), "{scraped}");
+    let exemplars = |family: &str| -> Vec<(String, String)> {
+        scraped
+            .lines()
+            .filter(|l| l.starts_with(&format!("{family}_bucket{{")))
+            .filter_map(|l| {
+                let (labels, exemplar) = l.split_once(" # {trace_id=\"")?;
+                Some((labels.to_owned(), exemplar.split('"').next()?.to_owned()))
+            })
+            .collect()
+    };
+    assert!(
+        exemplars("drover_http_request_duration_seconds")
+            .iter()
+            .any(|(labels, trace)| labels.contains("method=\"POST\",route=\"/v1/pools\"") && trace == TRACE_ID),
+        "the create's bucket names its trace: {scraped}"
+    );
+    let of_passes = exemplars("drover_reconcile_duration_seconds");
+    assert!(!of_passes.is_empty(), "{scraped}");
+    // A pass's span reaches the collector up to a second after it ended.
+    wait_for(Duration::from_secs(10), "the passes the exemplars name, at the collector", async || {
+        let passes: HashSet<String> =
+            collector.spans().iter().filter(|s| s.span.name == "reconcile pass").map(Exported::trace_id).collect();
+        of_passes.iter().all(|(_, t)| passes.contains(t))
+    })
+    .await;
 
     // No span carries the admin token, whatever it describes.
     for s in &spans {
