@@ -236,13 +236,16 @@ impl DockerBackend {
     }
 
     /// Stops (with the grace period) and removes a container; one already
-    /// gone counts as removed.
-    /// Stops, then removes; `gate` is asked again between the two, as the
-    /// stop may take the whole grace period.
+    /// gone counts as removed. `gate` is asked again between the two, as
+    /// the stop may take the whole grace period. The stop has a span of its
+    /// own under the removal's: a trace shows the grace period apart.
     pub async fn remove(&self, id: &str, stop_timeout_secs: i64, gate: Gate<'_>) -> Result<(), RuntimeError> {
         let client = self.client().await?;
         let t = i32::try_from(stop_timeout_secs).unwrap_or(i32::MAX);
-        match client.stop_container(id, Some(StopContainerOptionsBuilder::default().t(t).build())).await {
+        let stopping =
+            tracing::info_span!("engine", otel.name = "engine stop", otel.kind = "client", grace_period_s = t);
+        let stop = client.stop_container(id, Some(StopContainerOptionsBuilder::default().t(t).build()));
+        match tracing::Instrument::instrument(stop, stopping).await {
             // 304: already stopped. 404: already gone.
             Ok(()) | Err(BollardError::DockerResponseServerError { status_code: 304 | 404, .. }) => {}
             Err(e) => return Err(map_err(e)),

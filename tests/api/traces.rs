@@ -235,7 +235,7 @@ async fn a_pool_created_under_a_traceparent_leads_to_the_pass_it_woke_and_its_en
     // The pass it woke: a trace of its own, linked to the request's, and
     // the engine's create of each machine under that pass.
     let mut pass = None;
-    wait_for(Duration::from_secs(15), "a reconcile pass linked to the request, with two creates", async || {
+    wait_for(Duration::from_secs(15), "a pass linked to the request, with two creates", async || {
         let spans = collector.spans();
         let by_id: HashMap<Vec<u8>, &Exported> = spans.iter().map(|s| (s.span.span_id.clone(), s)).collect();
         pass = spans
@@ -243,11 +243,12 @@ async fn a_pool_created_under_a_traceparent_leads_to_the_pass_it_woke_and_its_en
             .filter(|s| s.span.name == "reconcile pass" && s.str_attr("pool") == Some("traced"))
             .find(|s| s.span.links.iter().any(|l| hex(&l.trace_id) == TRACE_ID))
             .filter(|p| {
-                let creates = spans
-                    .iter()
-                    .filter(|s| s.span.name == "engine create" && descends(&by_id, s, &p.span.span_id))
-                    .count();
-                creates == 2
+                let under = |name: &str| {
+                    spans.iter().filter(|s| s.span.name == name && descends(&by_id, s, &p.span.span_id)).count()
+                };
+                // The simulated engine creates and starts in one call; the
+                // starts are the Docker test's below.
+                under("engine create") == 2
             })
             .cloned();
         pass.is_some()
@@ -541,6 +542,77 @@ async fn a_rolling_update_across_replicas_links_the_drivers_pass_to_the_request(
             .filter_map(|s| s.str_attr("container.name").map(str::to_owned))
             .collect();
         old.is_subset(&removed)
+    })
+    .await;
+}
+
+/// On the Docker engine, where a machine is created and then started: the
+/// pass a create woke holds each machine's create and start (the starts
+/// run in the background, still in the pass's trace), and a removal holds
+/// the stop of its grace period.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(skip_docker_tests, ignore = "DROVER_SKIP_DOCKER_TESTS is set")]
+async fn on_docker_the_pass_holds_each_machines_create_and_start_and_a_removal_its_stop() {
+    use crate::docker::{Cleanup, V1, require_docker};
+    require_docker();
+    let pool = crate::helpers::unique("traced-docker");
+    let _cleanup = Cleanup(vec![pool.clone()]);
+    let collector = Collector::start().await;
+    let dir = tempfile::TempDir::new().expect("data dir");
+    let drover = Process::spawn_env(dir.path(), &[("OTEL_EXPORTER_OTLP_ENDPOINT", collector.url.as_str())], &[]);
+    drover.wait_up().await;
+    let client = client_with_token(&admin_token(dir.path()));
+    let spec = json!({"name": pool, "replicas": 2, "version": V1});
+    let res = client.post(format!("{}/v1/pools", drover.addr)).json(&spec).send().await.expect("creating");
+    assert_eq!(res.status(), 201, "{}", drover.output());
+    let trace = res.headers().get("traceresponse").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+    let trace = trace.split('-').nth(1).expect("a traceresponse").to_owned();
+    drover
+        .wait_pool(&client, &pool, Duration::from_secs(60), "two ready machines", |p| {
+            p["status"]["ready_replicas"] == 2
+        })
+        .await;
+    let machines = drover.machine_names(&client, &pool).await;
+
+    wait_for(Duration::from_secs(15), "the pass the create woke, with two creates and two starts", async || {
+        let spans = collector.spans();
+        let by_id: HashMap<Vec<u8>, &Exported> = spans.iter().map(|s| (s.span.span_id.clone(), s)).collect();
+        spans
+            .iter()
+            .filter(|s| s.span.name == "reconcile pass" && s.span.links.iter().any(|l| hex(&l.trace_id) == trace))
+            .any(|pass| {
+                let under = |name: &str| -> HashSet<String> {
+                    spans
+                        .iter()
+                        .filter(|s| s.span.name == name && descends(&by_id, s, &pass.span.span_id))
+                        .filter(|s| s.str_attr("engine.kind") == Some("docker") && s.str_attr("outcome") == Some("ok"))
+                        .filter_map(|s| s.str_attr("container.name").map(str::to_owned))
+                        .collect()
+                };
+                under("engine create") == machines && under("engine start") == machines
+            })
+    })
+    .await;
+
+    let res = client
+        .patch(format!("{}/v1/pools/{pool}", drover.addr))
+        .header("content-type", "application/merge-patch+json")
+        .body(json!({"replicas": 0}).to_string())
+        .send()
+        .await
+        .expect("scaling to 0");
+    assert_eq!(res.status(), 200);
+    wait_for(Duration::from_secs(60), "each machine's removal, with the stop under it", async || {
+        let spans = collector.spans();
+        let removed: Vec<&Exported> = spans
+            .iter()
+            .filter(|s| s.span.name == "engine remove" && s.str_attr("outcome") == Some("ok"))
+            .filter(|s| s.str_attr("container.name").is_some_and(|n| machines.contains(n)))
+            .collect();
+        removed.len() == 2
+            && removed
+                .iter()
+                .all(|r| spans.iter().any(|s| s.span.name == "engine stop" && s.span.parent_span_id == r.span.span_id))
     })
     .await;
 }
