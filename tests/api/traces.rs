@@ -323,10 +323,31 @@ async fn a_pool_created_under_a_traceparent_leads_to_the_pass_it_woke_and_its_en
     })
     .await;
 
-    // No span carries the admin token, whatever it describes.
-    for s in &spans {
+    // A token minted and used: its secret is in an answer and a header,
+    // never in a span.
+    let body = json!({"name": "ci", "grants": [{"namespace": "default", "role": "viewer"}]});
+    let made: Value = client
+        .post(format!("{}/v1/tokens", drover.addr))
+        .json(&body)
+        .send()
+        .await
+        .expect("minting a token")
+        .json()
+        .await
+        .expect("the token JSON");
+    let minted = made["token"].as_str().expect("the new token's secret").to_owned();
+    let res = client_with_token(&minted).get(format!("{}/v1/pools", drover.addr)).send().await.expect("listing");
+    assert_eq!(res.status(), 200);
+    wait_for(Duration::from_secs(10), "the span of the minted token's request", async || {
+        collector.spans().iter().any(|s| s.span.name == "GET /v1/pools")
+    })
+    .await;
+
+    // No span carries a secret, whatever it describes.
+    for s in &collector.spans() {
         for text in strings(&s.span) {
             assert!(!text.contains(&token), "span {:?} carries the admin token", s.span.name);
+            assert!(!text.contains(&minted), "span {:?} carries the minted token", s.span.name);
         }
     }
 }
