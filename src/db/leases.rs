@@ -1,9 +1,26 @@
 //! The `replicas` and `leases` tables (PostgreSQL only; see docs/ha.md).
 //!
 //! Every time here is the database's (`now()`): replicas on different
-//! hosts agree on it, whatever their own clocks say. A lease is renewed
-//! and a heartbeat stamped in one transaction, so a replica counts as alive
-//! exactly as long as the leases it renewed last.
+//! hosts agree on it, whatever their own clocks say.
+//!
+//! A replica's row is the lease of every pool it holds: it carries an
+//! `incarnation` (drawn when the replica joins) and an `expires_at` that
+//! the replica renews. A pool's lease row names the holder and its
+//! incarnation and lasts as long as that row lives unexpired; the pool
+//! row itself changes only when the pool changes hands (taken, given up).
+//! So a renewal writes one row, whatever the number of pools held.
+//!
+//! A replica whose row expired is dead for good: its renewal no longer
+//! matches (a row found expired is never renewed), and the first replica
+//! to look deletes the row ([`bury`]), which frees its pools. A deletion
+//! waits for every write transaction that proved a lease of that
+//! incarnation ([`prove`] locks the row), and a renewal waits for a
+//! deletion: either the renewal lands first and the holder lives on, or
+//! the row is gone and the renewal finds nothing. The replica then joins
+//! again with a new incarnation and takes its share anew, with new tokens.
+//!
+//! Upgrade jobs' leases keep their own `expires_at`, renewed row by row
+//! (a replica runs few jobs).
 
 use std::time::Duration;
 
@@ -121,73 +138,116 @@ pub struct Alive {
     pub remaining: f64,
 }
 
-/// What a renewal renewed: the pool leases, in full or summed up, and
-/// the job leases in full.
+/// SQL: when replica row `r` expires: its own `expires_at`, or (a row of
+/// a drover older than the replica leases, during a rolling upgrade) its
+/// heartbeat and a lease, the lease's seconds being parameter `$<lease>`.
+macro_rules! replica_expires {
+    ($lease:literal) => {
+        concat!("coalesce(r.expires_at, r.heartbeat_at + make_interval(secs => $", $lease, "))")
+    };
+}
+
+/// SQL: whether a pool lease row `l` is taken: by its holder's incarnation
+/// until that replica's row is buried (`'infinity'` until given up), or
+/// (a row older than incarnations) until its own `expires_at`. An expired
+/// replica's pools stay taken until [`bury`] has deleted its row: the
+/// deletion, not the clock, is what a renewal in flight is ordered with.
+macro_rules! taken {
+    () => {
+        "(l.expires_at > now() and (l.incarnation = 0 or exists (
+            select 1 from replicas r where r.id = l.holder and r.incarnation = l.incarnation)))"
+    };
+}
+
+/// `me` joins (again): its row gets a new incarnation and a fresh lease.
+/// What it held under an earlier incarnation is lost (others may take it
+/// as soon as they look; this replica takes its share anew).
+pub async fn join(db: &PgPool, me: &str, lease: Duration) -> sqlx::Result<i64> {
+    sqlx::query_scalar(
+        "insert into replicas (id, started_at, heartbeat_at, incarnation, expires_at)
+         values ($1, now(), now(), nextval('replica_incarnations'), now() + make_interval(secs => $2))
+         on conflict (id) do update set heartbeat_at = now(), incarnation = excluded.incarnation,
+            expires_at = excluded.expires_at
+         returning incarnation",
+    )
+    .bind(me)
+    .bind(seconds(lease))
+    .fetch_one(db)
+    .await
+}
+
+/// What a renewal renewed.
 #[derive(Debug, Default)]
 pub struct Renewal {
-    /// Every pool lease renewed, when asked for.
+    /// Whether `me`'s incarnation was renewed, and with it every pool
+    /// lease it holds; `false`: it had expired (or was buried), and those
+    /// leases are lost.
+    pub alive: bool,
+    /// Every pool lease held, when asked for (read, not written).
     pub pools: Option<Vec<Held>>,
-    /// How many pool leases were renewed, and the sum of their tokens: a
-    /// holder that knows which it holds can tell that none was lost
-    /// without reading them all.
-    pub pool_count: i64,
-    pub pool_tokens: i64,
+    /// The upgrade jobs' leases renewed.
     pub jobs: Vec<Held>,
 }
 
-/// Stamps `me` alive and renews every pool lease it still holds
-/// (unexpired) and its leases of the upgrade jobs in `jobs`, in one
-/// transaction. Returns what was renewed (the pool leases listed only
-/// with `list_pools`) and the replicas alive now (`me` among them), in id
-/// order. A job's lease whose run has ended without giving it up is not
-/// renewed: it runs out.
+/// Renews `me`'s incarnation (one row: every pool lease it holds lives on
+/// with it) unless it has expired, and its leases of the upgrade jobs in
+/// `jobs`, in one transaction. Returns what was renewed (the pool leases
+/// listed only with `list_pools`) and the replicas alive now (`me` among
+/// them when renewed), in id order. A job's lease whose run has ended
+/// without giving it up is not renewed: it runs out.
 pub async fn renew(
     db: &PgPool,
     me: &str,
+    incarnation: i64,
     lease: Duration,
     jobs: &[i64],
     list_pools: bool,
 ) -> sqlx::Result<(Renewal, Vec<Alive>)> {
     let jobs: Vec<String> = jobs.iter().map(i64::to_string).collect();
     let mut tx = db.begin().await?;
-    sqlx::query(
-        "insert into replicas (id, started_at, heartbeat_at) values ($1, now(), now())
-         on conflict (id) do update set heartbeat_at = now()",
+    // Never a row that has expired: another replica may be taking its
+    // pools over (and `bury` waits for this update, or this one for it).
+    let renewed = sqlx::query(
+        "update replicas set heartbeat_at = now(), expires_at = now() + make_interval(secs => $3)
+         where id = $1 and incarnation = $2 and expires_at > now()",
     )
     .bind(me)
+    .bind(incarnation)
+    .bind(seconds(lease))
     .execute(&mut *tx)
     .await?;
-    let renewed: Vec<Row> = sqlx::query_as(
-        "with renewed as (
-            update leases set expires_at = now() + make_interval(secs => $2)
-            where holder = $1 and expires_at > now() and (kind = 'pool' or name = any($3))
-            returning kind, namespace, name, token
-         )
-         select kind, namespace, name, token from renewed where kind = 'job' or $4
-         union all
-         select 'pools', '', '', count(*) from renewed where kind = 'pool'
-         union all
-         select 'tokens', '', '', coalesce(sum(token), 0)::bigint from renewed where kind = 'pool'",
+    let mut held = Renewal { alive: renewed.rows_affected() == 1, ..Renewal::default() };
+    held.jobs = sqlx::query_as::<_, Row>(
+        "update leases set expires_at = now() + make_interval(secs => $2)
+         where kind = 'job' and holder = $1 and expires_at > now() and name = any($3)
+         returning kind, namespace, name, token",
     )
     .bind(me)
     .bind(seconds(lease))
     .bind(&jobs)
-    .bind(list_pools)
     .fetch_all(&mut *tx)
-    .await?;
-    let mut held = Renewal { pools: list_pools.then(Vec::new), ..Renewal::default() };
-    for r in renewed {
-        match r.kind.as_str() {
-            "pools" => held.pool_count = r.token,
-            "tokens" => held.pool_tokens = r.token,
-            "job" => held.jobs.extend(r.held()),
-            _ => held.pools.get_or_insert_with(Vec::new).extend(r.held()),
-        }
+    .await?
+    .into_iter()
+    .filter_map(Row::held)
+    .collect();
+    if list_pools && held.alive {
+        let pools: Vec<Row> = sqlx::query_as(
+            "select kind, namespace, name, token from leases
+             where holder = $1 and kind = 'pool' and incarnation = $2 and expires_at > now()",
+        )
+        .bind(me)
+        .bind(incarnation)
+        .fetch_all(&mut *tx)
+        .await?;
+        held.pools = Some(pools.into_iter().filter_map(Row::held).collect());
     }
-    let alive: Vec<Alive> = sqlx::query_as(
-        "select id, extract(epoch from heartbeat_at + make_interval(secs => $1) - now())::double precision as remaining
-         from replicas where heartbeat_at > now() - make_interval(secs => $1) order by id",
-    )
+    let alive: Vec<Alive> = sqlx::query_as(concat!(
+        "select id, extract(epoch from ",
+        replica_expires!("1"),
+        " - now())::double precision as remaining from replicas r where ",
+        replica_expires!("1"),
+        " > now() order by id"
+    ))
     .bind(seconds(lease))
     .fetch_all(&mut *tx)
     .await?;
@@ -195,13 +255,30 @@ pub async fn renew(
     Ok((held, alive))
 }
 
-/// Takes the leases of `names` that nobody holds (never taken, released,
-/// or expired) for `me`; each taken lease's token is one more than the
-/// last. Returns the leases taken, and how long until the first of the
-/// others (held by someone else) expires, if any of them does.
+/// Deletes the rows of replicas that have expired: their pools are free
+/// from then on. Waits for the write transactions that proved a lease of
+/// one of them (they lock its row), never for long: the next look buries
+/// what this one skipped.
+pub async fn bury(db: &PgPool, lease: Duration) -> sqlx::Result<u64> {
+    let done = sqlx::query(concat!(
+        "delete from replicas where id in (select id from replicas r where ",
+        replica_expires!("1"),
+        " <= now() for update skip locked)"
+    ))
+    .bind(seconds(lease))
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// Takes the leases of `pools` that nobody holds (never taken, given up,
+/// or of a buried replica) for `me`'s `incarnation`; each taken lease's
+/// token is one more than the last. Returns the leases taken, and how long
+/// until the first holder of the others expires, if any of them does.
 pub async fn acquire(
     db: &PgPool,
     me: &str,
+    incarnation: i64,
     pools: &[PoolRef],
     lease: Duration,
 ) -> sqlx::Result<(Vec<Held>, Option<Duration>)> {
@@ -210,44 +287,52 @@ pub async fn acquire(
     }
     let (namespaces, names) = arrays(pools);
     let mut tx = db.begin().await?;
-    // New rows for leases never taken; released or expired ones change
-    // hands. A row locked by another transaction is skipped, never waited
-    // for: its holder may be frozen inside a write that proved the lease
-    // (until the server ends that session), and one such pool must not
-    // hold up this round, whose next step is renewing every other lease.
-    let taken: Vec<Row> = sqlx::query_as(
+    // New rows for leases never taken; free ones change hands. A row
+    // locked by another transaction is skipped, never waited for: its
+    // holder may be frozen inside a write that proved the lease (until the
+    // server ends that session), and one such pool must not hold up this
+    // round.
+    let taken: Vec<Row> = sqlx::query_as(concat!(
         "with wanted as (select * from unnest($4::text[], $1::text[]) as w(namespace, name)),
          fresh as (
-            insert into leases (kind, namespace, name, holder, token, expires_at)
-            select 'pool', namespace, name, $2, 1, now() + make_interval(secs => $3) from wanted
+            insert into leases (kind, namespace, name, holder, token, expires_at, incarnation)
+            select 'pool', namespace, name, $2, 1, 'infinity', $3 from wanted
             on conflict (kind, namespace, name) do nothing
             returning kind, namespace, name, token
          ), freed as (
-            update leases set holder = $2, token = token + 1, expires_at = now() + make_interval(secs => $3)
+            update leases set holder = $2, token = token + 1, expires_at = 'infinity', incarnation = $3
             where (kind, namespace, name) in (
                 select l.kind, l.namespace, l.name from leases l join wanted w
                     on l.namespace = w.namespace and l.name = w.name
-                where l.kind = 'pool' and l.expires_at <= now()
+                where l.kind = 'pool' and not ",
+        taken!(),
+        "
                 for update of l skip locked)
             returning kind, namespace, name, token
          )
-         select * from fresh union all select * from freed",
-    )
+         select * from fresh union all select * from freed"
+    ))
     .bind(&names)
     .bind(me)
-    .bind(seconds(lease))
+    .bind(incarnation)
     .bind(&namespaces)
     .fetch_all(&mut *tx)
     .await?;
-    let next: Option<f64> = sqlx::query_scalar(
-        "select extract(epoch from min(expires_at) - now())::double precision
+    // When the first of the other holders expires: its row is buried at
+    // the next look after that, and its pools are free.
+    let next: Option<f64> = sqlx::query_scalar(concat!(
+        "select extract(epoch from min(case when l.incarnation = 0 then l.expires_at else ",
+        replica_expires!("4"),
+        " end) - now())::double precision
          from leases l join unnest($3::text[], $1::text[]) as w(namespace, name)
             on l.namespace = w.namespace and l.name = w.name
-         where l.kind = 'pool' and l.holder != $2 and l.expires_at > now()",
-    )
+         left join replicas r on r.id = l.holder and r.incarnation = l.incarnation
+         where l.kind = 'pool' and l.holder != $2 and l.expires_at > now()"
+    ))
     .bind(&names)
     .bind(me)
     .bind(&namespaces)
+    .bind(seconds(lease))
     .fetch_one(&mut *tx)
     .await?;
     tx.commit().await?;
@@ -351,51 +436,66 @@ pub async fn pools(db: &PgPool) -> sqlx::Result<Vec<PoolRef>> {
 }
 
 /// Inside a write transaction: whether `holder` still holds the lease of
-/// `key` with `token`, unexpired. The row is locked for share until the
+/// `key` with `token`, unexpired. The rows are locked until the
 /// transaction ends, so no other replica can take the lease over before
-/// this transaction's writes are committed. (SQLite has no leases: one
+/// this transaction's writes are committed: the lease's row for share,
+/// and, for a pool, the holder's replica row for key share ([`bury`] waits
+/// for it; the holder's renewal does not). (SQLite has no leases: one
 /// process holds the store.)
 pub async fn prove(tx: &mut WriteTx, key: &Key, holder: &str, token: i64) -> sqlx::Result<bool> {
     let Exec::Pg(tx) = tx.exec() else { return Ok(true) };
     let (kind, namespace, name) = key.columns();
-    let row: Option<i32> = sqlx::query_scalar(
-        "select 1 from leases where kind = $4 and namespace = $5 and name = $1 and holder = $2 and token = $3
-            and expires_at > now() for share",
-    )
-    .bind(&name)
-    .bind(holder)
-    .bind(token)
-    .bind(kind)
-    .bind(namespace)
-    .fetch_optional(tx)
-    .await?;
+    let sql = match key {
+        Key::Pool(_) => {
+            "select 1 from leases l join replicas r on r.id = l.holder and r.incarnation = l.incarnation
+             where l.kind = $4 and l.namespace = $5 and l.name = $1 and l.holder = $2 and l.token = $3
+                and l.expires_at > now() and r.expires_at > now()
+             for share of l for key share of r"
+        }
+        Key::Job(_) => {
+            "select 1 from leases where kind = $4 and namespace = $5 and name = $1 and holder = $2 and token = $3
+                and expires_at > now() for share"
+        }
+    };
+    let row: Option<i32> = sqlx::query_scalar(sql)
+        .bind(&name)
+        .bind(holder)
+        .bind(token)
+        .bind(kind)
+        .bind(namespace)
+        .fetch_optional(tx)
+        .await?;
     Ok(row.is_some())
 }
 
 /// Pool leases held now by each replica alive (those holding none
 /// included), in id order.
 pub async fn counts(db: &PgPool, lease: Duration) -> sqlx::Result<Vec<(String, i64)>> {
-    sqlx::query_as(
+    sqlx::query_as(concat!(
         "select r.id, count(l.name) from replicas r
          left join leases l on l.holder = r.id and l.kind = 'pool' and l.expires_at > now()
-         where r.heartbeat_at > now() - make_interval(secs => $1)
-         group by r.id order by r.id",
-    )
+            and (l.incarnation = r.incarnation or l.incarnation = 0)
+         where ",
+        replica_expires!("1"),
+        " > now() group by r.id order by r.id"
+    ))
     .bind(seconds(lease))
     .fetch_all(db)
     .await
 }
 
 /// Forgets the leases of pools deleted over an hour ago (a pool created
-/// again within the hour keeps counting tokens up) and of jobs that ended
-/// (nobody claims them again).
+/// again within the hour keeps counting tokens up), or whose holder is
+/// buried, and of jobs that ended (nobody claims them again).
 pub async fn forget_deleted(db: &PgPool) -> sqlx::Result<u64> {
     let done = sqlx::query(
-        "delete from leases where expires_at < now() - interval '1 hour' and (
-            (kind = 'pool' and not exists (select 1 from pools
-                where pools.namespace = leases.namespace and pools.name = leases.name))
-            or (kind = 'job' and not exists (select 1 from upgrade_jobs j
-                where cast(j.id as text) = leases.name and j.state in ('pending', 'running'))))",
+        "delete from leases where (
+            kind = 'pool' and not exists (select 1 from pools
+                where pools.namespace = leases.namespace and pools.name = leases.name)
+            and (expires_at < now() - interval '1 hour' or (incarnation <> 0 and not exists (select 1 from replicas r
+                where r.id = leases.holder and r.incarnation = leases.incarnation))))
+         or (kind = 'job' and expires_at < now() - interval '1 hour' and not exists (select 1 from upgrade_jobs j
+                where cast(j.id as text) = leases.name and j.state in ('pending', 'running')))",
     )
     .execute(db)
     .await?;

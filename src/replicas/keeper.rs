@@ -3,22 +3,27 @@
 //!
 //! Each round, every third of the lease duration (sooner when a lease it
 //! wants expires sooner):
-//! 1. heartbeat and renewal, one transaction: the leases renewed are the
-//!    ones still held; any other this replica thought it held is lost;
-//! 2. the replicas alive and the pools: each pool's share is its
+//! 1. renewal, one transaction: the replica's own row, whose lease every
+//!    pool lease it holds shares (one row written, whatever the pools; see
+//!    [`db::leases`]), and its upgrade jobs' leases. A replica that finds
+//!    its row expired has lost every pool: it joins again, with a new
+//!    incarnation, and takes its share anew;
+//! 2. the rows of replicas that expired are buried, which frees their
+//!    pools;
+//! 3. the replicas alive and the pools: each pool's share is its
 //!    rendezvous owner among the replicas alive; the pools are kept in
 //!    memory, from the pools written since the last round (`Spread`),
 //!    not read in full each round;
-//! 3. leases of this replica's share that nobody holds are taken (each
-//!    gained pool is woken for a pass); a dead replica's leases are free
-//!    once they expire, and the round is timed to that moment;
-//! 4. leases that are now another replica's share are handed over, at most
+//! 4. leases of this replica's share that nobody holds are taken (each
+//!    gained pool is woken for a pass); a dead replica's pools are free
+//!    once its row is buried, and the round is timed to that moment;
+//! 5. leases that are now another replica's share are handed over, at most
 //!    [`HANDOVER_SHARE`] of them per round and only while no pass of the
 //!    pool is in flight, so a replica that joins takes its share over a few
 //!    rounds instead of every pool moving at once.
 //!
 //! A round that fails (the store unreachable) is retried; meanwhile the
-//! leases run out on their own and every fence fails with them.
+//! replica's row runs out on its own and every fence fails with it.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -79,8 +84,9 @@ const RESYNC: Duration = Duration::from_secs(300);
 /// cheap as looking each up.
 const LOOKUP_AT_MOST: usize = 10_000;
 
-/// Every this many rounds the renewal lists every pool lease it renewed;
-/// in between it only counts them (see [`db::leases::Renewal`]).
+/// Every this many rounds the renewal reads every pool lease this replica
+/// holds in the store, to give up strays (a hand-over whose release did
+/// not reach the store) and notice any it lost.
 const LIST_EVERY: u64 = 16;
 
 pub async fn run(leases: Arc<Leases>, db: Db, wakes: mpsc::UnboundedSender<Wake>, cancel: CancellationToken) {
@@ -89,8 +95,9 @@ pub async fn run(leases: Arc<Leases>, db: Db, wakes: mpsc::UnboundedSender<Wake>
     let tick = leases.duration / 3;
     let mut failing = false;
     let mut spread = Spread::default();
+    let mut incarnation = None;
     loop {
-        let next = match round(&leases, &db, &store, &wakes, &mut spread).await {
+        let next = match round(&leases, &db, &store, &wakes, &mut spread, &mut incarnation).await {
             Ok((r, next)) => {
                 if failing || r.gained + r.lost + r.handed_over > 0 {
                     tracing::info!(replica = %leases.me, alive = r.alive, held = r.held, gained = r.gained,
@@ -120,18 +127,21 @@ pub async fn run(leases: Arc<Leases>, db: Db, wakes: mpsc::UnboundedSender<Wake>
 }
 
 /// One round; answers when the next should come, if sooner than a tick:
-/// renew what this replica holds, follow the pools and its share, hand
-/// over what is no longer its share, take what is.
+/// renew what this replica holds, bury the replicas that expired, follow
+/// the pools and this replica's share, hand over what is no longer its
+/// share, take what is.
 async fn round(
     leases: &Leases,
     db: &Db,
     store: &sqlx::PgPool,
     wakes: &mpsc::UnboundedSender<Wake>,
     spread: &mut Spread,
+    incarnation: &mut Option<i64>,
 ) -> sqlx::Result<(Round, Option<Duration>)> {
     spread.rounds += 1;
-    let renewed = renew(leases, store, spread.rounds.is_multiple_of(LIST_EVERY)).await?;
+    let renewed = renew(leases, store, incarnation, spread.rounds.is_multiple_of(LIST_EVERY)).await?;
     let mut r = Round { alive: renewed.alive.len(), lost: renewed.lost, ..Round::default() };
+    db::leases::bury(store, leases.duration).await?;
     if rand::random::<u8>() == 0 {
         // Now and then (every ~256 rounds of each replica) is plenty.
         db::leases::forget_deleted(store).await?;
@@ -141,7 +151,7 @@ async fn round(
     if !leaving.is_empty() {
         r.handed_over = db::leases::release(store, &leases.me, &leaving).await? as usize;
     }
-    let (gained, held, next_expiry) = take(leases, store, wakes, &wanted).await?;
+    let (gained, held, next_expiry) = take(leases, store, renewed.incarnation, wakes, &wanted).await?;
     (r.gained, r.held) = (gained, held);
     // A lease another holds, or another replica's life, that ends before
     // the next tick: look again just after, to take over at once if its
@@ -151,46 +161,75 @@ async fn round(
     Ok((r, next.map(|d| d + Duration::from_millis(50))))
 }
 
-/// What a renewal left: the replicas alive, how many leases were lost, and
-/// when the first other replica dies unless it renews (seconds).
+/// What a renewal left: the replicas alive, this replica's incarnation,
+/// how many leases were lost, and when the first other replica dies
+/// unless it renews (seconds).
 struct Renewed {
     alive: Vec<String>,
+    incarnation: i64,
     lost: usize,
     next_death: Option<f64>,
 }
 
-/// Renews every lease held here (`list`: reading the pools' leases in
-/// full), drops those the store no longer gives this replica, and gives up
-/// pools held in the store but not here.
-async fn renew(leases: &Leases, store: &sqlx::PgPool, list: bool) -> sqlx::Result<Renewed> {
-    let sent = Instant::now();
-    let (jobs, pool_count, pool_tokens) = {
-        let held = leases.lock();
-        let jobs: Vec<i64> = held
-            .keys()
-            .filter_map(|k| match k {
-                Key::Job(id) => Some(*id),
-                Key::Pool(_) => None,
-            })
-            .collect();
-        let pools = held.iter().filter(|(k, _)| k.kind() == Kind::Pool);
-        let (count, tokens) = pools.fold((0i64, 0i64), |(n, t), (_, h)| (n + 1, t.wrapping_add(h.token)));
-        (jobs, count, tokens)
+/// Renews this replica's row (joining first, with a new incarnation, when
+/// it has none yet or its row had expired: then every pool lease held is
+/// lost) and its jobs' leases; every [`LIST_EVERY`] rounds (`list`) reads
+/// the pool leases it holds in the store, drops those it no longer holds
+/// and gives up those held in the store but not here.
+async fn renew(
+    leases: &Leases,
+    store: &sqlx::PgPool,
+    incarnation: &mut Option<i64>,
+    list: bool,
+) -> sqlx::Result<Renewed> {
+    let jobs: Vec<i64> = leases
+        .lock()
+        .keys()
+        .filter_map(|k| match k {
+            Key::Job(id) => Some(*id),
+            Key::Pool(_) => None,
+        })
+        .collect();
+    let mut lost = 0;
+    let (sent, renewal, alive, inc) = loop {
+        let (inc, joined) = match *incarnation {
+            Some(inc) => (inc, false),
+            None => {
+                let inc = db::leases::join(store, &leases.me, leases.duration).await?;
+                *incarnation = Some(inc);
+                (inc, true)
+            }
+        };
+        let sent = Instant::now();
+        let (renewal, alive) = db::leases::renew(store, &leases.me, inc, leases.duration, &jobs, list).await?;
+        if renewal.alive {
+            break (sent, renewal, alive, inc);
+        }
+        if joined {
+            // Expired between joining and renewing: the store is too slow
+            // for the lease; the round fails and is tried again.
+            *incarnation = None;
+            return Err(sqlx::Error::Protocol(format!(
+                "this replica's row expired as soon as it joined (lease {:?}): the store answers too slowly",
+                leases.duration
+            )));
+        }
+        // This replica's row expired (it was paused, or cut off from the
+        // store, past its lease): others may drive its pools already.
+        let mut held = leases.lock();
+        let before = held.len();
+        held.retain(|key, _| key.kind() == Kind::Job);
+        lost += before - held.len();
+        tracing::warn!(replica = %leases.me, incarnation = inc, lost = before - held.len(),
+            "this replica's lease expired: every pool it drove is lost; joining again");
+        *incarnation = None;
     };
-    let (mut renewal, alive) = db::leases::renew(store, &leases.me, leases.duration, &jobs, list).await?;
-    // The pool leases renewed are the ones held here, unless their count
-    // or tokens differ (a lease lost, or one held in the store only):
-    // then they are read in full.
-    if renewal.pools.is_none() && (renewal.pool_count, renewal.pool_tokens) != (pool_count, pool_tokens) {
-        (renewal, _) = db::leases::renew(store, &leases.me, leases.duration, &jobs, true).await?;
-    }
     let valid_until = sent + leases.act_for();
     let next_death = alive.iter().filter(|a| *a.id != *leases.me).map(|a| a.remaining).reduce(f64::min);
     let alive: Vec<String> = alive.into_iter().map(|a| a.id).collect();
     let pools: Option<HashMap<Key, i64>> =
         renewal.pools.map(|pools| pools.into_iter().map(|h| (h.key, h.token)).collect());
     let jobs: HashMap<Key, i64> = renewal.jobs.into_iter().map(|h| (h.key, h.token)).collect();
-    let mut lost = 0;
     let stray: Vec<PoolRef> = {
         let mut held = leases.lock();
         held.retain(|key, h| {
@@ -223,7 +262,7 @@ async fn renew(leases: &Leases, store: &sqlx::PgPool, list: bool) -> sqlx::Resul
     if !stray.is_empty() {
         db::leases::release(store, &leases.me, &stray).await?;
     }
-    Ok(Renewed { alive, lost, next_death })
+    Ok(Renewed { alive, incarnation: inc, lost, next_death })
 }
 
 /// The pools of `share` not held yet, and the idle ones held outside it,
@@ -259,11 +298,12 @@ fn hand_over(leases: &Leases, share: &HashSet<PoolRef>) -> (Vec<PoolRef>, Vec<Po
 async fn take(
     leases: &Leases,
     store: &sqlx::PgPool,
+    incarnation: i64,
     wakes: &mpsc::UnboundedSender<Wake>,
     wanted: &[PoolRef],
 ) -> sqlx::Result<(usize, usize, Option<Duration>)> {
     let sent = Instant::now();
-    let (taken, next_expiry) = db::leases::acquire(store, &leases.me, wanted, leases.duration).await?;
+    let (taken, next_expiry) = db::leases::acquire(store, &leases.me, incarnation, wanted, leases.duration).await?;
     let valid_until = sent + leases.act_for();
     let gained = taken.len();
     let held = {

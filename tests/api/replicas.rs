@@ -43,6 +43,30 @@ async fn three_replicas_share_300_pools_and_every_replica_serves_the_whole_api()
     assert_eq!(held.len(), 3, "every replica holds some: {held:?}");
     assert!(held.values().all(|&n| n <= 150.0), "none drives more than half: {held:?}");
 
+    // While nothing changes, keeping the leases writes the replicas' rows,
+    // never the pools' (docs/ha.md, "Ownership"): over three leases' time
+    // (nine renewals each), no pool lease row has a new version, and each
+    // replica's row has.
+    type Versions = Vec<(String, String)>;
+    let versions = async || -> (Versions, Versions) {
+        use sqlx::Connection;
+        let mut store = sqlx::PgConnection::connect(&db).await.expect("the test's session to the store");
+        let pools = "select namespace || '/' || name, xmin::text from leases where kind = 'pool' order by 1";
+        let replicas = "select id, xmin::text from replicas order by 1";
+        let pools = sqlx::query_as(pools).fetch_all(&mut store).await.expect("reading the pools' leases");
+        let replicas = sqlx::query_as(replicas).fetch_all(&mut store).await.expect("reading the replicas");
+        (pools, replicas)
+    };
+    let (pools_before, replicas_before) = versions().await;
+    assert_eq!(pools_before.len(), 300);
+    tokio::time::sleep(3 * LEASE_DURATION).await;
+    let (pools_after, replicas_after) = versions().await;
+    assert_eq!(pools_before, pools_after, "a pool's lease row was written while nothing changed");
+    assert_eq!(replicas_after.len(), 3);
+    for (before, after) in replicas_before.iter().zip(&replicas_after) {
+        assert_ne!(before, after, "replica {} renewed its row", before.0);
+    }
+
     // A retry of a keyed create that lands on another replica gets the
     // first answer, and a stale If-Match is refused by any replica.
     let body = json!({"name": "keyed", "replicas": 0, "version": "v1.29.2"});

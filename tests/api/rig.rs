@@ -490,7 +490,14 @@ begin
             and (doc ->> 'ready')::boolean is distinct from coalesce((to_jsonb(old) ->> 'ready')::boolean, false) then
         what := case when (doc ->> 'ready')::boolean then 'ready' else 'unready' end;
     end if;
-    select holder, token, expires_at into h, t, e from leases where kind = 'pool' and name = p;
+    -- A pool's lease lasts as long as its holder's incarnation (docs/ha.md).
+    select l.holder, l.token,
+           case when l.incarnation = 0 then l.expires_at
+                when r.id is null then least(l.expires_at, now())
+                else least(l.expires_at, r.expires_at) end
+      into h, t, e
+      from leases l left join replicas r on r.id = l.holder and r.incarnation = l.incarnation
+     where l.kind = 'pool' and l.name = p;
     insert into test_write_log (at, session, tbl, op, pool, what, detail, holder, token, expires_at)
     values (clock_timestamp(), current_setting('application_name'), tg_table_name, lower(tg_op), p, what,
             detail, h, t, e);
