@@ -571,3 +571,82 @@ impl Load {
         self.task.await.expect("the load task")
     }
 }
+
+/// The million-machine bench (`cargo bench --bench million`) scaled down
+/// to what CI affords: 3,000 pools over three replicas, created through all
+/// three at once. Every pool converges, each driven by exactly one live
+/// replica (its lease's holder, which its status names); after a SIGKILL
+/// the two left drive every pool, none twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_drive_3000_pools_each_by_one_and_after_a_sigkill_the_others_drive_them_all() {
+    const POOLS: usize = 3000;
+    let db = database();
+    let a = Replica::start(&db, false, &[]).await;
+    let b = Replica::start(&db, false, &[]).await;
+    let c = Replica::start(&db, false, &[]).await;
+    let client = client_with_token(&token(&[&a, &b, &c]));
+    let urls: Vec<String> = [&a, &b, &c].iter().map(|r| r.url("/v1/pools")).collect();
+    let started = Instant::now();
+    let creators = (0..8).map(|w| {
+        let (client, urls) = (client.clone(), urls.clone());
+        tokio::spawn(async move {
+            for i in (w..POOLS).step_by(8) {
+                let body = json!({"name": format!("m{i:04}"), "replicas": 1, "version": "v1.29.2"});
+                let res = client.post(&urls[i % 3]).json(&body).send().await.expect("creating a pool");
+                assert_eq!(res.status(), StatusCode::CREATED, "pool m{i:04}");
+            }
+        })
+    });
+    for creator in futures_util::future::join_all(creators).await {
+        creator.expect("a creator finished");
+    }
+    eprintln!("{POOLS} pools created through three replicas in {:?}", started.elapsed());
+
+    use sqlx::Connection;
+    let mut store = sqlx::PgConnection::connect(&db).await.expect("the test's session to the store");
+    // Pools whose one machine is ready; pools driven by a live replica
+    // (the lease held by the holder's current incarnation), and the most
+    // lease rows of any pool.
+    let count = |sql: &'static str| sqlx::query_scalar::<_, i64>(sql);
+    let ready = "select count(*) from machines where ready";
+    let driven = "select count(*) from leases l join replicas r on r.id = l.holder and r.incarnation = l.incarnation
+                  where l.kind = 'pool' and l.expires_at > now() and r.expires_at > now()";
+    let drivers_of_one = "select coalesce(max(n), 0) from (select count(*) as n from leases where kind = 'pool'
+                          group by namespace, name) as per_pool";
+    let mut last = (0, 0);
+    wait_for(LIMIT, "every pool ready and driven", async || {
+        let r = count(ready).fetch_one(&mut store).await.expect("counting ready machines");
+        let d = count(driven).fetch_one(&mut store).await.expect("counting driven pools");
+        last = (r, d);
+        r == POOLS as i64 && d == POOLS as i64
+    })
+    .await;
+    eprintln!("ready and driven {:?} after the first create: {last:?}", started.elapsed());
+    assert_eq!(count(drivers_of_one).fetch_one(&mut store).await.expect("counting"), 1, "one lease row per pool");
+    let held = leases_held(&client, &a).await;
+    assert_eq!(held.len(), 3, "each replica drives a share: {held:?}");
+    assert_eq!(held.values().sum::<f64>(), POOLS as f64, "no pool driven twice, none undriven: {held:?}");
+    // Each pool's status names the holder of its lease.
+    let mismatched = "select count(*) from pools p join leases l on l.kind = 'pool'
+                      and l.namespace = p.namespace and l.name = p.name
+                      where (p.status::jsonb ->> 'driver') is distinct from l.holder";
+    wait_for(LIMIT, "every pool's status to name its lease's holder", async || {
+        count(mismatched).fetch_one(&mut store).await.expect("comparing drivers") == 0
+    })
+    .await;
+
+    let killed = Instant::now();
+    c.proc.signal(libc::SIGKILL);
+    wait_for(LIMIT, "the two left to drive every pool", async || {
+        let held = leases_held(&client, &a).await;
+        held.len() == 2 && held.values().sum::<f64>() == POOLS as f64
+    })
+    .await;
+    eprintln!("the killed replica's pools driven by the others {:?} after the SIGKILL", killed.elapsed());
+    assert_eq!(count(driven).fetch_one(&mut store).await.expect("counting driven pools"), POOLS as i64);
+    assert_eq!(count(drivers_of_one).fetch_one(&mut store).await.expect("counting"), 1);
+    wait_for(LIMIT, "every pool's status to name its new driver", async || {
+        count(mismatched).fetch_one(&mut store).await.expect("comparing drivers") == 0
+    })
+    .await;
+}
