@@ -61,7 +61,7 @@ pub struct Shared {
     /// Writes the audit records of authenticated changes, batched.
     pub audit: crate::audit::log::AuditLog,
     /// "Pool X / job Y changed", for event streams.
-    pub changes: crate::events::notices::Changes,
+    pub changes: crate::events::changes::Changes,
     /// This process's name among drover's replicas (the holder of its
     /// leases, the owner of the upgrade jobs it runs).
     pub replica: Arc<str>,

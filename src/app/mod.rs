@@ -62,7 +62,7 @@ pub struct Application {
     /// Held until `run_until_stopped` has drained everything (SQLite).
     lock: Option<lock::DataDirLock>,
     /// Notices for the other replicas (PostgreSQL).
-    notices: Option<mpsc::UnboundedReceiver<crate::events::notices::Subject>>,
+    notices: Option<mpsc::UnboundedReceiver<crate::events::changes::Subject>>,
 }
 
 /// How long background tasks get to finish after the cancellation signal.
@@ -113,10 +113,10 @@ impl Application {
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
         let (changes, notices) = if store.shared {
-            let (changes, notices) = crate::events::notices::Changes::default().with_peers();
+            let (changes, notices) = crate::events::changes::Changes::default().with_peers();
             (changes, Some(notices))
         } else {
-            (crate::events::notices::Changes::default(), None)
+            (crate::events::changes::Changes::default(), None)
         };
         let reconcile = reconcile::Context {
             metrics: metrics.clone(),
@@ -166,14 +166,14 @@ impl Application {
             tasks.spawn(crate::replicas::keeper::run(leases, db, queue, cancel.clone()));
         }
         if let Some(notices) = notices {
-            let listener = crate::replicas::notices::Listener {
+            let listener = crate::replicas::listener::Listener {
                 me: state.replica.clone(),
                 db: state.db.clone(),
                 changes: state.changes.clone(),
                 wakes: state.queue.sender(),
             };
-            tasks.spawn(crate::replicas::notices::run(listener, notices, cancel.clone()));
-            tasks.spawn(crate::replicas::notices::send_barriers(
+            tasks.spawn(crate::replicas::listener::run(listener, notices, cancel.clone()));
+            tasks.spawn(crate::replicas::listener::send_barriers(
                 state.db.clone(),
                 state.replica.clone(),
                 cancel.clone(),
@@ -301,7 +301,7 @@ struct Parts {
     engines: crate::engines::Engines,
     reconcile: reconcile::Context,
     queue: PoolQueue,
-    changes: crate::events::notices::Changes,
+    changes: crate::events::changes::Changes,
     tokens: Arc<crate::identity::cache::TokenCache>,
     refusals: Arc<crate::audit::refusals::RefusalAudit>,
     metrics: Arc<crate::metrics::Metrics>,

@@ -12,7 +12,7 @@
 //! 1. the read takes a ticket for the next *barrier*: a notice carrying a
 //!    sequence number, sent to this replica's own channel by one statement
 //!    that starts after the read began;
-//! 2. the listener ([`crate::replicas::notices`]) applies every notice in
+//! 2. the listener ([`crate::replicas::listener`]) applies every notice in
 //!    order (dropping cached pools written since) and, when it reaches the
 //!    barrier, marks its number seen;
 //! 3. once the barrier is seen, every write committed before it has been

@@ -164,7 +164,7 @@ impl WriteTx {
                 // Sent inside the transaction: delivered when it commits,
                 // in commit order, and never for a write rolled back.
                 if !touched.is_empty() {
-                    super::notices::rows(&mut tx, &origin, &touched, by.as_ref()).await?;
+                    super::notify::rows(&mut tx, &origin, &touched, by.as_ref()).await?;
                 }
                 tx.commit().await?
             }

@@ -29,7 +29,7 @@ pub mod upgrades;
 pub mod exec;
 pub mod freshness;
 mod gate;
-pub mod notices;
+pub mod notify;
 pub mod pool_cache;
 mod pool_row;
 mod store;

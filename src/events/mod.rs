@@ -2,7 +2,7 @@
 //! pool, an upgrade job, an engine), and the notices that a subject
 //! changed, which wake whoever follows it.
 //!
-//! - [`notices`]: "pool X / job Y changed", published by whoever commits a
+//! - [`changes`]: "pool X / job Y changed", published by whoever commits a
 //!   change, for the event streams and (through the other replicas) for a
 //!   pool's driver.
 //! - [`history`]: what an event stream reads of a subject's history.
@@ -12,8 +12,8 @@
 //! explains (its table: [`crate::db::events`]). What an engine's changes
 //! are called is [`crate::engines::events`].
 
+pub mod changes;
 pub mod history;
-pub mod notices;
 
+pub use changes::{Changes, Subject, Watcher};
 pub use history::Events;
-pub use notices::{Changes, Subject, Watcher};

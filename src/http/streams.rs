@@ -2,7 +2,7 @@
 //! `GET /v1/upgrades/{id}/stream`.
 //!
 //! A stream sleeps until its subject changes: whoever commits a change to a
-//! pool or a job publishes a notice ([`crate::events::notices`]), and the stream
+//! pool or a job publishes a notice ([`crate::events::changes`]), and the stream
 //! then reads the store, which stays the only source of truth, so a client
 //! that reconnects with `Last-Event-ID` misses nothing the event log still
 //! holds. Every `--stream-recheck` (10 s; at most 30 s) it checks that its
@@ -31,7 +31,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use crate::domain::event::Event;
 use crate::domain::object::{Namespace, ObjectRef, PoolRef};
 use crate::error::{ApiError, ApiResult, Problem, error_chain};
-use crate::events::notices::Watcher;
+use crate::events::changes::Watcher;
 use crate::http::extract::{NamespaceParam, Scope};
 use crate::http::wire::PoolView;
 use crate::identity::Access;

@@ -4,7 +4,7 @@
 #[derive(Clone)]
 pub struct Wake {
     pub queue: crate::reconcile::worker::PoolQueue,
-    pub changes: crate::events::notices::Changes,
+    pub changes: crate::events::changes::Changes,
 }
 
 impl Wake {

@@ -26,7 +26,7 @@ pub struct Context {
     pub stop_timeout_secs: i64,
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Tells event streams that a pool changed.
-    pub changes: crate::events::notices::Changes,
+    pub changes: crate::events::changes::Changes,
     /// Cordon and drain of a machine's node, for pools that belong to a cluster.
     pub nodes: NodeSettings,
     /// Deletions in flight, in the background.

@@ -23,7 +23,7 @@
 
 pub mod keeper;
 pub mod lease;
-pub mod notices;
+pub mod listener;
 
 pub use lease::{Claimed, Fence, FenceError, Key, Kind, LeaseFence, Leases, Lost};
 

@@ -40,7 +40,7 @@ pub struct Context {
     /// process or another, share one.
     pub owner: Arc<str>,
     /// Tells event streams that a job changed.
-    pub changes: crate::events::notices::Changes,
+    pub changes: crate::events::changes::Changes,
     /// The replica's leases (several replicas): a job is claimed by taking
     /// its lease. `None` with SQLite.
     pub leases: Option<Arc<crate::replicas::Leases>>,
@@ -51,7 +51,7 @@ impl Context {
         db: Db,
         settings: Settings,
         metrics: Arc<crate::metrics::Metrics>,
-        changes: crate::events::notices::Changes,
+        changes: crate::events::changes::Changes,
         owner: Arc<str>,
     ) -> Self {
         Self { db, settings, metrics, owner, changes, leases: None }

@@ -1,4 +1,4 @@
-//! Change notices: "pool X changed", "job Y changed", published by whoever
+//! Changes inside one process: "pool X changed", "job Y changed", published by whoever
 //! commits a change to what `GET` shows for it (a handler, a reconcile
 //! pass, an upgrade step), for the event streams that follow it.
 //!
@@ -7,9 +7,13 @@
 //! correctness. Only subjects someone is watching have a channel; a notice
 //! about any other subject is one map lookup.
 //!
-//! With several replicas (PostgreSQL), every notice is also handed to
-//! [`crate::replicas::notices`], which tells the other replicas; what they
-//! hear back is published here with [`Changes::heard`], never forwarded.
+//! With several replicas (PostgreSQL), every change is also handed to
+//! [`crate::replicas::listener`], which tells the other replicas through
+//! PostgreSQL's `NOTIFY` (the wire form: [`crate::db::notify`]); what it
+//! hears back is published here with [`Changes::heard`], never forwarded.
+//! Three modules, three names: `events::changes` (in this process),
+//! `db::notify` (what a `NOTIFY` between replicas says),
+//! `replicas::listener` (the task that sends and hears them).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -1,5 +1,5 @@
 //! Change notices between replicas, through PostgreSQL's LISTEN/NOTIFY
-//! (what they say: [`crate::db::notices`]).
+//! (what they say: [`crate::db::notify`]).
 //!
 //! The listener has a connection of its own, never one the lease keeper
 //! or a request needs. What it hears it applies in order:
@@ -30,8 +30,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::db::Db;
 use crate::db::freshness::Freshness;
-use crate::db::notices::{self, CHANNEL, Notice};
-use crate::events::notices::{Changes, Subject};
+use crate::db::notify::{self, CHANNEL, Notice};
+use crate::events::changes::{Changes, Subject};
 use crate::runtime::Wake;
 
 /// Hints sent in one statement, at most.
@@ -109,7 +109,7 @@ async fn listen(pool: &PgPool, me: &str) -> sqlx::Result<PgListener> {
     // cleared before reads trust it again), not sqlx's to hide.
     listener.eager_reconnect(false);
     listener.ignore_pool_close_event(true);
-    listener.listen_all([CHANNEL, notices::barrier_channel(me).as_str()]).await?;
+    listener.listen_all([CHANNEL, notify::barrier_channel(me).as_str()]).await?;
     Ok(listener)
 }
 
@@ -129,7 +129,7 @@ async fn serve(
     batch: &mut Vec<Subject>,
     cancel: &CancellationToken,
 ) -> Ended {
-    let barriers = notices::barrier_channel(&l.me);
+    let barriers = notify::barrier_channel(&l.me);
     let mut watchdog = tokio::time::interval(SILENT_DEATH);
     watchdog.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -164,7 +164,7 @@ async fn serve(
 
 /// One notice from the change channel.
 fn apply(l: &Listener, payload: &str) {
-    let Some((origin, notice)) = notices::parse(payload) else { return };
+    let Some((origin, notice)) = notify::parse(payload) else { return };
     // This replica's own writes invalidated its cache as they committed,
     // and woke its own streams and passes.
     if origin == &*l.me {
@@ -196,12 +196,12 @@ async fn send_hints(store: &PgPool, me: &str, batch: &mut Vec<Subject>) {
     let payloads: Vec<String> = unique
         .into_iter()
         .filter_map(|s| match s {
-            Subject::Pool(pool) => Some(notices::format(me, &Notice::Pool(pool))),
-            Subject::Job(id) => Some(notices::format(me, &Notice::Job(id))),
+            Subject::Pool(pool) => Some(notify::format(me, &Notice::Pool(pool))),
+            Subject::Job(id) => Some(notify::format(me, &Notice::Job(id))),
             Subject::Engine(_) => None,
         })
         .collect();
-    if let Err(e) = notices::send_hints(store, &payloads).await {
+    if let Err(e) = notify::send_hints(store, &payloads).await {
         tracing::debug!(error = %e, notices = payloads.len(), "telling other replicas of changes failed");
     }
 }
@@ -212,7 +212,7 @@ async fn send_hints(store: &PgPool, me: &str, batch: &mut Vec<Subject>) {
 /// the disk, since a barrier is worth nothing after a crash.
 pub async fn send_barriers(db: Db, me: Arc<str>, cancel: CancellationToken) {
     let Some(fresh) = db.freshness().cloned() else { return };
-    let channel = notices::barrier_channel(&me);
+    let channel = notify::barrier_channel(&me);
     let senders = (0..BARRIER_SENDERS).map(|_| send_on_one_connection(&db, &fresh, &channel, &cancel));
     futures_util::future::join_all(senders).await;
 }
@@ -240,7 +240,7 @@ async fn send_on_one_connection(db: &Db, fresh: &Freshness, channel: &str, cance
             }
         }
         let Some(c) = conn.as_mut() else { continue };
-        if let Err(e) = notices::send_barrier(c, channel, n).await {
+        if let Err(e) = notify::send_barrier(c, channel, n).await {
             // The reads waiting for it give up after CATCH_UP and read the
             // store; the next barrier connects again.
             tracing::debug!(error = %e, barrier = n, "sending a read barrier failed");

@@ -1,7 +1,7 @@
 //! The change notices replicas send each other through PostgreSQL's
 //! `NOTIFY` (docs/ha.md): what they say, how they are written, and the
 //! statements that send them. The listener that receives them is
-//! [`crate::replicas::notices`].
+//! [`crate::replicas::listener`].
 //!
 //! - A **row** notice (`origin`, pool, row version, and the W3C trace
 //!   context of the work that wrote it) is sent inside every transaction
