@@ -12,12 +12,18 @@
 //!
 //! A replica whose row expired is dead for good: its renewal no longer
 //! matches (a row found expired is never renewed), and the first replica
-//! to look deletes the row ([`bury`]), which frees its pools. A deletion
-//! waits for every write transaction that proved a lease of that
-//! incarnation ([`prove`] locks the row), and a renewal waits for a
-//! deletion: either the renewal lands first and the holder lives on, or
-//! the row is gone and the renewal finds nothing. The replica then joins
-//! again with a new incarnation and takes its share anew, with new tokens.
+//! to look deletes the row ([`bury`]), which frees its pools. A row that a
+//! write transaction proving one of its leases holds ([`prove`] locks it)
+//! is skipped and buried at a later look; a renewal and a deletion are
+//! ordered by the row's lock: either the renewal lands first and the
+//! holder lives on, or the row is gone and the renewal finds nothing. The
+//! replica then joins again with a new incarnation and takes its share
+//! anew, with new tokens.
+//!
+//! A pool lease row of a drover older than incarnations (written during a
+//! rolling upgrade, by either version's older replicas) has a finite
+//! `expires_at` and keeps its old meaning, held until then; a newer
+//! drover's held rows are the only ones at `'infinity'`.
 //!
 //! Upgrade jobs' leases keep their own `expires_at`, renewed row by row
 //! (a replica runs few jobs).
@@ -149,12 +155,12 @@ macro_rules! replica_expires {
 
 /// SQL: whether a pool lease row `l` is taken: by its holder's incarnation
 /// until that replica's row is buried (`'infinity'` until given up), or
-/// (a row older than incarnations) until its own `expires_at`. An expired
+/// (a row of an older drover, finite) until its own `expires_at`. An expired
 /// replica's pools stay taken until [`bury`] has deleted its row: the
 /// deletion, not the clock, is what a renewal in flight is ordered with.
 macro_rules! taken {
     () => {
-        "(l.expires_at > now() and (l.incarnation = 0 or exists (
+        "(l.expires_at > now() and (l.expires_at <> 'infinity' or exists (
             select 1 from replicas r where r.id = l.holder and r.incarnation = l.incarnation)))"
     };
 }
@@ -185,6 +191,11 @@ pub struct Renewal {
     pub alive: bool,
     /// Every pool lease held, when asked for (read, not written).
     pub pools: Option<Vec<Held>>,
+    /// How many pool leases are held, and the sum of their tokens (read,
+    /// not written): a holder that knows which it holds can tell that none
+    /// was lost without reading them all.
+    pub pool_count: i64,
+    pub pool_tokens: i64,
     /// The upgrade jobs' leases renewed.
     pub jobs: Vec<Held>,
 }
@@ -240,6 +251,15 @@ pub async fn renew(
         .fetch_all(&mut *tx)
         .await?;
         held.pools = Some(pools.into_iter().filter_map(Row::held).collect());
+    } else if held.alive {
+        (held.pool_count, held.pool_tokens) = sqlx::query_as(
+            "select count(*), coalesce(sum(token), 0)::bigint from leases
+             where holder = $1 and kind = 'pool' and incarnation = $2 and expires_at > now()",
+        )
+        .bind(me)
+        .bind(incarnation)
+        .fetch_one(&mut *tx)
+        .await?;
     }
     let alive: Vec<Alive> = sqlx::query_as(concat!(
         "select id, extract(epoch from ",
@@ -256,9 +276,9 @@ pub async fn renew(
 }
 
 /// Deletes the rows of replicas that have expired: their pools are free
-/// from then on. Waits for the write transactions that proved a lease of
-/// one of them (they lock its row), never for long: the next look buries
-/// what this one skipped.
+/// from then on. A row a write transaction holds (it proved a lease of
+/// that replica, and may still commit) is skipped, not waited for: a later
+/// look buries it.
 pub async fn bury(db: &PgPool, lease: Duration) -> sqlx::Result<u64> {
     let done = sqlx::query(concat!(
         "delete from replicas where id in (select id from replicas r where ",
@@ -287,11 +307,27 @@ pub async fn acquire(
     }
     let (namespaces, names) = arrays(pools);
     let mut tx = db.begin().await?;
-    // New rows for leases never taken; free ones change hands. A row
-    // locked by another transaction is skipped, never waited for: its
-    // holder may be frozen inside a write that proved the lease (until the
-    // server ends that session), and one such pool must not hold up this
-    // round.
+    // Only while this incarnation lives (its row locked against a burial
+    // until this transaction ends): a replica paused between its renewal
+    // and here, and buried meanwhile, must not take pools back under it.
+    let alive: Option<i32> = sqlx::query_scalar(
+        "select 1 from replicas where id = $1 and incarnation = $2 and expires_at > now() for key share",
+    )
+    .bind(me)
+    .bind(incarnation)
+    .fetch_optional(&mut *tx)
+    .await?;
+    if alive.is_none() {
+        return Ok((Vec::new(), None));
+    }
+    // New rows for leases never taken; free ones change hands, each only
+    // if its token is still the one seen free (a row taken by another
+    // since this statement's snapshot has a new token, which the re-check
+    // of the locked row sees, whereas the liveness of its holder is read
+    // from the snapshot). A row locked by another transaction is skipped,
+    // never waited for: its holder may be frozen inside a write that
+    // proved the lease (until the server ends that session), and one such
+    // pool must not hold up this round.
     let taken: Vec<Row> = sqlx::query_as(concat!(
         "with wanted as (select * from unnest($4::text[], $1::text[]) as w(namespace, name)),
          fresh as (
@@ -299,14 +335,17 @@ pub async fn acquire(
             select 'pool', namespace, name, $2, 1, 'infinity', $3 from wanted
             on conflict (kind, namespace, name) do nothing
             returning kind, namespace, name, token
+         ), loose as materialized (
+            select l.kind, l.namespace, l.name, l.token from leases l join wanted w
+                on l.namespace = w.namespace and l.name = w.name
+            where l.kind = 'pool' and not ",
+        taken!(),
+        "
          ), freed as (
             update leases set holder = $2, token = token + 1, expires_at = 'infinity', incarnation = $3
             where (kind, namespace, name) in (
-                select l.kind, l.namespace, l.name from leases l join wanted w
-                    on l.namespace = w.namespace and l.name = w.name
-                where l.kind = 'pool' and not ",
-        taken!(),
-        "
+                select l.kind, l.namespace, l.name from leases l join loose f
+                    on l.kind = f.kind and l.namespace = f.namespace and l.name = f.name and l.token = f.token
                 for update of l skip locked)
             returning kind, namespace, name, token
          )
@@ -320,14 +359,18 @@ pub async fn acquire(
     .await?;
     // When the first of the other holders expires: its row is buried at
     // the next look after that, and its pools are free.
+    // (A holder expired but not buried yet, its row held by a write in
+    // flight, is left to the next tick rather than looked at again at once.)
     let next: Option<f64> = sqlx::query_scalar(concat!(
-        "select extract(epoch from min(case when l.incarnation = 0 then l.expires_at else ",
+        "select extract(epoch from min(ends) - now())::double precision from (
+            select case when l.expires_at <> 'infinity' then l.expires_at else ",
         replica_expires!("4"),
-        " end) - now())::double precision
-         from leases l join unnest($3::text[], $1::text[]) as w(namespace, name)
-            on l.namespace = w.namespace and l.name = w.name
-         left join replicas r on r.id = l.holder and r.incarnation = l.incarnation
-         where l.kind = 'pool' and l.holder != $2 and l.expires_at > now()"
+        " end as ends
+            from leases l join unnest($3::text[], $1::text[]) as w(namespace, name)
+                on l.namespace = w.namespace and l.name = w.name
+            left join replicas r on r.id = l.holder and r.incarnation = l.incarnation
+            where l.kind = 'pool' and l.holder != $2 and l.expires_at > now()) as held
+         where ends > now()"
     ))
     .bind(&names)
     .bind(me)
@@ -474,7 +517,7 @@ pub async fn counts(db: &PgPool, lease: Duration) -> sqlx::Result<Vec<(String, i
     sqlx::query_as(concat!(
         "select r.id, count(l.name) from replicas r
          left join leases l on l.holder = r.id and l.kind = 'pool' and l.expires_at > now()
-            and (l.incarnation = r.incarnation or l.incarnation = 0)
+            and (l.incarnation = r.incarnation or l.expires_at <> 'infinity')
          where ",
         replica_expires!("1"),
         " > now() group by r.id order by r.id"
@@ -492,7 +535,7 @@ pub async fn forget_deleted(db: &PgPool) -> sqlx::Result<u64> {
         "delete from leases where (
             kind = 'pool' and not exists (select 1 from pools
                 where pools.namespace = leases.namespace and pools.name = leases.name)
-            and (expires_at < now() - interval '1 hour' or (incarnation <> 0 and not exists (select 1 from replicas r
+            and (expires_at < now() - interval '1 hour' or (expires_at = 'infinity' and not exists (select 1 from replicas r
                 where r.id = leases.holder and r.incarnation = leases.incarnation))))
          or (kind = 'job' and expires_at < now() - interval '1 hour' and not exists (select 1 from upgrade_jobs j
                 where cast(j.id as text) = leases.name and j.state in ('pending', 'running')))",

@@ -151,7 +151,7 @@ async fn round(
     if !leaving.is_empty() {
         r.handed_over = db::leases::release(store, &leases.me, &leaving).await? as usize;
     }
-    let (gained, held, next_expiry) = take(leases, store, renewed.incarnation, wakes, &wanted).await?;
+    let (gained, held, next_expiry) = take(leases, store, &renewed, wakes, &wanted).await?;
     (r.gained, r.held) = (gained, held);
     // A lease another holds, or another replica's life, that ends before
     // the next tick: look again just after, to take over at once if its
@@ -167,6 +167,10 @@ async fn round(
 struct Renewed {
     alive: Vec<String>,
     incarnation: i64,
+    /// Until when this replica may act on what it holds: a little before
+    /// its row expires (leases taken this round included, since they last
+    /// as long as the row).
+    valid_until: Instant,
     lost: usize,
     next_death: Option<f64>,
 }
@@ -182,14 +186,19 @@ async fn renew(
     incarnation: &mut Option<i64>,
     list: bool,
 ) -> sqlx::Result<Renewed> {
-    let jobs: Vec<i64> = leases
-        .lock()
-        .keys()
-        .filter_map(|k| match k {
-            Key::Job(id) => Some(*id),
-            Key::Pool(_) => None,
-        })
-        .collect();
+    let (jobs, pool_count, pool_tokens) = {
+        let held = leases.lock();
+        let jobs: Vec<i64> = held
+            .keys()
+            .filter_map(|k| match k {
+                Key::Job(id) => Some(*id),
+                Key::Pool(_) => None,
+            })
+            .collect();
+        let pools = held.iter().filter(|(k, _)| k.kind() == Kind::Pool);
+        let (count, tokens) = pools.fold((0i64, 0i64), |(n, t), (_, h)| (n + 1, t.wrapping_add(h.token)));
+        (jobs, count, tokens)
+    };
     let mut lost = 0;
     let (sent, renewal, alive, inc) = loop {
         let (inc, joined) = match *incarnation {
@@ -201,7 +210,16 @@ async fn renew(
             }
         };
         let sent = Instant::now();
-        let (renewal, alive) = db::leases::renew(store, &leases.me, inc, leases.duration, &jobs, list).await?;
+        let (mut renewal, mut alive) = db::leases::renew(store, &leases.me, inc, leases.duration, &jobs, list).await?;
+        // The pool leases held in the store are the ones held here, unless
+        // their count or tokens differ (one lost, or one held in the store
+        // only): then they are read in full.
+        if renewal.alive
+            && renewal.pools.is_none()
+            && (renewal.pool_count, renewal.pool_tokens) != (pool_count, pool_tokens)
+        {
+            (renewal, alive) = db::leases::renew(store, &leases.me, inc, leases.duration, &jobs, true).await?;
+        }
         if renewal.alive {
             break (sent, renewal, alive, inc);
         }
@@ -262,7 +280,7 @@ async fn renew(
     if !stray.is_empty() {
         db::leases::release(store, &leases.me, &stray).await?;
     }
-    Ok(Renewed { alive, incarnation: inc, lost, next_death })
+    Ok(Renewed { alive, incarnation: inc, valid_until, lost, next_death })
 }
 
 /// The pools of `share` not held yet, and the idle ones held outside it,
@@ -298,13 +316,15 @@ fn hand_over(leases: &Leases, share: &HashSet<PoolRef>) -> (Vec<PoolRef>, Vec<Po
 async fn take(
     leases: &Leases,
     store: &sqlx::PgPool,
-    incarnation: i64,
+    renewed: &Renewed,
     wakes: &mpsc::UnboundedSender<Wake>,
     wanted: &[PoolRef],
 ) -> sqlx::Result<(usize, usize, Option<Duration>)> {
-    let sent = Instant::now();
-    let (taken, next_expiry) = db::leases::acquire(store, &leases.me, incarnation, wanted, leases.duration).await?;
-    let valid_until = sent + leases.act_for();
+    let (taken, next_expiry) =
+        db::leases::acquire(store, &leases.me, renewed.incarnation, wanted, leases.duration).await?;
+    // A pool lease lasts as long as this replica's row: the renewal's
+    // deadline, not one counted from now.
+    let valid_until = renewed.valid_until;
     let gained = taken.len();
     let held = {
         let mut held = leases.lock();

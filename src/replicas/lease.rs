@@ -131,9 +131,16 @@ impl Leases {
         self.lock().iter().filter(|(k, h)| k.kind() == Kind::Pool && !h.leaving && h.valid_until > now).count()
     }
 
-    /// Whether `token` is still this replica's lease of `key`, unexpired.
-    fn holds(&self, key: &Key, token: i64) -> bool {
-        self.lock().get(key).is_some_and(|h| h.token == token && h.valid_until > Instant::now())
+    /// Whether the lease a fence was made from (`token`, and its `in_use`
+    /// marker) is still this replica's lease of `key`, unexpired. The
+    /// marker tells a lease taken again with the same token (a pool
+    /// deleted, its lease row forgotten, and the pool made again) from the
+    /// one the fence came from: an older fence never acts under a newer
+    /// lease.
+    fn holds(&self, key: &Key, token: i64, in_use: &Arc<()>) -> bool {
+        self.lock()
+            .get(key)
+            .is_some_and(|h| h.token == token && Arc::ptr_eq(&h.in_use, in_use) && h.valid_until > Instant::now())
     }
 }
 
@@ -170,7 +177,7 @@ pub struct LeaseFence {
     leases: Arc<Leases>,
     key: Key,
     token: i64,
-    _in_use: Arc<()>,
+    in_use: Arc<()>,
     looked: Arc<AtomicBool>,
 }
 
@@ -181,7 +188,7 @@ impl LeaseFence {
             leases: Arc::clone(leases),
             key,
             token: held.token,
-            _in_use: Arc::clone(&held.in_use),
+            in_use: Arc::clone(&held.in_use),
             looked: Arc::clone(&held.looked),
         }))
     }
@@ -203,7 +210,7 @@ impl Fence {
     pub fn check(&self) -> Result<(), Lost> {
         match self {
             Fence::Sole => Ok(()),
-            Fence::Lease(f) if f.leases.holds(&f.key, f.token) => Ok(()),
+            Fence::Lease(f) if f.leases.holds(&f.key, f.token, &f.in_use) => Ok(()),
             Fence::Lease(_) => Err(self.lost()),
         }
     }
@@ -289,6 +296,12 @@ mod tests {
         assert!(fence.check().is_ok());
         leases.lock().get_mut(&Key::pool(&PoolRef::in_default("p"))).unwrap().token = 4;
         assert!(fence.check().is_err(), "a fence of token 3 never acts under token 4");
+        // The lease taken again with token 3 (its row forgotten and made
+        // anew): the old fence stays dead, a new one acts.
+        let key = Key::pool(&PoolRef::in_default("p"));
+        leases.lock().insert(key.clone(), Held::new(3, Instant::now() + leases.act_for()));
+        assert!(fence.check().is_err(), "a fence of an earlier lease never acts under a later one");
+        assert!(leases.fence(&"p".into()).is_some_and(|f| f.check().is_ok()));
         assert!(Fence::Sole.check().is_ok());
     }
 }

@@ -93,6 +93,11 @@ async fn the_change_listener_reconnects_after_its_session_is_ended_and_misses_no
     let mut stream = p.b.client.get(p.b.url("/v1/pools/web/stream")).send().await.expect("stream");
     assert_eq!(stream.status(), StatusCode::OK);
 
+    // b's listener is up (under load it may still be connecting).
+    crate::helpers::wait_for(Duration::from_secs(20), "b's change listener to listen", async || {
+        metric(&p.b.metrics_text(), "drover_change_listener_connected") == 1.0
+    })
+    .await;
     let mut raw = p.raw().await;
     let session = drover::db::session_name(&p.b.state.replica);
     let ended = raw
