@@ -68,7 +68,6 @@ impl Namespaces {
     }
 
     /// The namespaces the caller has a role in (every one for a `*` grant).
-    #[tracing::instrument(name = "namespaces.list", skip_all)]
     pub async fn list(&self, access: &Access) -> Result<Vec<NamespaceRecord>, NamespaceError> {
         let mut all = db::namespaces::all(self.db.read()).await?;
         if let Some(visible) = access.visible_namespaces() {
@@ -77,7 +76,6 @@ impl Namespaces {
         Ok(all)
     }
 
-    #[tracing::instrument(name = "namespaces.get", skip_all)]
     pub async fn get(&self, access: &Access, name: &Namespace) -> Result<NamespaceRecord, NamespaceError> {
         let found = db::namespaces::get(self.db.read(), name).await?;
         access.may(Action::READ, &Target::namespace(name))?;

@@ -106,7 +106,6 @@ impl Clusters {
     /// The cluster `name` of the request's namespace, if the caller may do
     /// `action` to it (looked up first, so that one the caller may not see
     /// answers as a missing one, at the same cost).
-    #[tracing::instrument(name = "clusters.get", skip_all)]
     pub async fn get(&self, access: &Access, action: Action, name: &str) -> Result<ClusterRecord, ClusterError> {
         let id = ClusterRef::new(access.namespace.clone(), name);
         let found = db::clusters::get(self.db.read(), &id).await?;
@@ -205,7 +204,6 @@ impl Clusters {
     }
 
     /// A page of the clusters of the request's namespace, in name order.
-    #[tracing::instrument(name = "clusters.list", skip_all)]
     pub async fn list(&self, access: &Access, req: &PageRequest) -> Result<Page<ClusterRecord>, ClusterError> {
         self.namespace_exists(access).await?;
         let rows = db::clusters::list(self.db.read(), &access.namespace, req.after.as_deref(), req.fetch()).await?;
@@ -237,7 +235,6 @@ impl Clusters {
     }
 
     /// Probes the cluster's control plane (each call tried once).
-    #[tracing::instrument(name = "clusters.status", skip_all)]
     pub async fn status(&self, access: &Access, name: &str) -> Result<ClusterStatus, ClusterError> {
         let found = self.get(access, Action::READ, name).await?;
         let api = self.connect(&ClusterRef::new(found.namespace, found.name.clone()), 1).await?;

@@ -247,7 +247,6 @@ impl Engines {
     }
 
     /// The engine, with whether it has a TLS identity.
-    #[tracing::instrument(name = "engines.get", skip_all)]
     pub async fn get(&self, access: &Access, name: &str) -> Result<EngineInfo, EngineError> {
         let engine = self.set.get(name);
         allow(access, Action::READ, name)?;
@@ -261,7 +260,6 @@ impl Engines {
     }
 
     /// A page of engines in name order, `local` among them.
-    #[tracing::instrument(name = "engines.list", skip_all)]
     pub async fn list(&self, access: &Access, req: &PageRequest) -> Result<Page<EngineInfo>, EngineError> {
         allow(access, Action::READ, "*")?;
         let with_tls = self.with_tls().await?;
@@ -278,7 +276,6 @@ impl Engines {
     }
 
     /// A page of the engine's events, newest first.
-    #[tracing::instrument(name = "engines.events", skip_all)]
     pub async fn events(
         &self,
         access: &Access,

@@ -101,7 +101,6 @@ impl Tokens {
     /// The tokens the caller manages (names and grants; never the
     /// secrets): every one for a `*` admin, else those of the namespaces
     /// it is an admin of.
-    #[tracing::instrument(name = "tokens.list", skip_all)]
     pub async fn list(&self, access: &Access) -> Result<Vec<TokenInfo>, TokenError> {
         let mut items = match access.grants() {
             Some(g) if g.global_role() != Some(Role::Admin) => {
@@ -150,7 +149,6 @@ impl Tokens {
 
     /// A page of the audit trail, newest first: of one namespace (its
     /// admins), or all of it (`None`: a `*` admin).
-    #[tracing::instrument(name = "tokens.audit", skip_all)]
     pub async fn audit(
         &self,
         access: &Access,

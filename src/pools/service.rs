@@ -67,7 +67,6 @@ impl Pools {
     /// `action` to it. Decided before the lookup (the decision depends on
     /// the caller and the namespace, never on the pool): a refusal costs
     /// the same whether the pool exists or not, and answers the same.
-    #[tracing::instrument(name = "pools.get", skip_all)]
     pub async fn get(&self, access: &Access, action: Action, name: &str) -> Result<Pool, PoolError> {
         let id = PoolRef::new(access.namespace.clone(), name);
         access.may(action, &target(&id))?;
@@ -81,7 +80,6 @@ impl Pools {
     }
 
     /// A pool as last committed, shared, with room for its rendered answer.
-    #[tracing::instrument(name = "pools.shared", skip_all)]
     pub async fn shared(&self, access: &Access, name: &str) -> Result<Arc<Cached>, PoolError> {
         let id = PoolRef::new(access.namespace.clone(), name);
         access.may(Action::READ, &target(&id))?;
@@ -91,7 +89,6 @@ impl Pools {
 
     /// A page of the pools of the request's namespace (of every namespace
     /// the caller sees, with `across`), in (namespace, name) order.
-    #[tracing::instrument(name = "pools.list", skip_all)]
     pub async fn list(&self, access: &Access, across: bool, req: &PageRequest) -> Result<Page<Pool>, PoolError> {
         let rows = if across {
             let visible = access.visible_namespaces();
@@ -118,7 +115,6 @@ impl Pools {
     /// The request's namespace exists and the caller sees it: what a list
     /// of its objects needs (a namespace it does not see answers as a
     /// missing one).
-    #[tracing::instrument(name = "pools.namespace_exists", skip_all)]
     pub async fn namespace_exists(&self, access: &Access) -> Result<(), PoolError> {
         let found = db::namespaces::get(self.db.read(), &access.namespace).await?;
         access.may(Action::READ, &Target::namespace(&access.namespace))?;
@@ -126,14 +122,12 @@ impl Pools {
     }
 
     /// A page of the pool's events, newest first.
-    #[tracing::instrument(name = "pools.events", skip_all)]
     pub async fn events(&self, access: &Access, name: &str, req: &PageRequest<i64>) -> Result<Page<Event>, PoolError> {
         let pool = self.get(access, Action::READ, name).await?;
         Ok(db::events::page(self.db.read(), &ObjectRef::Pool(pool.id), req).await?)
     }
 
     /// Every desired image the pool has had, newest first, and its current revision.
-    #[tracing::instrument(name = "pools.revisions", skip_all)]
     pub async fn revisions(&self, access: &Access, name: &str) -> Result<(i64, Vec<Revision>), PoolError> {
         let pool = self.get(access, Action::READ, name).await?;
         Ok((pool.revision, db::revisions::list(self.db.read(), &pool.id).await?))
@@ -355,7 +349,6 @@ impl Pools {
     }
 
     /// The pool's rollout, counted now.
-    #[tracing::instrument(name = "pools.rollout", skip_all)]
     pub async fn rollout(&self, access: &Access, name: &str) -> Result<Rollout, PoolError> {
         let pool = self.get(access, Action::READ, name).await?;
         self.counted(pool).await
@@ -438,7 +431,6 @@ impl Pools {
 
     /// What the reconciler would do now, for the pool as it is or with a
     /// merge patch of its spec. Nothing is changed.
-    #[tracing::instrument(name = "pools.plan", skip_all)]
     pub async fn plan(&self, access: &Access, name: &str, patch: Option<&Value>) -> Result<Planned, PoolError> {
         let pool = self.get(access, Action::READ, name).await?;
         let Some(patch) = patch else { return self.plan_with(pool, None).await };

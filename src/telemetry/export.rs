@@ -106,7 +106,16 @@ async fn run<E: SpanExporter>(
     }
 }
 
-async fn export<E: SpanExporter>(exporter: &E, batch: Vec<SpanData>, dropped: &Counter) {
+/// Span fields written for the logs only: the path (the route says the
+/// same with less, and a path may name objects), and what repeats an
+/// attribute or the span's own ids. Dropped here, in the export task,
+/// rather than kept out of the span, which the log lines read too.
+const LOG_ONLY: [&str; 3] = ["path", "method", "trace_id"];
+
+async fn export<E: SpanExporter>(exporter: &E, mut batch: Vec<SpanData>, dropped: &Counter) {
+    for span in &mut batch {
+        span.attributes.retain(|kv| !LOG_ONLY.contains(&kv.key.as_str()));
+    }
     let n = batch.len() as u64;
     let failure = match tokio::time::timeout(EXPORT_TIMEOUT, exporter.export(batch)).await {
         Ok(Ok(())) => return,

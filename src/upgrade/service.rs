@@ -118,7 +118,6 @@ impl Upgrades {
     /// What an upgrade of `cluster` (of the request's namespace) would do:
     /// the checks of a start, against what the cluster runs now. Stores
     /// and changes nothing.
-    #[tracing::instrument(name = "upgrades.plan", skip_all)]
     pub async fn plan(&self, access: &Access, cluster: &str, body: &NewUpgrade) -> Result<UpgradePlan, UpgradeError> {
         let prepared = self.checked(access, cluster, body, Asked::Plan).await?;
         Ok(UpgradePlan {
@@ -178,7 +177,6 @@ impl Upgrades {
 
     /// A page of the request's namespace's jobs, newest first, optionally
     /// of one cluster and in one state.
-    #[tracing::instrument(name = "upgrades.list", skip_all)]
     pub async fn list(
         &self,
         access: &Access,
@@ -201,7 +199,6 @@ impl Upgrades {
 
     /// A job of the request's namespace by its id as the API names it (a
     /// number; anything else is no job).
-    #[tracing::instrument(name = "upgrades.get", skip_all)]
     pub async fn get(&self, access: &Access, id: &str) -> Result<JobDetail, UpgradeError> {
         let job = self.job(access, Action::READ, id).await?;
         self.detail(job).await
@@ -235,7 +232,6 @@ impl Upgrades {
     }
 
     /// A page of the job's events, newest first.
-    #[tracing::instrument(name = "upgrades.events", skip_all)]
     pub async fn events(&self, access: &Access, id: &str, req: &PageRequest<i64>) -> Result<Page<Event>, UpgradeError> {
         let job = self.job(access, Action::READ, id).await?;
         Ok(db::events::page(self.db.read(), &ObjectRef::Job(job.id), req).await?)

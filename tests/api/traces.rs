@@ -230,6 +230,10 @@ async fn a_pool_created_under_a_traceparent_leads_to_the_pass_it_woke_and_its_en
     assert_eq!(hex(&request.span.parent_span_id), PARENT_ID, "the client's span is the parent");
     assert_eq!(request.int_attr("http.response.status_code"), Some(201));
     assert_eq!(request.span.name, "POST /v1/pools");
+    for log_only in ["path", "method", "trace_id"] {
+        assert!(request.attr(log_only).is_none(), "the request span exports no {log_only:?}");
+    }
+    assert!(request.attr("request_id").is_some(), "the request id ties the span to the log lines");
     assert_eq!(request.service, "drover-under-test");
 
     // The pass it woke: a trace of its own, linked to the request's, and
