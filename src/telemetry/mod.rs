@@ -47,7 +47,19 @@ pub fn init(filter: &str, format: LogFormat, traces: &otlp::TraceSettings) -> an
     let mut layers = vec![logs];
     let export = otlp::Export::start(traces)?.map(|(export, tracer)| {
         let spans = tracing_subscriber::filter::Targets::new().with_target("drover", tracing::Level::INFO);
-        layers.push(tracing_opentelemetry::layer().with_tracer(tracer).with_filter(spans).boxed());
+        // Per span, only what the spans' own fields say: no source
+        // location, thread or target attributes, no busy/idle clock reads
+        // at every poll, and no OpenTelemetry context made current at every
+        // poll (drover reads a span's context from the span itself). Each
+        // costs every request, sampled or not.
+        let layer = tracing_opentelemetry::layer()
+            .with_tracer(tracer)
+            .with_location(false)
+            .with_threads(false)
+            .with_target(false)
+            .with_tracked_inactivity(false)
+            .with_context_activation(false);
+        layers.push(layer.with_filter(spans).boxed());
         export
     });
     tracing_subscriber::registry()
