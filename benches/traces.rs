@@ -279,7 +279,12 @@ async fn reads(secs: u32, turns: u32) -> anyhow::Result<()> {
     let (rps, p99, _) = medians(&runs[peers.len()]);
     println!("| bare axum handler, same body | {rps:.0} | | {p99:.2} | | {} |", every(&runs[peers.len()]));
     println!();
-    for p in &peers {
+    exported(&peers).await
+}
+
+/// What each peer's collector received and its drover dropped.
+async fn exported(peers: &[Peer]) -> anyhow::Result<()> {
+    for p in peers {
         println!(
             "- {}: the collector got {}; drover dropped {} spans",
             p.export.name(),
@@ -358,15 +363,7 @@ async fn docker_runs(peers: &[Peer], runs: u32, n: usize) -> anyhow::Result<()> 
         );
     }
     println!();
-    for p in peers {
-        println!(
-            "- {}: the collector got {}; drover dropped {} spans",
-            p.export.name(),
-            p.collected(),
-            p.dropped().await?
-        );
-    }
-    Ok(())
+    exported(peers).await
 }
 
 /// Removes every container this run labelled (after its drovers are gone,
