@@ -4,7 +4,7 @@
 
 use super::exec::{Affected, Exec, on_store};
 use super::gate::WriteTx;
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, SubsecRound, Utc};
 use sqlx::AssertSqlSafe;
 
 use crate::domain::machine::MachinePhase;
@@ -41,9 +41,27 @@ pub struct Machine {
 }
 
 impl Machine {
-    /// Same observation, whenever it was written.
+    /// Same observation, whenever it was written. Times compare at the
+    /// microseconds the store keeps (PostgreSQL's `timestamptz`): a record
+    /// read back is the same as the observation, to the nanosecond, that
+    /// it was written from, so a periodic pass rewrites nothing unchanged.
     pub fn same_as(&self, other: &Machine) -> bool {
-        Machine { updated_at: other.updated_at, ..self.clone() } == *other
+        self.as_stored() == Machine { updated_at: self.updated_at, ..other.clone() }.as_stored()
+    }
+
+    /// This record as the store gives it back: every time to the microsecond.
+    fn as_stored(&self) -> Machine {
+        let micros = |t: DateTime<Utc>| t.trunc_subsecs(6);
+        Machine {
+            ready_since: self.ready_since.map(micros),
+            started_at: self.started_at.map(micros),
+            finished_at: self.finished_at.map(micros),
+            last_restart_at: self.last_restart_at.map(micros),
+            terminating_since: self.terminating_since.map(micros),
+            created_at: micros(self.created_at),
+            updated_at: micros(self.updated_at),
+            ..self.clone()
+        }
     }
 }
 

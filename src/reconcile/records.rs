@@ -105,10 +105,8 @@ pub(super) async fn sync(
 mod tests {
     use super::*;
 
-    #[test]
-    fn exits_are_told_with_their_signal_runtime_and_memory() {
-        let t = |s| DateTime::from_timestamp(s, 0);
-        let m = Machine {
+    fn exited(t: impl Fn(i64) -> Option<DateTime<Utc>>) -> Machine {
+        Machine {
             name: "worker-a".into(),
             pool: "p".into(),
             engine: "local".into(),
@@ -132,9 +130,29 @@ mod tests {
             terminating_reason: None,
             created_at: DateTime::UNIX_EPOCH,
             updated_at: DateTime::UNIX_EPOCH,
-        };
+        }
+    }
+
+    #[test]
+    fn exits_are_told_with_their_signal_runtime_and_memory() {
+        let m = exited(|s| DateTime::from_timestamp(s, 0));
         assert_eq!(exit_story(&m), "exited with code 137 (signal 9) after running 5.0 s, killed for lack of memory");
         let quiet = Machine { exit_code: Some(3), oom_killed: false, started_at: None, ..m };
         assert_eq!(exit_story(&quiet), "exited with code 3");
+    }
+
+    /// PostgreSQL keeps microseconds: the record read back from it is the
+    /// same observation as the one, to the nanosecond, it was written from
+    /// (a periodic pass rewrote every machine row while they differed), and
+    /// a change of a microsecond is still a change.
+    #[test]
+    fn a_record_read_back_at_microseconds_is_the_observation_it_was_written_from() {
+        let observed = exited(|s| DateTime::from_timestamp(s, 123_456_789));
+        let stored = exited(|s| DateTime::from_timestamp(s, 123_456_000));
+        assert!(stored.same_as(&observed) && observed.same_as(&stored));
+        let later = Machine { updated_at: DateTime::from_timestamp(99, 0).unwrap_or_default(), ..stored.clone() };
+        assert!(later.same_as(&observed), "when it was written is not part of the observation");
+        let moved = exited(|s| DateTime::from_timestamp(s, 123_457_000));
+        assert!(!moved.same_as(&observed));
     }
 }
