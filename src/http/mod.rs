@@ -35,6 +35,7 @@ use utoipa_swagger_ui::SwaggerUi;
 
 use crate::error::ApiError;
 use crate::state::AppState;
+use crate::telemetry::head::{Head, HeadSamplingLayer};
 
 pub const REQUEST_ID: &str = "x-request-id";
 
@@ -162,9 +163,10 @@ fn keep_sane_request_id<B>(mut req: Request<B>) -> Request<B> {
 
 /// The span of one request, with OpenTelemetry's HTTP server attributes
 /// (the route and status are recorded by [`guard`] and [`stamp_trace`]),
-/// continuing the client's `traceparent` if it sent one. The path goes to
-/// logs only: it may name objects, and the route says the same with less.
-/// No header but `traceparent` is read, so no token reaches a span.
+/// continuing the client's `traceparent` if it sent one and the head kept
+/// the trace ([`crate::telemetry::head`]). The path goes to logs only: it
+/// may name objects, and the route says the same with less. No header but
+/// `traceparent` is read, so no token reaches a span.
 fn request_span<B>(req: &Request<B>) -> tracing::Span {
     let id = req.headers().get(REQUEST_ID).and_then(|v| v.to_str().ok()).unwrap_or("-");
     let path = crate::telemetry::Clipped(req.uri().path(), MAX_LOGGED_PATH);
@@ -182,7 +184,11 @@ fn request_span<B>(req: &Request<B>) -> tracing::Span {
         http.response.status_code = tracing::field::Empty,
         trace_id = tracing::field::Empty,
     );
-    crate::telemetry::context::continue_from(req.headers(), &span);
+    // The head set a parent only when the client sent one and it was kept.
+    if let Some(Head::Sampled(parent)) = req.extensions().get::<Head>() {
+        // Fails only when no OpenTelemetry layer is installed.
+        let _ = tracing_opentelemetry::OpenTelemetrySpanExt::set_parent(&span, parent.clone());
+    }
     crate::telemetry::context::record_trace_id(&span);
     span
 }
@@ -264,6 +270,7 @@ pub fn router(state: AppState) -> anyhow::Result<Router> {
     let cors = cors(&config.cors_allowed_origins)?;
     let request_id = HeaderName::from_static(REQUEST_ID);
     let middleware = ServiceBuilder::new()
+        .layer(HeadSamplingLayer::new(config.traces.head_sampler()))
         .map_request(keep_sane_request_id)
         .layer(SetRequestIdLayer::new(request_id.clone(), RandomRequestId))
         .layer(

@@ -1,44 +1,23 @@
-//! W3C trace context at drover's edges: a client's `traceparent` continued,
-//! the `traceresponse` header on answers, and the trace id users paste into
-//! bug reports. Without an exporter no span carries a trace id and every
+//! W3C trace context at drover's edges: the `traceresponse` header on
+//! answers, and the trace id users paste into bug reports (a client's
+//! `traceparent` is continued by [`super::head`]). Without an exporter no span carries a trace id and every
 //! function here answers `None`.
 
-use axum::http::{HeaderMap, HeaderValue};
-use opentelemetry::propagation::{Extractor, TextMapPropagator as _};
+use axum::http::HeaderValue;
 use opentelemetry::trace::{SpanContext, TraceContextExt as _};
-use opentelemetry_sdk::propagation::TraceContextPropagator;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 /// The response header naming the trace of the request (W3C Trace Context
 /// Level 2).
 pub const TRACERESPONSE: &str = "traceresponse";
 
-struct Headers<'a>(&'a HeaderMap);
-
-impl Extractor for Headers<'_> {
-    fn get(&self, key: &str) -> Option<&str> {
-        self.0.get(key).and_then(|v| v.to_str().ok())
-    }
-    fn keys(&self) -> Vec<&str> {
-        self.0.keys().map(|k| k.as_str()).collect()
-    }
-}
-
-/// Makes `span` a child of the client's `traceparent`, when it sent a
-/// valid one (an invalid one is ignored: the request starts a trace).
-pub fn continue_from(headers: &HeaderMap, span: &tracing::Span) {
-    let parent = TraceContextPropagator::new().extract(&Headers(headers));
-    if parent.span().span_context().is_valid() {
-        // Fails only when no OpenTelemetry layer is installed.
-        let _ = span.set_parent(parent);
-    }
-}
-
 /// The OpenTelemetry span context of `span`, when it has a valid one.
+/// A request dropped at the head ([`super::head`]) has no OpenTelemetry
+/// span: its context is the one the head gave it.
 pub fn span_context(span: &tracing::Span) -> Option<SpanContext> {
     let cx = span.context();
     let sc = cx.span().span_context().clone();
-    sc.is_valid().then_some(sc)
+    if sc.is_valid() { Some(sc) } else { super::head::unsampled() }
 }
 
 /// Records the trace id of `span` in its `trace_id` field (declared

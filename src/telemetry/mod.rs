@@ -11,6 +11,7 @@
 
 pub mod context;
 pub mod export;
+pub mod head;
 pub mod otlp;
 
 use std::fmt::Write as _;
@@ -46,7 +47,6 @@ pub fn init(filter: &str, format: LogFormat, traces: &otlp::TraceSettings) -> an
     };
     let mut layers = vec![logs];
     let export = otlp::Export::start(traces)?.map(|(export, tracer)| {
-        let spans = tracing_subscriber::filter::Targets::new().with_target("drover", tracing::Level::INFO);
         // Per span, only what the spans' own fields say: no source
         // location, thread or target attributes, no busy/idle clock reads
         // at every poll, and no OpenTelemetry context made current at every
@@ -59,7 +59,7 @@ pub fn init(filter: &str, format: LogFormat, traces: &otlp::TraceSettings) -> an
             .with_target(false)
             .with_tracked_inactivity(false)
             .with_context_activation(false);
-        layers.push(layer.with_filter(spans).boxed());
+        layers.push(layer.with_filter(head::Exported::default()).boxed());
         export
     });
     tracing_subscriber::registry()

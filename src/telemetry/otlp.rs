@@ -121,6 +121,12 @@ fn parse_attributes(s: &str) -> Result<ResourceAttributes, String> {
 }
 
 impl TraceSettings {
+    /// The sampler of requests at the head ([`super::head`]); `None` when
+    /// export is off.
+    pub fn head_sampler(&self) -> Option<Sampler> {
+        self.endpoint.as_deref().filter(|e| !e.trim().is_empty()).map(|_| self.sampler())
+    }
+
     fn sampler(&self) -> Sampler {
         let ratio = || Sampler::TraceIdRatioBased(self.sampler_arg.unwrap_or(1.0));
         match self.sampler {
@@ -195,7 +201,7 @@ impl Export {
         let processor = QueueProcessor::start(exporter, queue, spans_dropped(), &tasks, cancel.clone());
         let provider = SdkTracerProvider::builder()
             .with_span_processor(processor)
-            .with_sampler(settings.sampler())
+            .with_sampler(super::head::HeadDecided(settings.sampler()))
             .with_resource(resource)
             .build();
         let tracer = provider.tracer("drover");

@@ -356,6 +356,53 @@ async fn a_pool_created_under_a_traceparent_leads_to_the_pass_it_woke_and_its_en
     }
 }
 
+/// A request whose trace the head drops (the client's `traceparent` says
+/// not sampled, and the sampler follows parents) exports no span, neither
+/// its own nor its children's (the service call, the transactions), which
+/// would otherwise be roots of their own under `parentbased_always_on`;
+/// it still names its trace in `traceresponse` and in problems. The pass
+/// it woke decides for itself and is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_dropped_at_the_head_exports_no_span_of_its_own_or_its_childrens() {
+    let collector = Collector::start().await;
+    let dir = tempfile::TempDir::new().expect("data dir");
+    let drover = traced_drover(dir.path(), &collector.url);
+    drover.wait_up().await;
+    let client = client_with_token(&admin_token(dir.path()));
+    let dropped = format!("00-{TRACE_ID}-{PARENT_ID}-00");
+    let body = json!({"name": "unsampled", "replicas": 1, "version": "v1.29.2"});
+    let res = client.post(format!("{}/v1/pools", drover.addr)).header("traceparent", &dropped).json(&body);
+    let res = res.send().await.expect("creating the pool");
+    assert_eq!(res.status(), 201, "{}", drover.output());
+    let answered = res.headers().get("traceresponse").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+    assert!(answered.starts_with(&format!("00-{TRACE_ID}-")) && answered.ends_with("-00"), "{answered:?}");
+    let res = client.get(format!("{}/v1/pools/nothing-here", drover.addr)).header("traceparent", &dropped);
+    let problem: Value = res.send().await.expect("reading a missing pool").json().await.expect("problem JSON");
+    assert_eq!(problem["trace_id"], TRACE_ID, "{problem:#}");
+
+    // The pass the create woke is a root, kept: once it and a later kept
+    // request are at the collector, whatever the dropped ones made is too.
+    drover
+        .wait_pool(&client, "unsampled", Duration::from_secs(20), "a ready machine", |p| {
+            p["status"]["ready_replicas"] == 1
+        })
+        .await;
+    let res = client.get(format!("{}/v1/pools", drover.addr)).send().await.expect("listing pools");
+    assert_eq!(res.status(), 200);
+    wait_for(Duration::from_secs(15), "the kept request and the pass at the collector", async || {
+        let spans = collector.spans();
+        spans.iter().any(|s| s.span.name == "GET /v1/pools") && spans.iter().any(|s| s.span.name == "reconcile pass")
+    })
+    .await;
+    let spans = collector.spans();
+    let made: Vec<&str> = spans.iter().map(|s| s.span.name.as_str()).collect();
+    assert!(spans.iter().all(|s| s.trace_id() != TRACE_ID), "a span of the dropped trace was exported: {made:?}");
+    // (The kept GETs of the pool's status above are not the dropped one.)
+    for child in ["POST /v1/pools", "create_pool", "pools.create"] {
+        assert!(!made.contains(&child), "{child:?} of a dropped request was exported: {made:?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_collector_down_requests_answer_and_dropped_spans_are_counted() {
     // A port nobody listens on.
