@@ -189,7 +189,7 @@ fn request_span<B>(req: &Request<B>) -> tracing::Span {
         // Fails only when no OpenTelemetry layer is installed.
         let _ = tracing_opentelemetry::OpenTelemetrySpanExt::set_parent(&span, parent.clone());
     }
-    crate::telemetry::context::record_trace_id(&span);
+    crate::telemetry::context::start_request(&span);
     span
 }
 

@@ -17,16 +17,29 @@ pub const TRACERESPONSE: &str = "traceresponse";
 pub fn span_context(span: &tracing::Span) -> Option<SpanContext> {
     let cx = span.context();
     let sc = cx.span().span_context().clone();
-    if sc.is_valid() { Some(sc) } else { super::head::unsampled() }
+    if sc.is_valid() { Some(sc) } else { super::head::request_context() }
 }
 
 /// Records the trace id of `span` in its `trace_id` field (declared
 /// empty), so that every JSON log line written inside it names the trace.
 /// Call it after the span's parent and links are set: it starts the span.
-pub fn record_trace_id(span: &tracing::Span) {
-    if let Some(sc) = span_context(span) {
-        span.record("trace_id", tracing::field::display(TraceId(sc.trace_id().to_bytes())));
+pub fn record_trace_id(span: &tracing::Span) -> Option<SpanContext> {
+    let sc = span_context(span)?;
+    span.record("trace_id", tracing::field::display(TraceId(sc.trace_id().to_bytes())));
+    Some(sc)
+}
+
+/// Starts the span of a request ([`record_trace_id`]) and keeps its
+/// context as the request's ([`super::head::remember`]).
+pub fn start_request(span: &tracing::Span) {
+    if let Some(sc) = record_trace_id(span) {
+        super::head::remember(&sc);
     }
+}
+
+/// The context of the request the current task serves, else of `span`.
+fn request_or(span: &tracing::Span) -> Option<SpanContext> {
+    super::head::request_context().or_else(|| span_context(span))
 }
 
 /// Renames the OpenTelemetry span of `span` (once it has started, its
@@ -42,7 +55,14 @@ pub struct TraceId(pub [u8; 16]);
 
 impl std::fmt::Display for TraceId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+        // Written at every request with export on: one write, not 16.
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut text = [0u8; 32];
+        for (i, b) in self.0.iter().enumerate() {
+            text[2 * i] = HEX[usize::from(b >> 4)];
+            text[2 * i + 1] = HEX[usize::from(b & 0xf)];
+        }
+        f.write_str(std::str::from_utf8(&text).map_err(|_| std::fmt::Error)?)
     }
 }
 
@@ -74,21 +94,22 @@ pub fn lenient_trace_id<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option
 
 /// The trace id of the current span.
 pub fn current_trace_id() -> Option<TraceId> {
-    span_context(&tracing::Span::current()).map(|sc| TraceId(sc.trace_id().to_bytes()))
+    request_or(&tracing::Span::current()).map(|sc| TraceId(sc.trace_id().to_bytes()))
 }
 
 /// The trace id of `span` when its trace is sampled (exported): what a
 /// histogram's exemplar names, since one naming a trace no collector holds
-/// would lead nowhere.
+/// would lead nowhere. In a request's task, the request's trace.
 pub fn sampled_trace_id(span: &tracing::Span) -> Option<TraceId> {
-    span_context(span).filter(SpanContext::is_sampled).map(|sc| TraceId(sc.trace_id().to_bytes()))
+    request_or(span).filter(SpanContext::is_sampled).map(|sc| TraceId(sc.trace_id().to_bytes()))
 }
 
 /// `traceresponse` for the request whose span is `span`:
 /// `00-<trace id>-<span id>-<flags>`.
 pub fn traceresponse(span: &tracing::Span) -> Option<HeaderValue> {
-    let sc = span_context(span)?;
-    let value = format!("00-{:032x}-{:016x}-{:02x}", sc.trace_id(), sc.span_id(), sc.trace_flags().to_u8());
+    let sc = request_or(span)?;
+    let trace = TraceId(sc.trace_id().to_bytes());
+    let value = format!("00-{trace}-{:016x}-{:02x}", sc.span_id(), sc.trace_flags().to_u8());
     HeaderValue::from_str(&value).ok()
 }
 

@@ -8,8 +8,8 @@
 //! - [`HeadSampling`], the outermost HTTP middleware, asks the configured
 //!   sampler about the request (continuing its `traceparent`) and runs it
 //!   inside the decision: a kept request goes on as before; a dropped one
-//!   runs with its trace context in a task-local ([`unsampled`]), so that
-//!   it still has a trace id for logs, problems and `traceresponse`.
+//!   runs with its trace context in a task-local ([`request_context`]), so
+//!   that it still has a trace id for logs, problems and `traceresponse`.
 //! - [`Exported`], the span filter of the OpenTelemetry layer, keeps the
 //!   layer away from every span and event of a dropped request.
 //! - [`HeadDecided`] is the SDK's sampler: a request span reaching it was
@@ -20,6 +20,7 @@
 //! Work a dropped request hands to another task (a pass it wakes) is not
 //! in the request's task and decides for itself, linked to the request.
 
+use std::sync::{Arc, OnceLock};
 use std::task::{Context as TaskContext, Poll};
 
 use axum::http::{HeaderMap, Request};
@@ -34,19 +35,29 @@ use tracing::{Level, Metadata};
 use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::{Context as LayerContext, Filter};
 
+/// The trace context of the request a task serves: the head's, when it
+/// dropped the trace; the request span's once it started, when it kept it.
+/// Kept once per request, so that what names the request's trace (logs,
+/// problems, `traceresponse`, exemplars) does not look its span up again.
+type RequestContext = Arc<OnceLock<SpanContext>>;
+
 tokio::task_local! {
-    /// The trace context of the request this task serves, when its trace
-    /// was dropped at the head.
-    static UNSAMPLED: Option<SpanContext>;
+    static REQUEST: Option<RequestContext>;
 }
 
-/// The trace context of the current request, when its trace is not kept.
-pub fn unsampled() -> Option<SpanContext> {
-    UNSAMPLED.try_with(Clone::clone).ok().flatten()
+/// The trace context of the request the current task serves, if any.
+pub fn request_context() -> Option<SpanContext> {
+    REQUEST.try_with(|r| r.as_ref().and_then(|r| r.get().cloned())).ok().flatten()
+}
+
+/// Keeps `sc`, the context of the request span that just started, as the
+/// request's (see [`request_context`]).
+pub fn remember(sc: &SpanContext) {
+    let _ = REQUEST.try_with(|r| r.as_ref().map(|r| r.set(sc.clone())));
 }
 
 fn in_unsampled_request() -> bool {
-    UNSAMPLED.try_with(Option::is_some).unwrap_or(false)
+    REQUEST.try_with(|r| r.as_ref().and_then(|r| r.get()).is_some_and(|sc| !sc.is_sampled())).unwrap_or(false)
 }
 
 /// What the head decided about a request (kept with a client's parent, it
@@ -94,28 +105,28 @@ where
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = tokio::task::futures::TaskLocalFuture<Option<SpanContext>, S::Future>;
+    type Future = tokio::task::futures::TaskLocalFuture<Option<RequestContext>, S::Future>;
 
     fn poll_ready(&mut self, cx: &mut TaskContext<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
-        let dropped = match self.sampler.as_ref().map(|s| decide(s, req.headers())) {
+        let request = match self.sampler.as_ref().map(|s| decide(s, req.headers())) {
             None => None,
-            Some(Head::Unsampled(sc)) => Some(sc),
+            Some(Head::Unsampled(sc)) => Some(Arc::new(OnceLock::from(sc))),
             Some(Head::Sampled(parent)) => {
                 // The span reads its parent here; a root needs nothing.
                 if parent.has_active_span() {
                     req.extensions_mut().insert(Head::Sampled(parent));
                 }
-                None
+                Some(Arc::default())
             }
         };
         // The request's span is made in `call`, the rest in the future:
         // both run inside the decision.
-        let future = UNSAMPLED.sync_scope(dropped.clone(), || self.inner.call(req));
-        UNSAMPLED.scope(dropped, future)
+        let future = REQUEST.sync_scope(request.clone(), || self.inner.call(req));
+        REQUEST.scope(request, future)
     }
 }
 
