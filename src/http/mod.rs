@@ -312,7 +312,10 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use opentelemetry::trace::TracerProvider as _;
+    use opentelemetry_sdk::trace::Sampler;
     use tracing_subscriber::layer::SubscriberExt as _;
+
+    use crate::telemetry::head::HeadSamplingLayer;
 
     #[test]
     fn json_log_lines_inside_a_request_carry_the_trace_id_it_continued() {
@@ -330,9 +333,18 @@ mod tests {
             .header("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
             .body(())
             .unwrap();
-        tracing::subscriber::with_default(subscriber, || {
+        // As in the router: the head decides, then the request span is
+        // made inside the call.
+        let request = tower::service_fn(|req: axum::http::Request<()>| {
             let _in = super::request_span(&req).entered();
             tracing::info!("inside the request");
+            std::future::ready(Ok::<_, std::convert::Infallible>(()))
+        });
+        let sampler = Sampler::ParentBased(Box::new(Sampler::AlwaysOn));
+        let mut service = tower::Layer::layer(&HeadSamplingLayer::new(Some(sampler)), request);
+        tracing::subscriber::with_default(subscriber, || {
+            let answered = futures_util::FutureExt::now_or_never(tower::Service::call(&mut service, req));
+            assert!(matches!(answered, Some(Ok(()))));
         });
         let out = String::from_utf8(lines.lock().unwrap().clone()).unwrap();
         assert!(out.contains(r#""trace_id":"4bf92f3577b34da6a3ce929d0e0e4736""#), "{out}");
