@@ -45,23 +45,57 @@ impl Machine {
     /// microseconds the store keeps (PostgreSQL's `timestamptz`): a record
     /// read back is the same as the observation, to the nanosecond, that
     /// it was written from, so a periodic pass rewrites nothing unchanged.
+    /// Field by field, without copies: every pass asks it of every machine.
     pub fn same_as(&self, other: &Machine) -> bool {
-        self.as_stored() == Machine { updated_at: self.updated_at, ..other.clone() }.as_stored()
-    }
-
-    /// This record as the store gives it back: every time to the microsecond.
-    fn as_stored(&self) -> Machine {
-        let micros = |t: DateTime<Utc>| t.trunc_subsecs(6);
-        Machine {
-            ready_since: self.ready_since.map(micros),
-            started_at: self.started_at.map(micros),
-            finished_at: self.finished_at.map(micros),
-            last_restart_at: self.last_restart_at.map(micros),
-            terminating_since: self.terminating_since.map(micros),
-            created_at: micros(self.created_at),
-            updated_at: micros(self.updated_at),
-            ..self.clone()
-        }
+        let micros = |t: &DateTime<Utc>| t.trunc_subsecs(6);
+        let at =
+            |a: &Option<DateTime<Utc>>, b: &Option<DateTime<Utc>>| a.as_ref().map(micros) == b.as_ref().map(micros);
+        // Destructured whole, so that a new field cannot be left out.
+        let Machine {
+            name,
+            pool,
+            engine,
+            container_id,
+            image,
+            failure_domain,
+            phase,
+            state,
+            health,
+            exit_code,
+            oom_killed,
+            ready,
+            delete_requested,
+            ready_since,
+            started_at,
+            finished_at,
+            restarts,
+            failed_restarts,
+            last_restart_at,
+            terminating_since,
+            terminating_reason,
+            created_at,
+            updated_at: _,
+        } = self;
+        (name, pool, engine, container_id, image, failure_domain)
+            == (&other.name, &other.pool, &other.engine, &other.container_id, &other.image, &other.failure_domain)
+            && (phase, state, health, exit_code, oom_killed, ready, delete_requested)
+                == (
+                    &other.phase,
+                    &other.state,
+                    &other.health,
+                    &other.exit_code,
+                    &other.oom_killed,
+                    &other.ready,
+                    &other.delete_requested,
+                )
+            && (restarts, failed_restarts, terminating_reason)
+                == (&other.restarts, &other.failed_restarts, &other.terminating_reason)
+            && at(ready_since, &other.ready_since)
+            && at(started_at, &other.started_at)
+            && at(finished_at, &other.finished_at)
+            && at(last_restart_at, &other.last_restart_at)
+            && at(terminating_since, &other.terminating_since)
+            && micros(created_at) == micros(&other.created_at)
     }
 }
 

@@ -124,7 +124,12 @@ impl TraceSettings {
     /// The sampler of requests at the head ([`super::head`]); `None` when
     /// export is off.
     pub fn head_sampler(&self) -> Option<Sampler> {
-        self.endpoint.as_deref().filter(|e| !e.trim().is_empty()).map(|_| self.sampler())
+        self.collector().map(|_| self.sampler())
+    }
+
+    /// The collector's base URL, when export is on (an empty one is off).
+    fn collector(&self) -> Option<&str> {
+        self.endpoint.as_deref().filter(|e| !e.trim().is_empty())
     }
 
     fn sampler(&self) -> Sampler {
@@ -178,7 +183,7 @@ impl Export {
     /// Builds the exporter and its queue; `None` when export is off. Must
     /// run inside the tokio runtime (the export task runs on it).
     pub fn start(settings: &TraceSettings) -> anyhow::Result<Option<(Self, Tracer)>> {
-        let Some(endpoint) = settings.endpoint.as_deref().filter(|e| !e.trim().is_empty()) else {
+        let Some(endpoint) = settings.collector() else {
             return Ok(None);
         };
         let OtlpProtocol::HttpProtobuf = settings.protocol;
