@@ -49,6 +49,21 @@ pub struct Db {
     pub(super) freshness: Option<std::sync::Arc<Freshness>>,
 }
 
+/// A connection checked out of a pool of the store ([`Db::background_connection`]).
+pub enum Conn {
+    Sqlite(sqlx::pool::PoolConnection<sqlx::Sqlite>),
+    Pg(sqlx::pool::PoolConnection<sqlx::Postgres>),
+}
+
+impl Conn {
+    pub fn exec(&mut self) -> Exec<'_> {
+        match self {
+            Conn::Sqlite(c) => Exec::Sqlite(c),
+            Conn::Pg(c) => Exec::Pg(c),
+        }
+    }
+}
+
 pub(super) enum Stores {
     Sqlite {
         api: SqlitePool,
@@ -85,6 +100,8 @@ const PG_LEASE_CONNECTIONS: u32 = 2;
 /// How long a request or a pass waits for a PostgreSQL connection (the
 /// server restarting, say) before it fails.
 const PG_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+/// A pooled PostgreSQL connection idle for this long is pinged before use.
+const PING_IDLE_AFTER: Duration = Duration::from_secs(1);
 /// How long opening the store may take at start.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -110,6 +127,16 @@ impl Db {
             Stores::Sqlite { background, .. } => Exec::SqlitePool(background),
             Stores::Postgres { background, .. } => Exec::PgPool(background),
         }
+    }
+
+    /// One connection of the background workers', for reads in a row: one
+    /// checkout of the pool (and, on PostgreSQL, one check of the
+    /// connection as it comes back) for all of them.
+    pub async fn background_connection(&self) -> sqlx::Result<Conn> {
+        Ok(match &*self.stores {
+            Stores::Sqlite { background, .. } => Conn::Sqlite(background.acquire().await?),
+            Stores::Postgres { background, .. } => Conn::Pg(background.acquire().await?),
+        })
     }
 
     /// The connections of the lease keeper and of the change notices, which
@@ -402,8 +429,20 @@ async fn connect_postgres(url: &str, idle_in_transaction: Duration, replica: &st
             .max_connections(n)
             .acquire_timeout(PG_ACQUIRE_TIMEOUT)
             // A connection cut by a server restart is found broken before
-            // use, not by the statement that needed it.
-            .test_before_acquire(true)
+            // use, not by the statement that needed it: one that sat idle
+            // is pinged first. One in use a moment ago is not (sqlx pings
+            // every connection as it comes back, so it was answering
+            // then): a ping on every acquire was a third of a periodic
+            // pass's round trips.
+            .test_before_acquire(false)
+            .before_acquire(|conn, meta| {
+                Box::pin(async move {
+                    if meta.idle_for >= PING_IDLE_AFTER {
+                        sqlx::Connection::ping(conn).await?;
+                    }
+                    Ok(true)
+                })
+            })
             .connect_lazy_with(opts.clone())
     };
     let stores = Stores::Postgres {

@@ -114,16 +114,19 @@ impl Look {
 }
 
 async fn look(ctx: &Context, pool: &Pool, now: DateTime<Utc>) -> Result<Look, ReconcileError> {
-    // Read on every pass (one row by its key): a fence set through another
-    // replica holds from this replica's next pass.
-    let fence = db::namespaces::get(ctx.db.background(), &pool.id.namespace).await?;
+    // Both reads on one connection. The fence is read on every pass (one
+    // row by its key): a fence set through another replica holds from this
+    // replica's next pass.
+    let mut conn = ctx.db.background_connection().await?;
+    let fence = db::namespaces::get(conn.exec(), &pool.id.namespace).await?;
     let fence = fence.map(|n| n.engine_selector).unwrap_or_default();
     let engines = engine_views(ctx, pool, &fence, now);
     let containers_of = || -> Vec<(String, Container)> {
         ctx.engines.containers_of(&pool.id).into_iter().map(|(e, c)| (e.name.clone(), c)).collect()
     };
     let mut containers = containers_of();
-    let records = db::machines::list_for_pool(ctx.db.background(), &pool.id).await?;
+    let records = db::machines::list_for_pool(conn.exec(), &pool.id).await?;
+    drop(conn);
     let due = observe::to_confirm(&containers, &records, &engines, &ctx.timing, now);
     let unconfirmed = if due.is_empty() {
         HashSet::new()
