@@ -113,7 +113,8 @@ impl Default for Freshness {
 /// `drover_pool_reads_total`.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum ReadSource {
-    /// The cache, current as of a barrier after the read began.
+    /// The cache: current as of a barrier after the read began (requests),
+    /// or as of the notices heard (passes, [`Freshness::heard`]).
     Cache,
     /// The store: the pool was not cached.
     Store,
@@ -331,6 +332,35 @@ impl Freshness {
         self.seen().connected
     }
 
+    /// For the reconcile passes: whether the cache holds every notice heard
+    /// so far, without a barrier. A pass needs no more: its own writes
+    /// dropped their pools from the cache as they committed, and another
+    /// replica's write not heard yet wakes a pass of its own once it is
+    /// (the listener drops the pool, then wakes its driver), so a pass
+    /// that read the pool a moment too early is followed by one that reads
+    /// it again. A barrier per periodic pass was a commit and a wake-up of
+    /// every listener, per pool, every resync interval.
+    pub fn heard(&self) -> Result<(), Stale> {
+        if self.is_connected() { Ok(()) } else { Err(Stale::ListenerDown) }
+    }
+
+    /// How many barriers were issued so far.
+    pub fn barriers_issued(&self) -> u64 {
+        self.stats.barriers.get()
+    }
+
+    /// Sends a barrier unless one is on its way, without waiting for it:
+    /// the listener's proof of life when no read asked for one for a while
+    /// (a barrier unheard for too long is how a silently dead connection
+    /// is found).
+    pub fn probe(&self) {
+        if self.unheard().is_some() {
+            return;
+        }
+        self.lock().wanted = true;
+        self.wanted.notify_one();
+    }
+
     /// Waits until a read wants a barrier; then the number to send. Reads
     /// that arrive while it is on its way take the next number: a barrier
     /// serves every read that arrived since the last one was issued.
@@ -470,5 +500,23 @@ mod tests {
         let ticket = f.lock().next;
         f.barrier_seen(ticket);
         assert_eq!(read.await.unwrap(), Ok(()), "connected again, a barrier heard serves the read");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pass_reads_the_cache_as_heard_while_connected_and_a_probe_sends_one_barrier() {
+        let f = Arc::new(Freshness::default());
+        assert_eq!(f.heard(), Err(Stale::ListenerDown), "never connected");
+        f.connected();
+        assert_eq!(f.heard(), Ok(()), "no barrier needed");
+        assert_eq!(f.barriers_issued(), 0, "and none was asked for");
+        let sent = Arc::new(AtomicU64::new(0));
+        let stop = echoing(&f, &sent);
+        f.probe();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!((sent.load(Ordering::SeqCst), f.barriers_issued()), (1, 1), "a probe sends one barrier");
+        assert!(!f.overdue(Duration::ZERO), "and it was heard");
+        f.disconnected();
+        assert_eq!(f.heard(), Err(Stale::ListenerDown), "a lost listener sends passes to the store");
+        stop.cancel();
     }
 }

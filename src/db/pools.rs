@@ -38,7 +38,7 @@ impl Db {
         let readers = || if worker { self.background() } else { self.read() };
         let stats = self.freshness.as_deref().map(|f| &f.stats);
         if let Some(fresh) = &self.freshness
-            && let Err(why) = fresh.catch_up().await
+            && let Err(why) = if worker { fresh.heard() } else { fresh.catch_up().await }
         {
             fresh.stats.read(why.into());
             return Ok(get(readers(), name).await?.map(Cached::new));
