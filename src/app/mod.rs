@@ -134,6 +134,7 @@ impl Application {
             tasks: tasks.clone(),
             leases: store.leases,
             fence: crate::replicas::Fence::Sole,
+            writes_began: Default::default(),
         };
         let parts = Parts { db: store.db, engines, reconcile, queue, changes, tokens, refusals, metrics, tls, access };
         let state = AppState::new(services(parts, store.replica, config, &tasks, shutdown));

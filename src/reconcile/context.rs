@@ -49,6 +49,10 @@ pub struct Context {
     /// Where this pass may act: checked before every engine operation,
     /// proven in every write transaction. [`Fence::Sole`] outside a pass.
     pub fence: Fence,
+    /// Set when a write transaction of this pass begins (each pass gets its
+    /// own, from [`Context::for_pool`]): whether anyone must hear of the
+    /// pool after it.
+    pub writes_began: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Context {
@@ -71,9 +75,16 @@ impl Context {
     /// A write transaction of the pass: its fence proven first, so nothing
     /// is written for a pool this replica no longer drives.
     pub(crate) async fn begin(&self) -> Result<WriteTx, ReconcileError> {
+        self.writes_began.store(true, std::sync::atomic::Ordering::Relaxed);
         let mut tx = self.db.begin_background().await?;
         self.fence.prove(&mut tx).await?;
         Ok(tx)
+    }
+
+    /// Whether this pass began a write transaction (it may have changed
+    /// what `GET` shows of the pool).
+    pub(crate) fn wrote(&self) -> bool {
+        self.writes_began.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The replica's name for `status.driver`, with several replicas.
@@ -107,9 +118,11 @@ impl Context {
     /// when another replica drives it. Every pool is this process's
     /// without leases.
     pub fn for_pool(&self, pool: &PoolRef) -> Option<Context> {
-        let Some(leases) = &self.leases else { return Some(self.clone()) };
-        let fence = leases.fence(pool)?;
-        Some(Context { fence, ..self.clone() })
+        let fence = match &self.leases {
+            None => self.fence.clone(),
+            Some(leases) => leases.fence(pool)?,
+        };
+        Some(Context { fence, writes_began: Default::default(), ..self.clone() })
     }
 }
 

@@ -201,13 +201,21 @@ impl Passes for Context {
             Ok(Outcome::Gone) => PassOutcome::Gone,
             Err(_) => PassOutcome::Error,
         });
-        self.changes.pool(pool);
+        // Event streams, here and through the other replicas' listeners,
+        // hear of a pass that wrote; one that found everything as it was
+        // (nearly every periodic pass) tells nobody.
+        if ctx.wrote() {
+            self.changes.pool(pool);
+        }
         result
     }
 
     async fn failed(&self, pool: &PoolRef, error: &ReconcileError) {
         if let Some(ctx) = self.for_pool(pool) {
             record_failure(&ctx, pool, error).await;
+            if ctx.wrote() {
+                self.changes.pool(pool);
+            }
         }
     }
 

@@ -62,6 +62,7 @@ async fn rig() -> Rig {
         tasks: TaskTracker::new(),
         leases: None,
         fence: drover::replicas::Fence::Sole,
+        writes_began: Default::default(),
     };
     Rig { ctx, engine, clock, _dir: dir }
 }
