@@ -3,6 +3,12 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use drover::config::ServeConfig;
 
+/// mimalloc in place of glibc's malloc: every request and every pass
+/// allocates (strings, spans, rows), and glibc's `malloc`/`free` were the
+/// largest single cost in the profiles of both (BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// The whole command line: the server's settings belong to `config`, the
 /// client's to `cli`; only the binary joins them.
 #[derive(Debug, Parser)]
